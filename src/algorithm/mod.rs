@@ -1,0 +1,192 @@
+//! The seven algorithms as pure state machines.
+//!
+//! Each file holds one algorithm's state and its `check`: the reference that the matching
+//! `lua/<algorithm>.lua` script must agree with, decision for decision. All time is integer
+//! microseconds; a denied request never changes state.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::decision::Decision;
+use crate::error::ConfigError;
+use crate::quota::Quota;
+
+mod fixed_window;
+mod fixed_window_from_first;
+mod gcra;
+mod leaky_bucket;
+mod sliding_window;
+mod sliding_window_log;
+mod token_bucket;
+
+/// How requests are counted against a [`Quota`]. See the README's table for when to pick which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Generic cell rate algorithm: a smooth rate with bursts up to the burst size; one
+    /// timestamp per key. The default.
+    #[default]
+    Gcra,
+    /// A bucket of `burst` tokens refilled continuously at `limit` per `period`.
+    TokenBucket,
+    /// A queue drained at a steady rate; admits what GCRA admits, and in the layer's delay mode
+    /// an allowed request waits for its slot.
+    LeakyBucket,
+    /// `limit` requests per window aligned to the epoch; up to `2 × limit` around a boundary.
+    FixedWindow,
+    /// A window that opens at a key's first request; the full quota returns `period` later.
+    FixedWindowFromFirst,
+    /// The exact log of allowed requests in the last `period`. Memory grows with `limit`.
+    SlidingWindowLog,
+    /// Two fixed-window counters weighted into a sliding estimate; two numbers per key.
+    SlidingWindow,
+}
+
+impl Algorithm {
+    /// Every algorithm, in declaration order.
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::FixedWindow,
+        Algorithm::FixedWindowFromFirst,
+        Algorithm::SlidingWindowLog,
+        Algorithm::SlidingWindow,
+    ];
+
+    /// The snake_case name used in rules files and environment variables.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Algorithm::Gcra => "gcra",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::LeakyBucket => "leaky_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::FixedWindowFromFirst => "fixed_window_from_first",
+            Algorithm::SlidingWindowLog => "sliding_window_log",
+            Algorithm::SlidingWindow => "sliding_window",
+        }
+    }
+
+    /// Whether the quota's burst means anything to this algorithm.
+    pub(crate) const fn uses_burst(&self) -> bool {
+        matches!(
+            self,
+            Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
+        )
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+                ConfigError::new(format!(
+                    "unknown algorithm {s:?} (use one of {})",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+/// A quota in integer microseconds, as every algorithm and Lua script computes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Params {
+    /// `L`: requests per period.
+    pub(crate) limit: u64,
+    /// `P`: the period in µs.
+    pub(crate) period: u64,
+    /// `B`: bucket capacity (equals `limit` for window algorithms).
+    pub(crate) burst: u64,
+    /// `T = ceil(P / L)` in µs: the emission interval of the bucket algorithms. Rounded up so
+    /// that a key never gets more than `limit` per `period` once its burst is spent.
+    pub(crate) interval: u64,
+}
+
+impl Params {
+    pub(crate) fn new(quota: &Quota, algorithm: Algorithm) -> Self {
+        let limit = u64::from(quota.limit());
+        let period = u64::try_from(quota.period().as_micros()).unwrap_or(u64::MAX);
+        let burst = if algorithm.uses_burst() {
+            u64::from(quota.capacity())
+        } else {
+            limit
+        };
+        Self {
+            limit,
+            period,
+            burst,
+            interval: period.div_ceil(limit.max(1)),
+        }
+    }
+}
+
+/// One key's state under any algorithm. `State::new` is a key never seen (or expired).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum State {
+    Gcra(gcra::Gcra),
+    TokenBucket(token_bucket::TokenBucket),
+    LeakyBucket(leaky_bucket::LeakyBucket),
+    FixedWindow(fixed_window::FixedWindow),
+    FixedWindowFromFirst(fixed_window_from_first::FixedWindowFromFirst),
+    SlidingWindowLog(sliding_window_log::SlidingWindowLog),
+    SlidingWindow(sliding_window::SlidingWindow),
+}
+
+impl State {
+    /// The state of a key that has no history.
+    pub(crate) fn new(algorithm: Algorithm) -> Self {
+        match algorithm {
+            Algorithm::Gcra => State::Gcra(Default::default()),
+            Algorithm::TokenBucket => State::TokenBucket(Default::default()),
+            Algorithm::LeakyBucket => State::LeakyBucket(Default::default()),
+            Algorithm::FixedWindow => State::FixedWindow(Default::default()),
+            Algorithm::FixedWindowFromFirst => State::FixedWindowFromFirst(Default::default()),
+            Algorithm::SlidingWindowLog => State::SlidingWindowLog(Default::default()),
+            Algorithm::SlidingWindow => State::SlidingWindow(Default::default()),
+        }
+    }
+
+    /// Decides a request of `cost` (≥ 1) at `now` µs; updates the state only when allowed.
+    pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
+        let cost = cost.max(1);
+        match self {
+            State::Gcra(s) => s.check(p, now, cost),
+            State::TokenBucket(s) => s.check(p, now, cost),
+            State::LeakyBucket(s) => s.check(p, now, cost),
+            State::FixedWindow(s) => s.check(p, now, cost),
+            State::FixedWindowFromFirst(s) => s.check(p, now, cost),
+            State::SlidingWindowLog(s) => s.check(p, now, cost),
+            State::SlidingWindow(s) => s.check(p, now, cost),
+        }
+    }
+
+    /// The time (µs) from which this state decides exactly like `State::new`, so a store may
+    /// forget it. Redis keys get the same expiry as a TTL.
+    pub(crate) fn expires_at(&self, p: &Params) -> u64 {
+        match self {
+            State::Gcra(s) => s.expires_at(p),
+            State::TokenBucket(s) => s.expires_at(p),
+            State::LeakyBucket(s) => s.expires_at(p),
+            State::FixedWindow(s) => s.expires_at(p),
+            State::FixedWindowFromFirst(s) => s.expires_at(p),
+            State::SlidingWindowLog(s) => s.expires_at(p),
+            State::SlidingWindow(s) => s.expires_at(p),
+        }
+    }
+
+    /// Whether this state belongs to `algorithm` (a policy's algorithm can change on reload).
+    pub(crate) fn is(&self, algorithm: Algorithm) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(&State::new(algorithm))
+    }
+}

@@ -1,0 +1,381 @@
+//! [`Quota`] (how many requests per period) and [`Policy`] (a named quota with an algorithm).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, Params};
+use crate::error::ConfigError;
+
+/// The shortest period a quota may have.
+const MIN_PERIOD: Duration = Duration::from_micros(50);
+/// The longest period a quota may have (365 days).
+const MAX_PERIOD: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// `limit` requests per `period`, with an optional `burst` (bucket capacity, defaults to `limit`).
+///
+/// `Quota::per_second(10)` means ten requests per second. Constructors never fail; the quota is
+/// checked when the layer or policy is built, which returns a [`ConfigError`] that says what is
+/// wrong.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Quota;
+///
+/// let q: Quota = "10/s; burst=20".parse()?;
+/// assert_eq!(q, Quota::per_second(10).burst(20));
+/// assert_eq!("5/10s".parse::<Quota>()?, Quota::new(5, Duration::from_secs(10)));
+/// assert!("0/min".parse::<Quota>().is_err());
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: u32,
+    period: Duration,
+    burst: Option<u32>,
+}
+
+impl Quota {
+    /// `limit` requests per `period`.
+    pub const fn new(limit: u32, period: Duration) -> Self {
+        Self {
+            limit,
+            period,
+            burst: None,
+        }
+    }
+
+    /// `limit` requests per second.
+    pub const fn per_second(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` requests per minute.
+    pub const fn per_minute(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` requests per hour.
+    pub const fn per_hour(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(60 * 60))
+    }
+
+    /// `limit` requests per day.
+    pub const fn per_day(limit: u32) -> Self {
+        Self::new(limit, Duration::from_secs(24 * 60 * 60))
+    }
+
+    /// Lets up to `burst` requests through at once (bucket algorithms only; window algorithms
+    /// reject a burst that differs from the limit).
+    #[must_use]
+    pub const fn burst(mut self, burst: u32) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Requests per period.
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The period.
+    pub const fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The bucket capacity: the burst if set, else the limit.
+    pub const fn capacity(&self) -> u32 {
+        match self.burst {
+            Some(b) => b,
+            None => self.limit,
+        }
+    }
+
+    /// The burst as set, if any.
+    pub const fn burst_setting(&self) -> Option<u32> {
+        self.burst
+    }
+
+    /// Checks the quota against the allowed ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |what: String| Err(ConfigError::new(format!("invalid quota {self}: {what}")));
+        if self.limit == 0 {
+            return err("limit must be at least 1".into());
+        }
+        if self.burst == Some(0) {
+            return err("burst must be at least 1".into());
+        }
+        if self.period < MIN_PERIOD {
+            return err(format!(
+                "period {:?} is shorter than the minimum of 50µs",
+                self.period
+            ));
+        }
+        if self.period > MAX_PERIOD {
+            return err(format!(
+                "period {:?} is longer than the maximum of 365 days",
+                self.period
+            ));
+        }
+        let period_us = self.period.as_micros();
+        if u128::from(self.limit) > period_us {
+            return err(format!(
+                "{} requests in {period_us}µs is more than one per microsecond, the finest rate \
+                 supported",
+                self.limit
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Quota {
+    /// Formats as the string form `FromStr` reads, e.g. `"10/1s; burst=20"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}/{}", self.limit, format_period(self.period))?;
+        if let Some(b) = self.burst {
+            write!(f, "; burst={b}")?;
+        }
+        f.write_str("\"")
+    }
+}
+
+/// Formats a period in the largest unit that divides it exactly.
+fn format_period(period: Duration) -> String {
+    let us = period.as_micros();
+    for (unit, size) in [
+        ("day", 86_400_000_000u128),
+        ("h", 3_600_000_000),
+        ("min", 60_000_000),
+        ("s", 1_000_000),
+        ("ms", 1_000),
+    ] {
+        if us >= size && us % size == 0 {
+            return format!("{}{unit}", us / size);
+        }
+    }
+    format!("{us}us")
+}
+
+impl FromStr for Quota {
+    type Err = ConfigError;
+
+    /// Parses `"<limit>/<period>[; burst=<n>]"`: `"100/min"`, `"5/10s"`, `"10/s; burst=20"`,
+    /// `"1000/day"`, `"1/250ms"`. Period units: `us`, `ms`, `s`, `min` (or `m`), `h`, `day`
+    /// (or `d`), with long forms (`second`, `minutes`, …) also accepted.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let fail = |why: &str| ConfigError::new(format!("invalid quota {s:?}: {why}"));
+        let mut parts = s.split(';');
+        let rate = parts.next().unwrap_or_default().trim();
+        let (limit, period) = rate
+            .split_once('/')
+            .ok_or_else(|| fail("expected \"<limit>/<period>\", e.g. \"100/min\" or \"5/10s\""))?;
+        let limit: u32 = limit
+            .trim()
+            .parse()
+            .map_err(|_| fail("the limit must be a whole number from 1 to 4294967295"))?;
+        let period = parse_period(period.trim()).map_err(|why| fail(&why))?;
+        let mut quota = Quota::new(limit, period);
+        for option in parts {
+            let option = option.trim();
+            if option.is_empty() {
+                continue;
+            }
+            let (name, value) = option
+                .split_once('=')
+                .ok_or_else(|| fail("options look like \"; burst=20\""))?;
+            match name.trim() {
+                "burst" => {
+                    let burst = value
+                        .trim()
+                        .parse()
+                        .map_err(|_| fail("burst must be a whole number from 1 to 4294967295"))?;
+                    quota = quota.burst(burst);
+                }
+                other => {
+                    return Err(fail(&format!(
+                        "unknown option {other:?} (the only option is \"burst\")"
+                    )))
+                }
+            }
+        }
+        quota
+            .validate()
+            .map_err(|e| ConfigError::new(format!("invalid quota {s:?}: {}", after_colon(&e))))?;
+        Ok(quota)
+    }
+}
+
+/// The reason part of a validation message (`"invalid quota …: <reason>"`).
+fn after_colon(e: &ConfigError) -> &str {
+    e.message()
+        .split_once(": ")
+        .map_or(e.message(), |(_, why)| why)
+}
+
+/// Parses a period such as `"s"`, `"10s"`, `"250ms"`, `"min"`, `"2 hours"`.
+pub(crate) fn parse_period(s: &str) -> Result<Duration, String> {
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (count, unit) = s.split_at(digits);
+    let count: u64 = if count.is_empty() {
+        1
+    } else {
+        count
+            .parse()
+            .map_err(|_| format!("period count {count:?} is too large"))?
+    };
+    let unit_us: u64 = match unit.trim() {
+        "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => 1,
+        "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1_000,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000_000,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000_000,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000_000,
+        "d" | "day" | "days" => 86_400_000_000,
+        "" => return Err("the period needs a unit: us, ms, s, min, h or day".into()),
+        other => {
+            return Err(format!(
+                "unknown period unit {other:?} (use us, ms, s, min, h or day)"
+            ))
+        }
+    };
+    if count == 0 {
+        return Err("the period must be longer than zero".into());
+    }
+    count
+        .checked_mul(unit_us)
+        .map(Duration::from_micros)
+        .ok_or_else(|| "the period is too long (at most 365 days)".into())
+}
+
+/// A named quota with an algorithm: what the layer asks a store to enforce.
+///
+/// The name is part of every store key and of the `RateLimit-Policy` header, so two policies
+/// with different names never share state.
+///
+/// ```
+/// use tollgate::{Algorithm, Policy, Quota};
+///
+/// let policy = Policy::new("api", Quota::per_minute(100), Algorithm::SlidingWindow)?;
+/// assert_eq!(policy.name(), "api");
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    name: Arc<str>,
+    quota: Quota,
+    algorithm: Algorithm,
+    params: Params,
+}
+
+impl Policy {
+    /// Checks the quota and the name and builds the policy.
+    ///
+    /// The name must be 1–64 bytes of ASCII letters, digits, `-`, `_` or `.`, because it is
+    /// written into store keys and response headers.
+    pub fn new(
+        name: impl Into<Arc<str>>,
+        quota: Quota,
+        algorithm: Algorithm,
+    ) -> Result<Self, ConfigError> {
+        let name = name.into();
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !name_ok {
+            return Err(ConfigError::new(format!(
+                "invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"
+            )));
+        }
+        quota.validate()?;
+        if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
+            return Err(ConfigError::new(format!(
+                "policy {name:?}: burst is not used by {algorithm} (only gcra, token_bucket and \
+                 leaky_bucket have a burst); remove it or pick one of those"
+            )));
+        }
+        Ok(Self {
+            params: Params::new(&quota, algorithm),
+            name,
+            quota,
+            algorithm,
+        })
+    }
+
+    /// The policy's name, as used in store keys and headers.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The quota in the integer microseconds the algorithms compute with.
+    pub(crate) fn params(&self) -> &Params {
+        &self.params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let q = |s: &str| s.parse::<Quota>().unwrap();
+        assert_eq!(q("100/min"), Quota::per_minute(100));
+        assert_eq!(q("5/10s"), Quota::new(5, Duration::from_secs(10)));
+        assert_eq!(q("10/s; burst=20"), Quota::per_second(10).burst(20));
+        assert_eq!(q("1000/day"), Quota::per_day(1000));
+        assert_eq!(q(" 3 / 2 hours ;burst=4 "), Quota::new(3, Duration::from_secs(7200)).burst(4));
+        assert_eq!(q("1/50us"), Quota::new(1, Duration::from_micros(50)));
+        assert_eq!(q("2/250ms"), Quota::new(2, Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn rejects_bad_quotas_with_a_reason() {
+        let e = |s: &str| s.parse::<Quota>().unwrap_err().to_string();
+        assert!(e("0/min").contains("limit must be at least 1"), "{}", e("0/min"));
+        assert!(e("10/fortnight").contains("unknown period unit"));
+        assert!(e("10").contains("expected"));
+        assert!(e("x/s").contains("whole number"));
+        assert!(e("1/10us").contains("minimum of 50µs"));
+        assert!(e("1/400day").contains("maximum of 365 days"));
+        assert!(e("10/s; burst=0").contains("burst must be at least 1"));
+        assert!(e("10/s; brust=3").contains("unknown option"));
+        assert!(e("100/50us").contains("one per microsecond"));
+        assert!(e("1/0s").contains("longer than zero"));
+        assert!(e("1/99999999999999999999day").contains("too large"));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for q in [
+            Quota::per_minute(100),
+            Quota::per_second(10).burst(20),
+            Quota::new(1, Duration::from_micros(75)),
+        ] {
+            let shown = q.to_string();
+            assert_eq!(shown.trim_matches('"').parse::<Quota>().unwrap(), q);
+        }
+    }
+
+    #[test]
+    fn policy_checks_name_and_burst() {
+        assert!(Policy::new("a b", Quota::per_second(1), Algorithm::Gcra).is_err());
+        assert!(Policy::new("", Quota::per_second(1), Algorithm::Gcra).is_err());
+        let e = Policy::new("w", Quota::per_second(1).burst(5), Algorithm::FixedWindow);
+        assert!(e.unwrap_err().to_string().contains("burst is not used"));
+        assert!(Policy::new("b", Quota::per_second(1).burst(5), Algorithm::TokenBucket).is_ok());
+        assert!(Policy::new("z", Quota::per_second(0), Algorithm::Gcra).is_err());
+    }
+}
