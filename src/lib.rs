@@ -1,4 +1,37 @@
-//! tollgate: rate limiting for Tower services.
+//! Rate limiting for Tower services (axum, tonic, hyper), in memory or shared through Redis.
+//!
+//! [`RateLimitLayer`] wraps any `Service<http::Request<B>>`. A [key](key) names the client, a
+//! [`Quota`] and an [`Algorithm`] say how much it may send, and a [store](store) decides:
+//! [`MemoryStore`](store::MemoryStore) in this process (the default), or
+//! [`RedisStore`](store::RedisStore), where every decision is one atomic Lua script so many app
+//! instances share one limit.
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{routing::get, Router};
+//! use tollgate::{key, Quota, RateLimitLayer};
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(Quota::per_minute(100), key::PeerIp::default()));
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // PeerIp needs the peer address: serve with connect info.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! # }
+//! ```
+//!
+//! Denied requests get `429 Too Many Requests` with `Retry-After`; every limited response
+//! carries `RateLimit-Policy` / `RateLimit` headers (see [`HeaderStyle`]). gRPC requests get a
+//! `RESOURCE_EXHAUSTED` status with `grpc-retry-pushback-ms` instead.
+//!
+//! # Feature Flags
+//!
+//! - `redis` (default): [`store::RedisStore`], through deadpool-redis.
+//! - `tonic`: [`key::PeerIp`] also reads the peer address tonic's server records.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -8,16 +41,33 @@
 )]
 
 mod algorithm;
+mod body;
 mod clock;
 mod decision;
 mod error;
+mod future;
 pub mod key;
+mod layer;
+mod limiter;
 mod quota;
+mod response;
+mod service;
 pub mod store;
 
 pub use algorithm::Algorithm;
+pub use body::ResponseBody;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::{ConfigError, StoreError};
+pub use future::ResponseFuture;
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use limiter::OnMissingKey;
 pub use quota::{Policy, Quota};
-pub use store::Store;
+pub use response::HeaderStyle;
+pub use service::RateLimit;
+pub use store::{OnStoreError, Store};
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -10,6 +10,9 @@ use crate::error::ConfigError;
 
 /// The shortest period a quota may have.
 const MIN_PERIOD: Duration = Duration::from_micros(50);
+/// The longest time a full bucket may take to drain (100 years in µs): keeps every value the
+/// Lua scripts compute below 2^53, where Lua's doubles are exact.
+const MAX_BUCKET_SPAN_US: u64 = 100 * 365 * 24 * 3600 * 1_000_000;
 /// The longest period a quota may have (365 days).
 const MAX_PERIOD: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
@@ -151,7 +154,7 @@ fn format_period(period: Duration) -> String {
         ("s", 1_000_000),
         ("ms", 1_000),
     ] {
-        if us >= size && us % size == 0 {
+        if us >= size && us.is_multiple_of(size) {
             return format!("{}{unit}", us / size);
         }
     }
@@ -290,6 +293,14 @@ impl Policy {
             )));
         }
         quota.validate()?;
+        let params = Params::new(&quota, algorithm);
+        if params.burst.saturating_mul(params.interval) > MAX_BUCKET_SPAN_US {
+            return Err(ConfigError::new(format!(
+                "policy {name:?}: a burst of {} at one request per {}µs spans more than 100 \
+                 years; use a smaller burst or a shorter period",
+                params.burst, params.interval
+            )));
+        }
         if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
             return Err(ConfigError::new(format!(
                 "policy {name:?}: burst is not used by {algorithm} (only gcra, token_bucket and \
@@ -297,7 +308,7 @@ impl Policy {
             )));
         }
         Ok(Self {
-            params: Params::new(&quota, algorithm),
+            params,
             name,
             quota,
             algorithm,
@@ -336,7 +347,10 @@ mod tests {
         assert_eq!(q("5/10s"), Quota::new(5, Duration::from_secs(10)));
         assert_eq!(q("10/s; burst=20"), Quota::per_second(10).burst(20));
         assert_eq!(q("1000/day"), Quota::per_day(1000));
-        assert_eq!(q(" 3 / 2 hours ;burst=4 "), Quota::new(3, Duration::from_secs(7200)).burst(4));
+        assert_eq!(
+            q(" 3 / 2 hours ;burst=4 "),
+            Quota::new(3, Duration::from_secs(7200)).burst(4)
+        );
         assert_eq!(q("1/50us"), Quota::new(1, Duration::from_micros(50)));
         assert_eq!(q("2/250ms"), Quota::new(2, Duration::from_millis(250)));
     }
@@ -344,7 +358,11 @@ mod tests {
     #[test]
     fn rejects_bad_quotas_with_a_reason() {
         let e = |s: &str| s.parse::<Quota>().unwrap_err().to_string();
-        assert!(e("0/min").contains("limit must be at least 1"), "{}", e("0/min"));
+        assert!(
+            e("0/min").contains("limit must be at least 1"),
+            "{}",
+            e("0/min")
+        );
         assert!(e("10/fortnight").contains("unknown period unit"));
         assert!(e("10").contains("expected"));
         assert!(e("x/s").contains("whole number"));
@@ -377,5 +395,8 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("burst is not used"));
         assert!(Policy::new("b", Quota::per_second(1).burst(5), Algorithm::TokenBucket).is_ok());
         assert!(Policy::new("z", Quota::per_second(0), Algorithm::Gcra).is_err());
+        let huge = Policy::new("h", Quota::per_day(1).burst(40_000), Algorithm::Gcra);
+        assert!(huge.unwrap_err().to_string().contains("100 years"));
+        assert!(Policy::new("h", Quota::per_day(1).burst(30_000), Algorithm::Gcra).is_ok());
     }
 }

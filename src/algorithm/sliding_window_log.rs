@@ -1,17 +1,309 @@
-//! Placeholder: being written.
+//! Sliding window log: the exact log of allowed requests in the last period.
+//!
+//! An entry allowed at `t` counts while `now < t + P`, so the log holds what was allowed in
+//! `(now − P, now]`; a request of cost `c` counts as `c` and is allowed iff the log's total plus
+//! `c` stays within `L`. No boundary bursts and no estimate: exactly `L` per any window of
+//! length `P`.
+//!
+//! The price is memory: the log keeps one entry per distinct microsecond with an allowed request,
+//! up to `L` entries per key (and the Redis script keeps one sorted-set member per unit of cost,
+//! up to `L` members). Prefer GCRA or the sliding window counter for large limits. A request whose
+//! cost is larger than `L` can never be allowed: it is denied with `retry_after = None`.
+
+use std::collections::VecDeque;
 
 use super::Params;
 use crate::decision::Decision;
 
+/// One key's log. `Default` (empty) is a key with no history.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct SlidingWindowLog {}
+pub(crate) struct SlidingWindowLog {
+    /// `(time µs, cost)` of allowed requests, oldest first, one entry per distinct time.
+    entries: VecDeque<(u64, u64)>,
+    /// The sum of the costs in `entries`.
+    total: u64,
+}
 
 impl SlidingWindowLog {
-    pub(crate) fn check(&mut self, p: &Params, _now: u64, _cost: u64) -> Decision {
-        Decision::from_micros(true, p.limit, p.limit, 0, None)
+    /// Decides a request of `cost` at `now`; logs it only when allowed. Drops expired entries.
+    pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
+        let period = p.period.max(1);
+        let newest = self.entries.back().map(|&(t, _)| t);
+        // A clock that went back is treated as standing at the newest entry: the log stays sorted.
+        let at = now.max(newest.unwrap_or(0));
+        // Expired entries go on every call, as in the Redis script; they decide nothing.
+        while let Some(&(t, c)) = self.entries.front() {
+            if t.saturating_add(period) > at {
+                break;
+            }
+            self.entries.pop_front();
+            self.total = self.total.saturating_sub(c);
+        }
+        let count = self.total;
+        if count.saturating_add(cost) <= p.limit {
+            match self.entries.back_mut() {
+                Some((t, c)) if *t == at => *c = c.saturating_add(cost),
+                _ => self.entries.push_back((at, cost)),
+            }
+            self.total = count.saturating_add(cost);
+            return Decision::from_micros(
+                true,
+                p.burst,
+                p.limit - self.total,
+                at.saturating_add(period).saturating_sub(now),
+                None,
+            );
+        }
+        let retry_after = if cost <= p.limit {
+            // The oldest entries must expire until `count − freed + cost ≤ L`; the entry that
+            // completes that expires at `t + P`, and nothing is freed before it.
+            let need = count.saturating_add(cost) - p.limit;
+            let mut freed = 0u64;
+            let ready = self.entries.iter().find(|&&(_, c)| {
+                freed = freed.saturating_add(c);
+                freed >= need
+            });
+            ready.map(|&(t, _)| t.saturating_add(period).saturating_sub(now))
+        } else {
+            None
+        };
+        let reset_after = match newest {
+            Some(t) if count > 0 => t.saturating_add(period).saturating_sub(now),
+            _ => 0,
+        };
+        Decision::from_micros(
+            false,
+            p.burst,
+            p.limit.saturating_sub(count),
+            reset_after,
+            retry_after,
+        )
     }
 
-    pub(crate) fn expires_at(&self, _p: &Params) -> u64 {
-        0
+    /// Once the newest entry has expired the log is empty in effect.
+    pub(crate) fn expires_at(&self, p: &Params) -> u64 {
+        self.entries
+            .back()
+            .map_or(0, |&(t, _)| t.saturating_add(p.period.max(1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::algorithm::Algorithm;
+    use crate::clock::ManualClock;
+    use crate::quota::{Policy, Quota};
+    use crate::store::MemoryStore;
+
+    const T0: u64 = 1_699_920_000_123_457;
+
+    fn setup(quota: Quota) -> (MemoryStore, ManualClock, Policy) {
+        let clock = ManualClock::new(T0);
+        let store = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new("swl", quota, Algorithm::SlidingWindowLog).unwrap();
+        (store, clock, policy)
+    }
+
+    fn d(limit: u64, allowed: bool, remaining: u64, reset: u64, retry: Option<u64>) -> Decision {
+        Decision::from_micros(allowed, limit, remaining, reset, retry)
+    }
+
+    #[test]
+    fn each_entry_frees_its_slot_one_period_later() {
+        let (store, clock, policy) = setup(Quota::per_second(3));
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, true, 2, 1_000_000, None)
+        );
+        clock.set(T0 + 200_000);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, true, 1, 1_000_000, None)
+        );
+        clock.set(T0 + 500_000);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, true, 0, 1_000_000, None)
+        );
+        clock.set(T0 + 600_000);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, false, 0, 900_000, Some(400_000))
+        );
+        // The edge: the first entry counts until T0 + P − 1 and is gone at T0 + P.
+        clock.set(T0 + 999_999);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, false, 0, 500_001, Some(1))
+        );
+        clock.set(T0 + 1_000_000);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, true, 0, 1_000_000, None)
+        );
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, false, 0, 1_000_000, Some(200_000))
+        );
+        // No boundary burst: at most 3 in any period.
+        clock.set(T0 + 1_200_000);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(3, true, 0, 1_000_000, None)
+        );
+        assert!(!store.check_now("k", &policy, 1).allowed);
+    }
+
+    #[test]
+    fn cost_counts_and_retry_waits_for_enough_entries() {
+        let (store, clock, policy) = setup(Quota::per_minute(10));
+        assert_eq!(
+            store.check_now("k", &policy, 4),
+            d(10, true, 6, 60_000_000, None)
+        );
+        clock.set(T0 + 10_000_000);
+        assert_eq!(
+            store.check_now("k", &policy, 3),
+            d(10, true, 3, 60_000_000, None)
+        );
+        clock.set(T0 + 20_000_000);
+        assert_eq!(
+            store.check_now("k", &policy, 3),
+            d(10, true, 0, 60_000_000, None)
+        );
+        // Needs 5 units freed: the 4 at T0 are not enough, the 3 at T0 + 10 s complete it.
+        clock.set(T0 + 30_000_000);
+        assert_eq!(
+            store.check_now("k", &policy, 5),
+            d(10, false, 0, 50_000_000, Some(40_000_000))
+        );
+        assert_eq!(
+            store.check_now("k", &policy, 4),
+            d(10, false, 0, 50_000_000, Some(30_000_000))
+        );
+        assert_eq!(
+            store.check_now("k", &policy, 11),
+            d(10, false, 0, 50_000_000, None)
+        );
+        clock.set(T0 + 60_000_000);
+        assert_eq!(
+            store.check_now("k", &policy, 4),
+            d(10, true, 0, 60_000_000, None)
+        );
+        assert_eq!(
+            store.check_now("new", &policy, 11),
+            d(10, false, 10, 0, None)
+        );
+    }
+
+    #[test]
+    fn several_requests_in_one_microsecond() {
+        let (store, clock, policy) = setup(Quota::per_second(3));
+        for left in (0..3).rev() {
+            assert_eq!(
+                store.check_now("k", &policy, 1),
+                d(3, true, left, 1_000_000, None)
+            );
+        }
+        clock.set(T0 + 999_999);
+        assert_eq!(store.check_now("k", &policy, 1), d(3, false, 0, 1, Some(1)));
+        clock.set(T0 + 1_000_000);
+        assert_eq!(
+            store.check_now("k", &policy, 3),
+            d(3, true, 0, 1_000_000, None)
+        );
+    }
+
+    #[test]
+    fn sub_millisecond_period() {
+        let (store, clock, policy) = setup(Quota::new(2, Duration::from_micros(100)));
+        assert_eq!(store.check_now("k", &policy, 1), d(2, true, 1, 100, None));
+        clock.set(T0 + 30);
+        assert_eq!(store.check_now("k", &policy, 1), d(2, true, 0, 100, None));
+        clock.set(T0 + 60);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(2, false, 0, 70, Some(40))
+        );
+        assert_eq!(
+            store.check_now("k", &policy, 2),
+            d(2, false, 0, 70, Some(70))
+        );
+        clock.set(T0 + 100);
+        assert_eq!(store.check_now("k", &policy, 1), d(2, true, 0, 100, None));
+        clock.set(T0 + 500);
+        assert_eq!(store.check_now("k", &policy, 2), d(2, true, 0, 100, None));
+    }
+
+    #[test]
+    fn a_clock_that_goes_back_stands_at_the_newest_entry() {
+        let (store, clock, policy) = setup(Quota::new(1, Duration::from_micros(100)));
+        assert!(store.check_now("k", &policy, 1).allowed);
+        clock.set(T0 - 50);
+        assert_eq!(
+            store.check_now("k", &policy, 1),
+            d(1, false, 0, 150, Some(150))
+        );
+    }
+
+    fn params() -> impl Strategy<Value = Params> {
+        (1u64..=20, 50u64..=5_000).prop_map(|(limit, period)| {
+            let limit = limit.min(period);
+            Params {
+                limit,
+                period,
+                burst: limit,
+                interval: period.div_ceil(limit),
+            }
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn retry_after_and_expiry_are_exact(
+            p in params(),
+            start in 0u64..1 << 52,
+            steps in prop::collection::vec((0u64..1_500, 1u64..=25), 1..80),
+        ) {
+            let mut state = SlidingWindowLog::default();
+            let mut now = start;
+            for (dt, cost) in steps {
+                now += dt;
+                if now >= state.expires_at(&p) {
+                    state = SlidingWindowLog::default();
+                }
+                let before = state.clone();
+                let decision = state.check(&p, now, cost);
+                prop_assert!(state.total <= p.limit);
+                if decision.allowed {
+                    prop_assert!(state.expires_at(&p) > now);
+                } else {
+                    // A deny only drops expired entries.
+                    prop_assert_eq!(state.expires_at(&p), before.expires_at(&p));
+                    prop_assert_eq!(decision.retry_after.is_none(), cost > p.limit);
+                    if let Some(retry) = decision.retry_after {
+                        let d = u64::try_from(retry.as_micros()).unwrap();
+                        prop_assert!(d >= 1);
+                        prop_assert!(before.clone().check(&p, now + d, cost).allowed);
+                        prop_assert!(!before.clone().check(&p, now + d - 1, cost).allowed);
+                    }
+                }
+                let expires = state.expires_at(&p);
+                for at in [expires, expires + dt] {
+                    let at = at.max(now);
+                    let (mut old, mut new) = (state.clone(), SlidingWindowLog::default());
+                    let decision = old.check(&p, at, cost);
+                    prop_assert_eq!(decision, new.check(&p, at, cost));
+                    if decision.allowed {
+                        prop_assert_eq!(old, new);
+                    }
+                }
+            }
+        }
     }
 }

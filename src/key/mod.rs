@@ -2,9 +2,61 @@
 //!
 //! A [`KeyExtractor`] reads the request head and returns the client's key, or `None` when the
 //! request has none (the layer then follows its `OnMissingKey` setting). Closures
-//! `Fn(&http::request::Parts) -> Option<String>` are extractors too.
+//! `Fn(&http::request::Parts) -> Option<String>` are extractors too, and [`from_fn`] gives one
+//! a description for the `400` body.
+//!
+//! | Extractor | Key | Missing when |
+//! |---|---|---|
+//! | [`PeerIp`] | the TCP peer's address (IPv6 grouped by `/64`) | the server does not record it |
+//! | [`ClientIp`] | the client's address, read through trusted proxies | as `PeerIp` |
+//! | [`Header`] | a header's value | the header is absent or empty |
+//! | [`Path`] | the request path | never |
+//! | [`Method`] | the request method | never |
+//! | [`Global`] | one key for everyone | never |
+//!
+//! Combine them with [`KeyExtractor::or`] (a fallback) and tuples `(A, B)`, `(A, B, C)` (one
+//! bucket per combination).
+//!
+//! ```
+//! use tollgate::key::{ClientIp, Header, KeyExtractor};
+//!
+//! // API clients are limited by their key, everyone else by their address.
+//! let key = Header::new("x-api-key").or(ClientIp::trusting(["10.0.0.0/8".parse()?]));
+//!
+//! let (req, ()) = http::Request::builder()
+//!     .header("x-api-key", "k-123")
+//!     .body(())?
+//!     .into_parts();
+//! assert_eq!(key.extract(&req).as_deref(), Some("k-123"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Keys come from requests and are untrusted: before any store sees them the layer passes them
+//! through a sanitizer that replaces long or odd keys by a fixed-size digest.
 
 use http::request::Parts;
+
+mod client_ip;
+mod forwarded;
+mod from_fn;
+mod global;
+mod header;
+mod method;
+mod or;
+mod path;
+mod peer_ip;
+mod sanitize;
+mod tuple;
+
+pub use client_ip::{ClientIp, ProxyHeader};
+pub use from_fn::{from_fn, FromFn};
+pub use global::Global;
+pub use header::Header;
+pub use method::Method;
+pub use or::Or;
+pub use path::Path;
+pub use peer_ip::PeerIp;
+pub(crate) use sanitize::sanitize;
 
 /// Names the client a request comes from.
 pub trait KeyExtractor: Send + Sync + 'static {
@@ -17,6 +69,24 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// What this extractor reads, for the `400` body when a key is missing, e.g.
     /// `"the x-api-key header"`.
     fn describe(&self) -> String;
+
+    /// Falls back to `other` when this extractor finds no key.
+    ///
+    /// The two branches never share a bucket: keys from `other` are marked (see [`Or`]), so a
+    /// header whose value is `10.0.0.1` is not limited together with the peer `10.0.0.1`.
+    ///
+    /// ```
+    /// use tollgate::key::{Header, KeyExtractor, PeerIp};
+    ///
+    /// let key = Header::new("x-api-key").or(PeerIp::default());
+    /// assert_eq!(key.describe(), "the x-api-key header or the client's IP address");
+    /// ```
+    fn or<K: KeyExtractor>(self, other: K) -> Or<Self, K>
+    where
+        Self: Sized,
+    {
+        Or::new(self, other)
+    }
 }
 
 impl<F> KeyExtractor for F

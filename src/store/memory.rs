@@ -93,7 +93,11 @@ impl MemoryStore {
 
     /// How many keys are tracked now, expired ones not yet swept included.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).entries.len()).sum()
+        self.inner
+            .shards
+            .iter()
+            .map(|s| lock(s).entries.len())
+            .sum()
     }
 
     /// Whether no key is tracked.
@@ -183,5 +187,9 @@ impl fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         Ok(self.check_now(key, policy, cost))
+    }
+
+    fn is_local(&self) -> bool {
+        true
     }
 }

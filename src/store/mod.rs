@@ -20,4 +20,19 @@ pub trait Store: Send + Sync + 'static {
         policy: &Policy,
         cost: u32,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Whether this store decides in-process without I/O. Such a store cannot fail, so the
+    /// layer puts no timeout or circuit breaker around it.
+    fn is_local(&self) -> bool {
+        false
+    }
 }
+
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
+
+mod failover;
+pub(crate) use failover::{Breaker, Permit, QuietLog};
+pub use failover::{CircuitBreaker, OnStoreError};

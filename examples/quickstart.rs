@@ -1,0 +1,97 @@
+//! Run with `cargo run --example quickstart`, then `curl -i http://127.0.0.1:3000/`.
+//!
+//! An axum server limited per client: the `x-api-key` header names the client, else the peer
+//! IP. Environment variables:
+//!
+//! - `PORT`: the port on 127.0.0.1 (default 3000).
+//! - `RATE_LIMIT`: a quota such as `5/10s` (the default), `100/min` or `10/s; burst=20`; or
+//!   `off` for no limiting at all (to measure the layer's overhead).
+//! - `ALGORITHM`: `gcra` (default), `token_bucket`, `leaky_bucket`, `fixed_window`,
+//!   `fixed_window_from_first`, `sliding_window_log` or `sliding_window`.
+//! - `REDIS_URL`: share the limit through Redis (e.g. `redis://127.0.0.1:6379`) across every
+//!   copy of this example; without it each process limits on its own, in memory.
+//! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
+//!
+//! A bad value exits with status 2 and says what is wrong.
+
+use std::net::SocketAddr;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tollgate::key;
+use tollgate::store::RedisStore;
+use tollgate::{Algorithm, ConfigError, OnStoreError, Quota, RateLimitLayer};
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let app = match app() {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let port = std::env::var("PORT").unwrap_or_else(|_| "3000".into());
+    let listener = match tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("error: cannot listen on 127.0.0.1:{port}: {e}");
+            std::process::exit(2);
+        }
+    };
+    let addr = listener.local_addr().expect("bound address");
+    println!("listening on http://{addr}");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+    .expect("server");
+}
+
+fn routes() -> Router {
+    Router::new()
+        .route("/", get(|| async { "Hello from tollgate!\n" }))
+        .route("/health", get(|| async { "ok\n" }))
+        .route("/api/items", get(|| async { "[\"apple\", \"pear\"]\n" }))
+        .route("/login", post(|| async { "logged in\n" }))
+}
+
+fn app() -> Result<Router, ConfigError> {
+    let rate_limit = env_or("RATE_LIMIT", "5/10s");
+    if rate_limit == "off" {
+        return Ok(routes());
+    }
+    let quota: Quota = rate_limit
+        .parse()
+        .map_err(|e: ConfigError| e.context("RATE_LIMIT"))?;
+    let algorithm: Algorithm = env_or("ALGORITHM", "gcra")
+        .parse()
+        .map_err(|e: ConfigError| e.context("ALGORITHM"))?;
+    let on_store_error: OnStoreError = env_or("ON_STORE_ERROR", "allow")
+        .parse()
+        .map_err(|e: ConfigError| e.context("ON_STORE_ERROR"))?;
+    let client = key::Header::new("x-api-key").or(key::PeerIp::default());
+    let builder = RateLimitLayer::builder()
+        .name("quickstart")
+        .quota(quota)
+        .algorithm(algorithm)
+        .key(client)
+        .on_store_error(on_store_error);
+    Ok(match std::env::var("REDIS_URL") {
+        Ok(url) => {
+            let store = RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?;
+            routes().layer(builder.store(store).build()?)
+        }
+        Err(_) => routes().layer(builder.build()?),
+    })
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}

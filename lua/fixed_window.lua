@@ -1,0 +1,66 @@
+-- tollgate: fixed window (windows aligned to the Unix epoch), one decision per call.
+--
+-- KEYS[1]  the client's state key. Value: the string "w<start>:<count>" (window start in µs,
+--          cost allowed in it), always with a TTL that ends with the window.
+-- ARGV[1]  L, the limit per window          ARGV[2]  P, the window length in µs
+-- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
+-- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" to use the server's TIME
+-- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
+--
+-- Calls: TIME (only when ARGV[6] is ""), GET, and SET ... PX on allow; nothing is written on deny.
+-- By hand:
+--   redis-cli EVAL "$(cat lua/fixed_window.lua)" 1 rl:api:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli SCRIPT LOAD "$(cat lua/fixed_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
+-- Must decide exactly like src/algorithm/fixed_window.rs.
+
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = math.max(tonumber(ARGV[2]), 1)
+local cost = math.max(tonumber(ARGV[5]), 1)
+local now
+if ARGV[6] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[6])
+end
+
+-- Integers up to 2^53 as exact decimal strings (tostring would use %.14g).
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+local start, count = 0, 0
+-- pcall: a key of another type (another algorithm's state) counts as no history.
+local raw = redis.pcall('GET', key)
+if type(raw) == 'string' then
+  local s, c = string.match(raw, '^w(%d+):(%d+)$')
+  if s then
+    start, count = tonumber(s), tonumber(c)
+  end
+end
+
+local aligned = now - now % period
+-- A clock that went back (into an earlier window) stays in the stored window.
+if not (count > 0 and aligned <= start) then
+  start, count = aligned, 0
+end
+local window_end = start + period
+
+if count + cost <= limit then
+  count = count + cost
+  local ttl_ms = math.max(math.ceil((window_end - now) / 1000), 1)
+  redis.call('SET', key, 'w' .. int(start) .. ':' .. int(count), 'PX', int(ttl_ms))
+  return {1, limit - count, window_end - now, -1}
+end
+
+-- The next window starts empty: any cost up to L fits at its start and not before.
+local retry_after = -1
+if cost <= limit then
+  retry_after = window_end - now
+end
+local reset_after = 0
+if count > 0 then
+  reset_after = window_end - now
+end
+return {0, math.max(limit - count, 0), reset_after, retry_after}

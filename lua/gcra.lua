@@ -1,0 +1,71 @@
+-- GCRA (generic cell rate algorithm): one decision, exactly as src/algorithm/gcra.rs makes it.
+--
+-- KEYS[1]  the client's state key. Value: the TAT (theoretical arrival time, µs) as a decimal
+--          string; a missing key is a client with no history (a full bucket).
+-- ARGV[1]  L: limit, requests per period (not needed here; every script takes the same ARGV)
+-- ARGV[2]  P: period, µs (not needed here)
+-- ARGV[3]  B: burst, the bucket capacity in requests
+-- ARGV[4]  T: emission interval, µs (ceil(P / L))
+-- ARGV[5]  cost, >= 1
+-- ARGV[6]  now, µs since the Unix epoch, or "" to use the server clock (redis TIME)
+-- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
+--          retry_after is -1 when allowed, and when cost > B (never allowed).
+--
+-- Calls: TIME (only when ARGV[6] is ""), one GET, and one SET ... PX on allow.
+-- A denial writes nothing. The TTL is ceil((TAT - now) / 1000) ms: the key lives exactly as
+-- long as it decides differently from a new one.
+--
+-- By hand, 10/s with burst 20 (T = 100000 µs), cost 1, server time:
+--   redis-cli EVAL "$(cat lua/gcra.lua)" 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli SCRIPT LOAD "$(cat lua/gcra.lua)"    # prints the sha, then:
+--   redis-cli EVALSHA <sha> 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--
+-- Numbers are Lua doubles: exact for integers up to 2^53, which covers now + B*T for any
+-- sensible quota.
+
+local burst = tonumber(ARGV[3])
+local t = math.max(tonumber(ARGV[4]), 1)
+local cost = math.max(tonumber(ARGV[5]), 1)
+local now
+if ARGV[6] == '' then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+else
+  now = tonumber(ARGV[6])
+end
+
+-- floor(a / b) for integers a >= 0, b >= 1: a / b in doubles can round up to the next integer.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- Integers as strings: tostring() would keep only 14 significant digits.
+local function str(n)
+  return string.format('%.17g', n)
+end
+
+local capacity = burst * t
+local tat = tonumber(redis.call('GET', KEYS[1])) or 0
+-- max(tat, now) - now: the part of the bucket in use now.
+local backlog = math.max(tat - now, 0)
+
+local function deny(retry_after)
+  return {0, idiv(math.max(capacity - backlog, 0), t), backlog, retry_after}
+end
+
+if cost > burst then
+  return deny(-1)
+end
+-- new - now
+local after = backlog + cost * t
+if after > capacity then
+  return deny(after - capacity)
+end
+redis.call('SET', KEYS[1], str(now + after), 'PX', str(idiv(after + 999, 1000)))
+return {1, idiv(capacity - after, t), after, -1}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every check: formatting, clippy, unit, integration and doc tests, against a private
+# redis-server started for this run (installed from Debian's packages when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "redis-server not found: installing Debian's redis-server package"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq redis-server >/dev/null
+fi
+
+# A free port: one nothing answers on.
+port=""
+for _ in $(seq 1 50); do
+    candidate=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
+        port=$candidate
+        break
+    fi
+done
+[ -n "$port" ] || { echo "no free port found for redis-server" >&2; exit 1; }
+
+redis_dir=$(mktemp -d)
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$redis_dir" --daemonize yes --pidfile "$redis_dir/redis.pid" \
+    --logfile "$redis_dir/redis.log"
+cleanup() {
+    if [ -f "$redis_dir/redis.pid" ]; then kill "$(cat "$redis_dir/redis.pid")" 2>/dev/null || true; fi
+    rm -rf "$redis_dir"
+}
+trap cleanup EXIT
+for _ in $(seq 1 50); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    sleep 0.1
+done
+export TOLLGATE_REDIS_URL="redis://127.0.0.1:$port"
+echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $TOLLGATE_REDIS_URL"
+
+cargo fmt --all -- --check
+cargo clippy --all-targets --all-features -- -D warnings
+cargo check --no-default-features
+cargo test --all-features

@@ -1,0 +1,158 @@
+//! [`Header`]: a request header's value, e.g. an API key.
+
+use std::fmt::Write as _;
+
+use http::header::HeaderName;
+use http::request::Parts;
+
+use super::KeyExtractor;
+
+/// Keys requests by the value of a header, such as `x-api-key` or `x-tenant-id`.
+///
+/// Why: clients that identify themselves get a bucket of their own, whatever address they come
+/// from. The header is not authenticated here: a client can send any value, so limit by a
+/// header only when the value is checked elsewhere, or as the first branch of an
+/// [`or`](KeyExtractor::or) whose fallback still limits anonymous traffic.
+///
+/// The first value of the header is the key, as it is. An absent or blank header gives no key.
+/// Values that are not printable ASCII still give a key (distinct values give distinct keys);
+/// the layer's sanitizer turns it into a digest.
+///
+/// ```
+/// use tollgate::key::{Header, KeyExtractor};
+///
+/// let key = Header::new("x-api-key");
+/// let (req, ()) = http::Request::builder()
+///     .header("x-api-key", "k-123")
+///     .body(())?
+///     .into_parts();
+/// assert_eq!(key.extract(&req).as_deref(), Some("k-123"));
+/// assert_eq!(key.describe(), "the x-api-key header");
+/// # Ok::<(), http::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// `None` when the name given is not a valid header name: it then never matches.
+    name: Option<HeaderName>,
+    display: String,
+}
+
+impl Header {
+    /// Reads the header `name` (any case; `"X-Api-Key"` and `"x-api-key"` are the same).
+    ///
+    /// A name that is not a valid header name (spaces, `:`, ...) matches no request; an error
+    /// is logged when the extractor is built.
+    pub fn new(name: impl AsRef<str>) -> Self {
+        let lowercase = name.as_ref().to_ascii_lowercase();
+        let name = HeaderName::from_bytes(lowercase.as_bytes()).ok();
+        if name.is_none() {
+            tracing::error!(
+                header = %lowercase,
+                "tollgate: key::Header::new got an invalid header name; it will never find a key"
+            );
+        }
+        Self {
+            name,
+            display: lowercase,
+        }
+    }
+}
+
+impl KeyExtractor for Header {
+    fn extract(&self, req: &Parts) -> Option<String> {
+        let value = req.headers.get(self.name.as_ref()?)?;
+        if let Ok(text) = value.to_str() {
+            return (!text.trim().is_empty()).then(|| text.to_owned());
+        }
+        let bytes = value.as_bytes();
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            // Not ASCII, so distinct from every ASCII value; digested by the sanitizer.
+            return Some(text.to_owned());
+        }
+        // Not UTF-8: `\u{1}` (never in a header value) then the bytes in hex, so no two values
+        // share a key and none collides with a text value.
+        let mut key = String::with_capacity(1 + 2 * bytes.len());
+        key.push('\u{1}');
+        for b in bytes {
+            let _ = write!(key, "{b:02x}");
+        }
+        Some(key)
+    }
+
+    fn describe(&self) -> String {
+        format!("the {} header", self.display)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn with_value(value: HeaderValue) -> Parts {
+        let mut req = http::Request::builder().body(()).unwrap().into_parts().0;
+        req.headers.insert("x-api-key", value);
+        req
+    }
+
+    #[test]
+    fn reads_value_as_is() {
+        let key = Header::new("X-Api-Key");
+        let req = with_value(HeaderValue::from_static("Abc 123=="));
+        assert_eq!(key.extract(&req).as_deref(), Some("Abc 123=="));
+        assert_eq!(key.describe(), "the x-api-key header");
+    }
+
+    #[test]
+    fn absent_or_blank_is_none() {
+        let key = Header::new("x-api-key");
+        let (req, ()) = http::Request::builder().body(()).unwrap().into_parts();
+        assert_eq!(key.extract(&req), None);
+        assert_eq!(key.extract(&with_value(HeaderValue::from_static(""))), None);
+        assert_eq!(
+            key.extract(&with_value(HeaderValue::from_static("  "))),
+            None
+        );
+    }
+
+    #[test]
+    fn first_of_repeated_values() {
+        let key = Header::new("x-api-key");
+        let (req, ()) = http::Request::builder()
+            .header("x-api-key", "one")
+            .header("x-api-key", "two")
+            .body(())
+            .unwrap()
+            .into_parts();
+        assert_eq!(key.extract(&req).as_deref(), Some("one"));
+    }
+
+    #[test]
+    fn non_ascii_values_are_distinct_keys() {
+        let key = Header::new("x-api-key");
+        let utf8 = key
+            .extract(&with_value(
+                HeaderValue::from_bytes("clé".as_bytes()).unwrap(),
+            ))
+            .unwrap();
+        let raw = key
+            .extract(&with_value(HeaderValue::from_bytes(b"cl\xe9").unwrap()))
+            .unwrap();
+        assert_eq!(utf8, "clé");
+        assert_eq!(raw, "\u{1}636ce9");
+        assert_ne!(utf8, raw);
+        assert!(crate::key::sanitize(raw).starts_with('#'));
+    }
+
+    #[test]
+    fn invalid_name_never_matches() {
+        let key = Header::new("bad name");
+        let (req, ()) = http::Request::builder()
+            .header("x-api-key", "one")
+            .body(())
+            .unwrap()
+            .into_parts();
+        assert_eq!(key.extract(&req), None);
+        assert_eq!(key.describe(), "the bad name header");
+    }
+}

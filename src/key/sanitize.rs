@@ -1,0 +1,120 @@
+//! The sanitizer every key passes through before a store sees it.
+
+use sha2::{Digest, Sha256};
+
+/// Longest key kept as it is, in bytes.
+const MAX_PLAIN_LEN: usize = 64;
+
+/// The key a store may use for the client key `key`.
+///
+/// Keys come from requests, so they are bounded and made safe here: a key of at most 64 bytes,
+/// all printable ASCII (`0x20..=0x7e`) other than `{` and `}`, is kept as it is. Anything else
+/// (longer, control bytes, non-ASCII, braces that would break Redis Cluster hash tags) becomes
+/// `#` and the first 16 bytes of its SHA-256 in lowercase hex, 33 bytes in all. Keys starting
+/// with `#` are digested too, so a client cannot send a key that equals another's digest.
+pub(crate) fn sanitize(key: String) -> String {
+    let plain = key.len() <= MAX_PLAIN_LEN
+        && !key.starts_with('#')
+        && key
+            .bytes()
+            .all(|b| (0x20..=0x7e).contains(&b) && b != b'{' && b != b'}');
+    if plain {
+        return key;
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(key.as_bytes());
+    let mut out = String::with_capacity(33);
+    out.push('#');
+    for b in digest.iter().take(16) {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn brace_free(key: &str) -> bool {
+        !key.contains(['{', '}'])
+    }
+
+    fn is_digest(key: &str) -> bool {
+        key.len() == 33
+            && key.starts_with('#')
+            && key[1..]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+
+    #[test]
+    fn plain_keys_kept() {
+        for key in [
+            "",
+            "10.0.0.1",
+            "2001:db8::/64",
+            "~:k 1",
+            "8:10.0.0.1,6:/login,",
+        ] {
+            assert_eq!(sanitize(key.to_owned()), key);
+        }
+        let longest = "a".repeat(64);
+        assert_eq!(sanitize(longest.clone()), longest);
+    }
+
+    #[test]
+    fn odd_keys_digested() {
+        for key in [
+            "a".repeat(65),
+            "{tag}".to_owned(),
+            "a}".to_owned(),
+            "tab\there".to_owned(),
+            "nul\0".to_owned(),
+            "del\x7f".to_owned(),
+            "clé".to_owned(),
+            "#0123456789abcdef0123456789abcdef".to_owned(),
+        ] {
+            let out = sanitize(key.clone());
+            assert!(is_digest(&out), "{key:?} -> {out:?}");
+        }
+    }
+
+    #[test]
+    fn digest_is_sha256_prefix_and_stable() {
+        let long = "x".repeat(100);
+        assert_eq!(sanitize(long.clone()), sanitize(long));
+        assert_ne!(sanitize("{a".to_owned()), sanitize("{b".to_owned()));
+        // SHA-256("{") = 021fb596db81e6d02bf3d2586ee3981fe519f275c0ac9ca76bbcf2ebb4097d96
+        assert_eq!(
+            sanitize("{".to_owned()),
+            "#021fb596db81e6d02bf3d2586ee3981f"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn bounded_and_brace_free(key in ".*") {
+            let out = sanitize(key.clone());
+            prop_assert!(out.len() <= 64);
+            prop_assert!(brace_free(&out));
+            prop_assert!(out.bytes().all(|b| (0x20..=0x7e).contains(&b)));
+            prop_assert!(out == key || is_digest(&out));
+        }
+
+        #[test]
+        fn bounded_on_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let key = String::from_utf8_lossy(&bytes).into_owned();
+            let out = sanitize(key);
+            prop_assert!(out.len() <= 64);
+            prop_assert!(brace_free(&out));
+        }
+
+        #[test]
+        fn printable_short_keys_kept(key in "[ -z|~]{0,64}") {
+            prop_assume!(!key.starts_with('#'));
+            prop_assert_eq!(sanitize(key.clone()), key);
+        }
+    }
+}

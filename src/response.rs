@@ -1,0 +1,247 @@
+//! What clients are told: rate-limit headers, the 429, and the gRPC mapping.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Response, StatusCode};
+use http_body_util::Full;
+
+use crate::decision::Decision;
+use crate::quota::Policy;
+
+/// Which rate-limit headers responses carry, on allowed and denied requests alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeaderStyle {
+    /// IETF draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy: "name";q=100;w=60`
+    /// and `RateLimit: "name";r=42;t=17`. The default.
+    #[default]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (delta seconds), as
+    /// GitHub and many older clients read them.
+    Legacy,
+    /// Both of the above.
+    Both,
+    /// No rate-limit headers (denials still carry `Retry-After`).
+    None,
+}
+
+/// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers-11.
+pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers-11.
+pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// gRPC status codes the limiter answers with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum GrpcCode {
+    InvalidArgument = 3,
+    ResourceExhausted = 8,
+    Unavailable = 14,
+}
+
+/// Whole seconds, rounded up: a client that waits this long is not early.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Writes the rate-limit headers for every policy that applied to the request.
+///
+/// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most
+/// restrictive one (the fewest remaining).
+pub(crate) fn write_headers(style: HeaderStyle, checks: &[(&Policy, Decision)], h: &mut HeaderMap) {
+    let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
+        return;
+    };
+    let (policy, decision) = tightest;
+    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
+        let policies: Vec<String> = checks
+            .iter()
+            .map(|(p, _)| {
+                format!(
+                    "\"{}\";q={};w={}",
+                    p.name(),
+                    p.quota().limit(),
+                    ceil_secs(p.quota().period()).max(1)
+                )
+            })
+            .collect();
+        insert(h, &RATELIMIT_POLICY, policies.join(", "));
+        insert(
+            h,
+            &RATELIMIT,
+            format!(
+                "\"{}\";r={};t={}",
+                policy.name(),
+                decision.remaining,
+                ceil_secs(decision.reset_after)
+            ),
+        );
+    }
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        insert(h, &X_LIMIT, decision.limit.to_string());
+        insert(h, &X_REMAINING, decision.remaining.to_string());
+        insert(h, &X_RESET, ceil_secs(decision.reset_after).to_string());
+    }
+}
+
+fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
+    // Every value written here is ASCII made by format!, so it is always a valid header value.
+    if let Ok(value) = HeaderValue::try_from(value) {
+        h.insert(name.clone(), value);
+    }
+}
+
+/// A response the limiter makes itself, as plain text or a gRPC trailers-only response.
+pub(crate) fn limiter_response(
+    grpc: bool,
+    status: StatusCode,
+    grpc_code: GrpcCode,
+    message: &str,
+    retry_after: Option<Duration>,
+) -> Response<Full<Bytes>> {
+    let mut response = if grpc {
+        let mut r = Response::new(Full::default());
+        let h = r.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert(GRPC_STATUS.clone(), HeaderValue::from(grpc_code as u16));
+        insert(h, &GRPC_MESSAGE, grpc_percent_encode(message));
+        if let Some(wait) = retry_after {
+            let ms = u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+            h.insert(GRPC_PUSHBACK.clone(), HeaderValue::from(ms));
+        }
+        r
+    } else {
+        let mut r = Response::new(Full::new(Bytes::from(format!("{message}\n"))));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    };
+    if let Some(wait) = retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait).max(1)));
+    }
+    response
+}
+
+/// The 429 (or RESOURCE_EXHAUSTED) for a denied request.
+pub(crate) fn too_many_requests(decision: &Decision, grpc: bool) -> Response<Full<Bytes>> {
+    let message = match decision.retry_after {
+        Some(wait) => format!(
+            "Too Many Requests: rate limit exceeded, retry in {} s",
+            ceil_secs(wait).max(1)
+        ),
+        None => "Too Many Requests: this request costs more than the whole quota".to_owned(),
+    };
+    limiter_response(
+        grpc,
+        StatusCode::TOO_MANY_REQUESTS,
+        GrpcCode::ResourceExhausted,
+        &message,
+        decision.retry_after,
+    )
+}
+
+/// gRPC's `grpc-message` is percent-encoded outside printable ASCII (and `%` itself).
+fn grpc_percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for b in message.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, Quota};
+
+    fn policy(name: &str, quota: Quota) -> Policy {
+        Policy::new(name, quota, Algorithm::Gcra).unwrap()
+    }
+
+    fn decision(remaining: u64, reset_ms: u64) -> Decision {
+        Decision {
+            allowed: true,
+            limit: 100,
+            remaining,
+            reset_after: Duration::from_millis(reset_ms),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn ietf_headers_list_every_policy_and_report_the_tightest() {
+        let (a, b) = (
+            policy("burst", Quota::per_second(10)),
+            policy("daily", Quota::per_day(1000)),
+        );
+        let mut h = HeaderMap::new();
+        write_headers(
+            HeaderStyle::Ietf,
+            &[(&a, decision(7, 300)), (&b, decision(3, 86_000_001))],
+            &mut h,
+        );
+        assert_eq!(
+            h[&RATELIMIT_POLICY],
+            "\"burst\";q=10;w=1, \"daily\";q=1000;w=86400"
+        );
+        assert_eq!(h[&RATELIMIT], "\"daily\";r=3;t=86001");
+        assert!(h.get("x-ratelimit-limit").is_none());
+    }
+
+    #[test]
+    fn legacy_headers_use_delta_seconds_rounded_up() {
+        let a = policy("api", Quota::per_minute(100));
+        let mut h = HeaderMap::new();
+        write_headers(HeaderStyle::Legacy, &[(&a, decision(42, 16_001))], &mut h);
+        assert_eq!(h["x-ratelimit-limit"], "100");
+        assert_eq!(h["x-ratelimit-remaining"], "42");
+        assert_eq!(h["x-ratelimit-reset"], "17");
+        assert!(h.get(&RATELIMIT).is_none());
+        let mut none = HeaderMap::new();
+        write_headers(HeaderStyle::None, &[(&a, decision(42, 1))], &mut none);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn grpc_denial_is_trailers_only_with_pushback() {
+        let d = Decision {
+            allowed: false,
+            retry_after: Some(Duration::from_micros(1_500_001)),
+            ..decision(0, 2_000)
+        };
+        let r = too_many_requests(&d, true);
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["grpc-status"], "8");
+        assert_eq!(r.headers()["grpc-retry-pushback-ms"], "1501");
+        assert_eq!(r.headers()["retry-after"], "2");
+        assert_eq!(r.headers()["content-type"], "application/grpc");
+    }
+
+    #[test]
+    fn http_denial_rounds_retry_after_up() {
+        let d = Decision {
+            allowed: false,
+            retry_after: Some(Duration::from_millis(100)),
+            ..decision(0, 2_000)
+        };
+        let r = too_many_requests(&d, false);
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()["retry-after"], "1");
+        assert_eq!(grpc_percent_encode("a%b\u{e9}"), "a%25b%C3%A9");
+    }
+}

@@ -1,0 +1,90 @@
+//! [`RateLimit`], the service the layer wraps around yours.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use crate::body::ResponseBody;
+use crate::future::ResponseFuture;
+use crate::limiter::{Limiter, Plan};
+use crate::store::{MemoryStore, Store};
+
+/// Rate-limits an inner service; made by [`RateLimitLayer`](crate::RateLimitLayer).
+///
+/// `poll_ready` only asks the inner service: a limited key never stalls readiness for other
+/// clients. Denials are responses (429), not errors, so the inner error type is kept and an
+/// `Infallible` service stays `Infallible`.
+pub struct RateLimit<Svc, S = MemoryStore> {
+    inner: Svc,
+    limiter: Arc<Limiter<S>>,
+}
+
+impl<Svc, S> RateLimit<Svc, S> {
+    pub(crate) fn new(inner: Svc, limiter: Arc<Limiter<S>>) -> Self {
+        Self { inner, limiter }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &Svc {
+        &self.inner
+    }
+}
+
+impl<Svc, S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<Svc, S>
+where
+    Svc: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    S: Store,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = Svc::Error;
+    type Future = ResponseFuture<Svc, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The clone may not be ready; keep the one that `poll_ready` made ready.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let (parts, body) = request.into_parts();
+        let plan = self.limiter.plan(&parts);
+        let request = Request::from_parts(parts, body);
+        match plan {
+            Plan::Pass => ResponseFuture::inner(inner.call(request)),
+            Plan::Respond(response) => ResponseFuture::respond(response),
+            Plan::Check { key, cost, grpc } => {
+                let check = Box::pin(Arc::clone(&self.limiter).decide(key, cost, grpc));
+                ResponseFuture::checking(check, inner, request)
+            }
+        }
+    }
+}
+
+/// Lets `Server::builder().add_service(layer.layer(svc))` limit one gRPC service: the wrapped
+/// service keeps its route (`/package.Service/...`).
+#[cfg(feature = "tonic")]
+impl<Svc: tonic::server::NamedService, S> tonic::server::NamedService for RateLimit<Svc, S> {
+    const NAME: &'static str = Svc::NAME;
+}
+
+impl<Svc: Clone, S> Clone for RateLimit<Svc, S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            limiter: Arc::clone(&self.limiter),
+        }
+    }
+}
+
+impl<Svc: fmt::Debug, S: fmt::Debug> fmt::Debug for RateLimit<Svc, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("limiter", &self.limiter)
+            .finish()
+    }
+}

@@ -1,0 +1,244 @@
+//! The Redis store against a real redis-server: identical to the memory store, exact across
+//! instances, one script call per decision, nothing without a TTL.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::Router;
+use deadpool_redis::redis;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tollgate::store::{MemoryStore, RedisStore};
+use tollgate::{key, Algorithm, ManualClock, Policy, Quota, RateLimitLayer, Store};
+
+/// Quotas the differential test runs each algorithm with (burst only where it applies).
+fn quotas(algorithm: Algorithm) -> Vec<Quota> {
+    let mut quotas = vec![
+        Quota::new(5, Duration::from_secs(10)),
+        Quota::new(3, Duration::from_secs(1)),
+        Quota::new(7, Duration::from_millis(700)),
+        Quota::per_minute(1),
+    ];
+    if matches!(
+        algorithm,
+        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
+    ) {
+        quotas.push(Quota::per_second(10).burst(20));
+        quotas.push(Quota::new(4, Duration::from_secs(3)).burst(1));
+    }
+    quotas
+}
+
+#[tokio::test]
+async fn redis_and_memory_give_identical_decisions() {
+    let url = support::shared_redis_url();
+    let start = Instant::now();
+    let clock = ManualClock::new(0);
+    for algorithm in Algorithm::ALL {
+        for (q, quota) in quotas(algorithm).into_iter().enumerate() {
+            let seed = 0x7011_6a7e ^ (algorithm as u64) << 8 ^ q as u64;
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let prefix = support::unique_prefix("diff");
+            let redis = RedisStore::from_url(&url)
+                .unwrap()
+                .prefix(prefix)
+                .with_clock(clock.clone());
+            let memory = MemoryStore::with_clock(clock.clone());
+            let policy = Policy::new("p", quota, algorithm).unwrap();
+            let period = quota.period().as_micros() as u64;
+            // Manual time runs ahead of real time, never behind it, so a key that Redis has
+            // expired (by real time) has also expired in the memory store.
+            let mut offset: u64 = 1_700_000_000_000_000;
+            for step in 0..600 {
+                offset += match rng.random_range(0..10) {
+                    0..=3 => 0,
+                    4..=6 => rng.random_range(0..period / 4 + 1),
+                    7..=8 => rng.random_range(0..period + 1),
+                    _ => rng.random_range(0..3 * period),
+                };
+                clock.set(offset + start.elapsed().as_micros() as u64);
+                let key = ["a", "b", "c"][rng.random_range(0..3)];
+                let cost = if rng.random_bool(0.05) {
+                    rng.random_range(1..30)
+                } else {
+                    rng.random_range(1..4)
+                };
+                let m = memory.check(key, &policy, cost).await.unwrap();
+                let r = redis.check(key, &policy, cost).await.unwrap();
+                assert_eq!(
+                    m, r,
+                    "{algorithm} {quota} seed {seed:#x} step {step} key {key} cost {cost}"
+                );
+            }
+        }
+    }
+}
+
+fn routes(layer: RateLimitLayer<RedisStore>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_servers_sharing_redis_allow_exactly_the_limit() {
+    let url = support::shared_redis_url();
+    for algorithm in Algorithm::ALL {
+        for round in 0..3 {
+            let store = RedisStore::from_url(&url)
+                .unwrap()
+                .prefix(support::unique_prefix("two"));
+            let layer = || {
+                RateLimitLayer::builder()
+                    .quota(Quota::per_minute(10))
+                    .algorithm(algorithm)
+                    .key(key::Header::new("x-api-key"))
+                    .store(store.clone())
+                    .store_timeout(Duration::from_secs(2))
+                    .build()
+                    .unwrap()
+            };
+            let a = support::serve(routes(layer())).await;
+            let b = support::serve(routes(layer())).await;
+            let client = support::client();
+            let requests: Vec<_> = (0..64)
+                .map(|i| {
+                    let addr = if i % 2 == 0 { a } else { b };
+                    let request = client
+                        .get(format!("http://{addr}/"))
+                        .header("x-api-key", "shared-client");
+                    tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+                })
+                .collect();
+            let mut ok = 0;
+            let mut limited = 0;
+            for r in requests {
+                match r.await.unwrap() {
+                    200 => ok += 1,
+                    429 => limited += 1,
+                    other => panic!("unexpected status {other}"),
+                }
+            }
+            assert_eq!((ok, limited), (10, 54), "{algorithm}, round {round}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn script_flush_between_requests_still_decides_correctly() {
+    let url = support::shared_redis_url();
+    let store = RedisStore::from_url(&url)
+        .unwrap()
+        .prefix(support::unique_prefix("flush"));
+    let mut conn = support::redis_connection(&url);
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::new("f", Quota::per_minute(3), algorithm).unwrap();
+        let mut remaining = Vec::new();
+        for _ in 0..4 {
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+            let d = store.check("k", &policy, 1).await.unwrap();
+            remaining.push((d.allowed, d.remaining));
+        }
+        assert_eq!(
+            remaining,
+            [(true, 2), (true, 1), (true, 0), (false, 0)],
+            "{algorithm}"
+        );
+    }
+}
+
+/// `INFO commandstats` calls of one command, 0 if it never ran.
+fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn one_script_call_per_decision_and_every_key_has_a_ttl() {
+    let server = support::RedisServer::start();
+    let store = RedisStore::from_url(&server.url()).unwrap();
+    let mut conn = support::redis_connection(&server.url());
+    // Load the scripts once, so that the count below is of steady-state decisions.
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::new(algorithm.as_str(), Quota::per_minute(5), algorithm).unwrap();
+        store.check("warm-up", &policy, 1).await.unwrap();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let mut decisions = 0;
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::new(algorithm.as_str(), Quota::per_minute(5), algorithm).unwrap();
+        for i in 0..40 {
+            let key = format!("client-{}", i % 7);
+            store.check(&key, &policy, 1 + i % 2).await.unwrap();
+            decisions += 1;
+        }
+    }
+    assert_eq!(command_calls(&mut conn, "evalsha"), decisions);
+    // (commandstats also counts the GET/SET/TIME the scripts run inside Redis.)
+    for other in ["eval", "script|load", "script|exists", "ping", "unwatch"] {
+        assert_eq!(
+            command_calls(&mut conn, other),
+            0,
+            "{other} sent by the client"
+        );
+    }
+
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert_eq!(keys.len(), 7 * 8, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        // A sliding window's count still weighs in during the next window: up to 2P.
+        let max = if key.contains(":sliding_window:") {
+            120_000
+        } else {
+            60_000
+        };
+        assert!(ttl > 0 && ttl <= max, "{key} has PTTL {ttl}");
+        assert!(key.starts_with("tollgate:") && key.ends_with('}'), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn keys_share_a_hash_tag_and_odd_client_keys_are_digested() {
+    let url = support::shared_redis_url();
+    let prefix = support::unique_prefix("tag");
+    let store = RedisStore::from_url(&url).unwrap().prefix(prefix.clone());
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_minute(5))
+        .key(key::Header::new("x-api-key"))
+        .store(store)
+        .build()
+        .unwrap();
+    let addr = support::serve(Router::new().route("/", get(|| async { "" })).layer(layer)).await;
+    let client = support::client();
+    for value in ["plain-key", "{evil}tag", &"x".repeat(500)] {
+        let r = client
+            .get(format!("http://{addr}/"))
+            .header("x-api-key", value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let mut conn = support::redis_connection(&url);
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query(&mut conn)
+        .unwrap();
+    keys.sort();
+    assert_eq!(keys.len(), 3);
+    assert!(keys.contains(&format!("{prefix}:default:{{plain-key}}")));
+    for k in keys.iter().filter(|k| !k.contains("plain-key")) {
+        let tag = k.split_once('{').unwrap().1;
+        assert_eq!(tag.len(), 33 + 1, "{k}: digest '#'+32 hex then '}}'");
+        assert!(!tag[..33].contains(['{', '}']));
+    }
+}
