@@ -11,6 +11,8 @@
 //! - `REDIS_URL`: share the limit through Redis (e.g. `redis://127.0.0.1:6379`) across every
 //!   copy of this example; without it each process limits on its own, in memory.
 //! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
+//! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
+//!   `RULES_FILE=examples/rules.toml`), and apply changes to it while running.
 //!
 //! A bad value exits with status 2 and says what is wrong.
 
@@ -63,13 +65,11 @@ fn routes() -> Router {
 }
 
 fn app() -> Result<Router, ConfigError> {
+    let rules_file = std::env::var("RULES_FILE").ok();
     let rate_limit = env_or("RATE_LIMIT", "5/10s");
-    if rate_limit == "off" {
+    if rate_limit == "off" && rules_file.is_none() {
         return Ok(routes());
     }
-    let quota: Quota = rate_limit
-        .parse()
-        .map_err(|e: ConfigError| e.context("RATE_LIMIT"))?;
     let algorithm: Algorithm = env_or("ALGORITHM", "gcra")
         .parse()
         .map_err(|e: ConfigError| e.context("ALGORITHM"))?;
@@ -78,11 +78,19 @@ fn app() -> Result<Router, ConfigError> {
         .map_err(|e: ConfigError| e.context("ON_STORE_ERROR"))?;
     let client = key::Header::new("x-api-key").or(key::PeerIp::default());
     let builder = RateLimitLayer::builder()
-        .name("quickstart")
-        .quota(quota)
         .algorithm(algorithm)
         .key(client)
         .on_store_error(on_store_error);
+    let builder = match rules_file {
+        // The file's rules (watched for changes) replace RATE_LIMIT.
+        Some(path) => builder.rules_file(path),
+        None => {
+            let quota: Quota = rate_limit
+                .parse()
+                .map_err(|e: ConfigError| e.context("RATE_LIMIT"))?;
+            builder.name("quickstart").quota(quota)
+        }
+    };
     Ok(match std::env::var("REDIS_URL") {
         Ok(url) => {
             let store = RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?;

@@ -5,9 +5,12 @@
 -- ARGV[1]  L, the limit per window          ARGV[2]  P, the window length in µs
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" to use the server's TIME
+-- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
--- Calls: TIME (only when ARGV[6] is ""), GET, and SET ... PX on allow; nothing is written on deny.
+-- Calls: TIME (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
+-- nothing is written on deny.
 -- By hand:
 --   redis-cli EVAL "$(cat lua/fixed_window_from_first.lua)" 1 rl:api:{alice} 10 60000000 10 6000000 1 ""
 --   redis-cli SCRIPT LOAD "$(cat lua/fixed_window_from_first.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
@@ -17,6 +20,7 @@ local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = math.max(tonumber(ARGV[2]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
+local dry = ARGV[7] == '1'
 local now
 if ARGV[6] == '' then
   local t = redis.call('TIME')
@@ -50,7 +54,9 @@ local window_end = start + period
 if count + cost <= limit then
   count = count + cost
   local ttl_ms = math.max(math.ceil((window_end - now) / 1000), 1)
-  redis.call('SET', key, 'f' .. int(start) .. ':' .. int(count), 'PX', int(ttl_ms))
+  if not dry then
+    redis.call('SET', key, 'f' .. int(start) .. ':' .. int(count), 'PX', int(ttl_ms))
+  end
   return {1, limit - count, window_end - now, -1}
 end
 

@@ -14,10 +14,12 @@
 -- ARGV[4]  T: µs between slots (ceil(P / L))
 -- ARGV[5]  cost in slots, >= 1
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server clock (redis TIME)
+-- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
--- Calls: TIME (only when ARGV[6] is ""), one GET, and one SET ... PX on allow.
+-- Calls: TIME (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not in a dry run).
 -- A denial writes nothing. The TTL is ceil((last + T - now) / 1000) ms: until the queue is empty.
 --
 -- By hand, 10/s with burst 20 (T = 100000 µs), cost 1, server time:
@@ -31,6 +33,7 @@
 local burst = tonumber(ARGV[3])
 local t = math.max(tonumber(ARGV[4]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
+local dry = ARGV[7] == '1'
 local now
 if ARGV[6] == '' then
   local time = redis.call('TIME')
@@ -77,5 +80,7 @@ local finish = backlog + (cost - 1) * t
 if finish > last_offset then
   return deny(finish - last_offset)
 end
-redis.call('SET', KEYS[1], str(now + finish), 'PX', str(idiv(finish + t + 999, 1000)))
+if not dry then
+  redis.call('SET', KEYS[1], str(now + finish), 'PX', str(idiv(finish + t + 999, 1000)))
+end
 return {1, idiv(last_offset - finish, t), finish + t, -1}

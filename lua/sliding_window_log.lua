@@ -9,12 +9,15 @@
 -- ARGV[1]  L, the limit per period          ARGV[2]  P, the period in µs
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" to use the server's TIME
+-- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
 -- Calls: TIME (only when ARGV[6] is ""), ZRANGE (newest), then, when the key exists,
 -- ZREMRANGEBYSCORE (trim expired members) and ZCARD. Allow: ZCOUNT (only when the newest
--- member has this very µs), ZADD (one per 500 units of cost), PEXPIRE. Deny: one ZRANGE to find
--- when enough members expire (none when cost > L). A deny only trims expired members.
+-- member has this very µs), ZADD (one per 500 units of cost), PEXPIRE; a dry run skips these
+-- four. Deny: one ZRANGE to find when enough members expire (none when cost > L). A deny, like a
+-- dry run, only trims expired members (which decides nothing: they no longer count).
 -- By hand:
 --   redis-cli EVAL "$(cat lua/sliding_window_log.lua)" 1 rl:api:{alice} 10 60000000 10 6000000 1 ""
 --   redis-cli SCRIPT LOAD "$(cat lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
@@ -24,6 +27,7 @@ local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = math.max(tonumber(ARGV[2]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
+local dry = ARGV[7] == '1'
 local now
 if ARGV[6] == '' then
   local t = redis.call('TIME')
@@ -59,6 +63,10 @@ if newest then
 end
 
 if count + cost <= limit then
+  local reply = {1, limit - count - cost, at + period - now, -1}
+  if dry then
+    return reply
+  end
   -- Members at this µs were numbered 0..first-1 (members of one score expire together).
   local first = 0
   if newest == at then
@@ -89,7 +97,7 @@ if count + cost <= limit then
   -- (Redis 7.0: about 1 in 7,000 calls). SET ... PX has no such check.
   local ttl_ms = math.max(math.ceil((at + period - now) / 1000), 2)
   redis.call('PEXPIRE', key, int(ttl_ms))
-  return {1, limit - count - cost, at + period - now, -1}
+  return reply
 end
 
 -- The oldest members must expire until count - freed + cost <= L: the need-th oldest completes

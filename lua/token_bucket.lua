@@ -11,10 +11,12 @@
 -- ARGV[4]  T: µs per token (ceil(P / L))
 -- ARGV[5]  cost in tokens, >= 1
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server clock (redis TIME)
+-- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
--- Calls: TIME (only when ARGV[6] is ""), one GET, and one SET ... PX on allow.
+-- Calls: TIME (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not in a dry run).
 -- A denial writes nothing. The TTL is ceil(time until the bucket is full / 1000) ms.
 --
 -- By hand, 10/s with burst 20 (T = 100000 µs), cost 1, server time:
@@ -28,6 +30,7 @@
 local burst = tonumber(ARGV[3])
 local t = math.max(tonumber(ARGV[4]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
+local dry = ARGV[7] == '1'
 local now
 if ARGV[6] == '' then
   local time = redis.call('TIME')
@@ -79,6 +82,8 @@ if cost > burst or credit < need then
 end
 credit = credit - need
 local reset_after = capacity - credit + pending
-redis.call('SET', KEYS[1], str(credit) .. ':' .. str(updated_at), 'PX',
-  str(idiv(reset_after + 999, 1000)))
+if not dry then
+  redis.call('SET', KEYS[1], str(credit) .. ':' .. str(updated_at), 'PX',
+    str(idiv(reset_after + 999, 1000)))
+end
 return {1, idiv(credit, t), reset_after, -1}

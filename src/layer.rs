@@ -1,20 +1,24 @@
 //! [`RateLimitLayer`] and its builder.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Response;
+use arc_swap::ArcSwap;
+use http::request::Parts;
+use http::{Method, Response};
 use tower_layer::Layer;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};
 use crate::key::{self, KeyExtractor};
-use crate::limiter::{DenyResponse, ErrorHook, Limiter, OnMissingKey};
-use crate::quota::{Policy, Quota};
+use crate::limiter::{DenyResponse, ErrorHook, Limiter, OnMissingKey, SkipFn};
+use crate::quota::Quota;
 use crate::response::HeaderStyle;
+use crate::rules::{self, Route, Rule, RuleSet};
 use crate::service::RateLimit;
 use crate::store::{Breaker, CircuitBreaker, MemoryStore, OnStoreError, QuietLog, Store};
 
@@ -52,6 +56,19 @@ impl RateLimitLayer<MemoryStore> {
         }
     }
 
+    /// A layer with the in-memory store and the rules in a TOML file, reloaded when the file
+    /// changes (see the README's "Rules file" section for its shape).
+    ///
+    /// ```no_run
+    /// use tollgate::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::from_rules_file("rules.toml")?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn from_rules_file(path: impl Into<PathBuf>) -> Result<Self, ConfigError> {
+        Self::builder().rules_file(path).build()
+    }
+
     /// A builder for every setting; `build` checks them and returns a [`ConfigError`].
     pub fn builder() -> RateLimitLayerBuilder<MemoryStore> {
         RateLimitLayerBuilder {
@@ -59,6 +76,10 @@ impl RateLimitLayer<MemoryStore> {
             algorithm: Algorithm::default(),
             name: DEFAULT_POLICY_NAME.into(),
             key: None,
+            rules: Vec::new(),
+            skip_routes: Vec::new(),
+            skip: None,
+            rules_file: None,
             store: MemoryStore::new(),
             on_missing_key: OnMissingKey::default(),
             headers: HeaderStyle::default(),
@@ -83,9 +104,19 @@ impl<S> RateLimitLayer<S> {
         self.limiter.breaker.is_open()
     }
 
-    /// The policy this layer enforces.
-    pub fn policy(&self) -> &Policy {
-        &self.limiter.policy
+    /// How many requests a shadow-mode rule would have denied since the layer was built.
+    pub fn shadow_denials(&self) -> u64 {
+        self.limiter.shadow_denials.load(Ordering::Relaxed)
+    }
+
+    /// The names of the rules in force (after the latest reload of a rules file).
+    pub fn rule_names(&self) -> Vec<String> {
+        let rules = self.limiter.rules.load();
+        rules
+            .rules
+            .iter()
+            .map(|r| r.policy.name().to_owned())
+            .collect()
     }
 }
 
@@ -135,6 +166,10 @@ pub struct RateLimitLayerBuilder<S = MemoryStore> {
     algorithm: Algorithm,
     name: String,
     key: Option<Arc<dyn KeyExtractor>>,
+    rules: Vec<Rule>,
+    skip_routes: Vec<(Vec<Method>, String)>,
+    skip: Option<SkipFn>,
+    rules_file: Option<PathBuf>,
     store: S,
     on_missing_key: OnMissingKey,
     headers: HeaderStyle,
@@ -146,28 +181,73 @@ pub struct RateLimitLayerBuilder<S = MemoryStore> {
 }
 
 impl<S> RateLimitLayerBuilder<S> {
-    /// The quota (required).
+    /// A quota for every request (a rule named by [`name`](Self::name) that matches
+    /// everything). A layer needs a quota, a [`rule`](Self::rule) or a
+    /// [`rules_file`](Self::rules_file).
     pub fn quota(mut self, quota: Quota) -> Self {
         self.quota = Some(quota);
         self
     }
 
-    /// The algorithm (default [`Algorithm::Gcra`]).
+    /// The algorithm of the quota and of rules that do not name one (default
+    /// [`Algorithm::Gcra`]).
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
         self
     }
 
-    /// The policy's name (default `"default"`), shown in `RateLimit-Policy` and part of every
+    /// The quota's name (default `"default"`), shown in `RateLimit-Policy` and part of every
     /// store key: give layers that share a store different names.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
     }
 
-    /// How requests are keyed (default [`key::PeerIp`]).
+    /// How requests are keyed, for the quota and rules without a key of their own (default
+    /// [`key::PeerIp`]).
     pub fn key(mut self, key: impl KeyExtractor) -> Self {
         self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// Adds a rule: a named limit for the requests its methods and path match. Every matching
+    /// rule must allow a request (stacked limits); see [`Rule`].
+    pub fn rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// Loads rules (and skips) from a TOML file at `build`, and reloads them within a second
+    /// of a change; a changed file that does not parse or validate is logged and ignored. The
+    /// file's rules come after the builder's own.
+    pub fn rules_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.rules_file = Some(path.into());
+        self
+    }
+
+    /// Never limits requests to this path pattern (exact, `"/prefix/*"`), e.g. health checks.
+    pub fn skip_path(mut self, pattern: impl Into<String>) -> Self {
+        self.skip_routes.push((Vec::new(), pattern.into()));
+        self
+    }
+
+    /// Never limits requests for which `skip` returns true, e.g. CORS preflights.
+    ///
+    /// ```
+    /// use tollgate::{key, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota(Quota::per_minute(100))
+    ///     .key(key::Global)
+    ///     .skip(|req| req.method == http::Method::OPTIONS)
+    ///     .build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn skip<F>(mut self, skip: F) -> Self
+    where
+        F: Fn(&Parts) -> bool + Send + Sync + 'static,
+    {
+        self.skip = Some(Arc::new(skip));
         self
     }
 
@@ -178,6 +258,10 @@ impl<S> RateLimitLayerBuilder<S> {
             algorithm: self.algorithm,
             name: self.name,
             key: self.key,
+            rules: self.rules,
+            skip_routes: self.skip_routes,
+            skip: self.skip,
+            rules_file: self.rules_file,
             store,
             on_missing_key: self.on_missing_key,
             headers: self.headers,
@@ -259,17 +343,53 @@ impl<S> RateLimitLayerBuilder<S> {
 impl<S: Store> RateLimitLayerBuilder<S> {
     /// Checks the settings and builds the layer.
     pub fn build(self) -> Result<RateLimitLayer<S>, ConfigError> {
-        let quota = self.quota.ok_or_else(|| {
-            ConfigError::new("no quota: call .quota(Quota::per_minute(100)) or similar")
-        })?;
         if self.store_timeout.is_zero() {
             return Err(ConfigError::new("store_timeout must be longer than zero"));
         }
-        let policy = Policy::new(self.name, quota, self.algorithm)?;
+        let mut code_rules = Vec::with_capacity(self.rules.len() + 1);
+        if let Some(quota) = self.quota {
+            code_rules.push(Rule::new(self.name, quota));
+        }
+        code_rules.extend(self.rules);
+        if code_rules.is_empty() && self.rules_file.is_none() {
+            return Err(ConfigError::new(
+                "nothing to limit: set .quota(Quota::per_minute(100)), add a .rule(..), or load \
+                 a .rules_file(..)",
+            ));
+        }
+        let skips = self
+            .skip_routes
+            .into_iter()
+            .map(|(methods, path)| Route::new(methods, Some(&path)).map_err(|e| e.context("skip")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let source = RuleSource {
+            code_rules,
+            skips,
+            default_key: self.key.unwrap_or_else(|| Arc::new(key::PeerIp::default())),
+            default_algorithm: self.algorithm,
+            origin: self
+                .rules_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        };
+        let file_text = match &self.rules_file {
+            Some(path) => Some(rules::reload::read(path)?),
+            None => None,
+        };
+        let rules = Arc::new(ArcSwap::from_pointee(source.compile(file_text.as_deref())?));
+        if let (Some(path), Some(text)) = (self.rules_file, file_text) {
+            rules::reload::watch(
+                path,
+                text,
+                &rules,
+                Box::new(move |text| source.compile(Some(text))),
+            );
+        }
         Ok(RateLimitLayer {
             limiter: Arc::new(Limiter {
-                policy,
-                key: self.key.unwrap_or_else(|| Arc::new(key::PeerIp::default())),
+                rules,
+                skip: self.skip,
                 store: self.store,
                 on_missing_key: self.on_missing_key,
                 headers: self.headers,
@@ -278,11 +398,36 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                 store_timeout: self.store_timeout,
                 breaker: Breaker::new(self.breaker),
                 fallback: MemoryStore::new(),
-                log: QuietLog::new(Duration::from_secs(10)),
+                error_log: QuietLog::new(Duration::from_secs(10)),
                 store_errors: AtomicU64::new(0),
                 error_hook: self.error_hook,
+                shadow_log: QuietLog::new(Duration::from_secs(10)),
+                shadow_denials: AtomicU64::new(0),
             }),
         })
+    }
+}
+
+/// Everything a rule set is built from, kept so a changed rules file can be compiled again.
+struct RuleSource {
+    code_rules: Vec<Rule>,
+    skips: Vec<Route>,
+    default_key: Arc<dyn KeyExtractor>,
+    default_algorithm: Algorithm,
+    origin: String,
+}
+
+impl RuleSource {
+    /// The code's rules and skips, then the file's.
+    fn compile(&self, file_text: Option<&str>) -> Result<RuleSet, ConfigError> {
+        let mut rules = self.code_rules.clone();
+        let mut skips = self.skips.clone();
+        if let Some(text) = file_text {
+            let file = rules::parse_file(text, &self.origin)?;
+            rules.extend(file.rules);
+            skips.extend(file.skips);
+        }
+        RuleSet::compile(&rules, skips, &self.default_key, self.default_algorithm)
     }
 }
 
@@ -292,6 +437,8 @@ impl<S: fmt::Debug> fmt::Debug for RateLimitLayerBuilder<S> {
             .field("quota", &self.quota)
             .field("algorithm", &self.algorithm)
             .field("name", &self.name)
+            .field("rules", &self.rules)
+            .field("rules_file", &self.rules_file)
             .field("store", &self.store)
             .finish_non_exhaustive()
     }

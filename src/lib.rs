@@ -51,6 +51,7 @@ mod layer;
 mod limiter;
 mod quota;
 mod response;
+pub mod rules;
 mod service;
 pub mod store;
 

@@ -1,11 +1,12 @@
-//! The decision for one request, shared by every clone of the service: what to check, asking
-//! the store (behind a timeout and a circuit breaker), and the response or headers to give.
+//! The decision for one request, shared by every clone of the service: which rules apply,
+//! asking the store (behind a timeout and a circuit breaker), and the response or headers.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
@@ -14,10 +15,11 @@ use http_body_util::Full;
 
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::key::{self, KeyExtractor};
-use crate::quota::Policy;
+use crate::key;
+use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
-use crate::store::{Breaker, MemoryStore, OnStoreError, Permit, QuietLog, Store};
+use crate::rules::{CompiledRule, Cost, Mode, RuleSet};
+use crate::store::{Breaker, Check, MemoryStore, OnStoreError, Permit, QuietLog, Store};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
 /// no peer address because the server was not set up to provide one).
@@ -27,7 +29,7 @@ pub enum OnMissingKey {
     /// Answer `400 Bad Request` naming what is missing (gRPC: INVALID_ARGUMENT). The default.
     #[default]
     Reject,
-    /// Let the request through unlimited, without rate-limit headers.
+    /// Let the request through unlimited by that rule, without its headers.
     Skip,
     /// Count every such request against one shared "anonymous" bucket.
     Shared,
@@ -43,9 +45,13 @@ pub(crate) type DenyResponse = Arc<dyn Fn(&Decision) -> Response<String> + Send 
 /// Observes every store error (after the policy has answered the request).
 pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
 
+/// Tells requests the layer never limits (health checks, preflights).
+pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
 pub(crate) struct Limiter<S> {
-    pub(crate) policy: Policy,
-    pub(crate) key: Arc<dyn KeyExtractor>,
+    /// The rules in force; replaced whole when a rules file changes.
+    pub(crate) rules: Arc<ArcSwap<RuleSet>>,
+    pub(crate) skip: Option<SkipFn>,
     pub(crate) store: S,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
@@ -54,19 +60,39 @@ pub(crate) struct Limiter<S> {
     pub(crate) store_timeout: Duration,
     pub(crate) breaker: Breaker,
     pub(crate) fallback: MemoryStore,
-    pub(crate) log: QuietLog,
+    pub(crate) error_log: QuietLog,
     pub(crate) store_errors: AtomicU64,
     pub(crate) error_hook: Option<ErrorHook>,
+    pub(crate) shadow_log: QuietLog,
+    pub(crate) shadow_denials: AtomicU64,
 }
 
 /// What `call` does with a request before anything async happens.
 pub(crate) enum Plan {
     /// Call the inner service without limiting.
     Pass,
-    /// Answer at once (no key).
+    /// Answer at once (no key, bad cost).
     Respond(Response<Full<Bytes>>),
     /// Ask the store.
-    Check { key: String, cost: u32, grpc: bool },
+    Check(Pending),
+}
+
+/// The limits one request must pass.
+pub(crate) struct Pending {
+    rules: Arc<RuleSet>,
+    checks: Vec<Planned>,
+    grpc: bool,
+}
+
+/// One matching rule's check.
+struct Planned {
+    /// Index into `Pending::rules`.
+    rule: usize,
+    key: String,
+    cost: u32,
+    /// The rule's policy, or its tier's.
+    policy: Policy,
+    quota: Quota,
 }
 
 /// The outcome of asking the store.
@@ -85,77 +111,208 @@ pub(crate) fn is_grpc(parts: &Parts) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
+    response::limiter_response(
+        grpc,
+        StatusCode::BAD_REQUEST,
+        GrpcCode::InvalidArgument,
+        message,
+        None,
+    )
+}
+
+/// A request's cost under `rule`, or the 400 message when its cost header is not a number.
+fn cost(rule: &CompiledRule, parts: &Parts) -> Result<u32, String> {
+    let max = rule.max_cost;
+    match &rule.cost {
+        Cost::One => Ok(1),
+        Cost::Fn(f) => Ok(f(parts).clamp(1, max)),
+        Cost::Header(name) => match parts.headers.get(name) {
+            None => Ok(1),
+            Some(value) => value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|&n| n >= 1)
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX).min(max))
+                .ok_or_else(|| {
+                    format!("Bad Request: the {name} header must be a whole number from 1 to {max}")
+                }),
+        },
+    }
+}
+
 impl<S: Store> Limiter<S> {
     pub(crate) fn plan(&self, parts: &Parts) -> Plan {
+        if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
+            return Plan::Pass;
+        }
+        let rules = self.rules.load_full();
+        if rules.skips.iter().any(|route| route.matches(parts)) {
+            return Plan::Pass;
+        }
         let grpc = is_grpc(parts);
-        let key = match self.key.extract(parts) {
-            Some(key) => key::sanitize(key),
-            None => match self.on_missing_key {
-                OnMissingKey::Skip => return Plan::Pass,
-                OnMissingKey::Shared => ANONYMOUS_KEY.to_owned(),
-                OnMissingKey::Reject => {
-                    let message = format!(
-                        "Bad Request: no client key for rate limiting: expected {}",
-                        self.key.describe()
-                    );
-                    return Plan::Respond(response::limiter_response(
-                        grpc,
-                        StatusCode::BAD_REQUEST,
-                        GrpcCode::InvalidArgument,
-                        &message,
-                        None,
-                    ));
-                }
-            },
-        };
-        Plan::Check { key, cost: 1, grpc }
+        let mut checks = Vec::new();
+        for (index, rule) in rules.rules.iter().enumerate() {
+            if !rule.route.matches(parts) {
+                continue;
+            }
+            let raw_key = match rule.key.extract(parts) {
+                Some(key) => key,
+                None => match self.on_missing_key {
+                    OnMissingKey::Skip => continue,
+                    OnMissingKey::Shared => ANONYMOUS_KEY.to_owned(),
+                    OnMissingKey::Reject => {
+                        let message = format!(
+                            "Bad Request: no client key for rate limiting: expected {}",
+                            rule.key.describe()
+                        );
+                        return Plan::Respond(bad_request(grpc, &message));
+                    }
+                },
+            };
+            let cost = match cost(rule, parts) {
+                Ok(cost) => cost,
+                Err(message) => return Plan::Respond(bad_request(grpc, &message)),
+            };
+            let (policy, quota) = self.tier(rule, &raw_key);
+            checks.push(Planned {
+                rule: index,
+                key: key::sanitize(raw_key),
+                cost,
+                policy,
+                quota,
+            });
+        }
+        if checks.is_empty() {
+            return Plan::Pass;
+        }
+        Plan::Check(Pending {
+            rules,
+            checks,
+            grpc,
+        })
     }
 
-    pub(crate) async fn decide(self: Arc<Self>, key: String, cost: u32, grpc: bool) -> Verdict {
-        let decision = match self.ask_store(&key, cost).await {
-            Ok(decision) => decision,
+    /// The policy for `key` under `rule`: its tier's quota if the rule has tiers.
+    fn tier(&self, rule: &CompiledRule, key: &str) -> (Policy, Quota) {
+        let Some(quota) = rule.quota_for.as_ref().and_then(|tiers| tiers(key)) else {
+            return (rule.policy.clone(), rule.quota);
+        };
+        match rule.shape.policy(rule.policy.name(), quota) {
+            Ok(policy) => (policy, quota),
+            Err(e) => {
+                if self.error_log.should_log().is_some() {
+                    tracing::error!(
+                        target: "tollgate",
+                        "quota_for returned an invalid quota; using the rule's own: {e}"
+                    );
+                }
+                (rule.policy.clone(), rule.quota)
+            }
+        }
+    }
+
+    pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
+        let rules = &pending.rules.rules;
+        let checks: Vec<Check<'_>> = pending
+            .checks
+            .iter()
+            .map(|c| Check {
+                key: &c.key,
+                policy: &c.policy,
+                cost: c.cost,
+                blocking: rules[c.rule].shape.mode != Mode::Shadow,
+            })
+            .collect();
+        let decisions = match self.ask_store(&checks).await {
+            Ok(decisions) => decisions,
             Err(error) => {
                 self.report(&error);
                 match self.on_store_error {
-                    OnStoreError::FallbackToMemory => {
-                        self.fallback.check_now(&key, &self.policy, cost)
-                    }
-                    OnStoreError::Deny => return Verdict::Respond(unavailable(grpc)),
+                    OnStoreError::FallbackToMemory => self.fallback.check_many_now(&checks),
+                    OnStoreError::Deny => return Verdict::Respond(unavailable(pending.grpc)),
                     _ => return Verdict::Proceed(HeaderMap::new()),
                 }
             }
         };
-        let mut headers = HeaderMap::new();
-        response::write_headers(self.headers, &[(&self.policy, decision)], &mut headers);
-        if decision.allowed {
-            return Verdict::Proceed(headers);
+
+        let mut wait = Duration::ZERO;
+        let mut denial: Option<Decision> = None;
+        let mut seen = Vec::with_capacity(decisions.len());
+        for (planned, decision) in pending.checks.iter().zip(decisions) {
+            let rule = &rules[planned.rule];
+            let decision = match rule.shape.mode {
+                Mode::Delay => {
+                    let (delay, own) = rule.shape.delay(&planned.quota, decision);
+                    wait = wait.max(delay);
+                    own
+                }
+                _ => decision,
+            };
+            if !decision.allowed {
+                if rule.shape.mode == Mode::Shadow {
+                    self.shadow_denied(rule.policy.name(), &planned.key);
+                } else {
+                    denial = Some(match denial {
+                        Some(worst) if later(&worst, &decision) => worst,
+                        _ => decision,
+                    });
+                }
+            }
+            seen.push((&planned.policy, decision));
         }
+        let mut headers = HeaderMap::new();
+        response::write_headers(self.headers, &seen, &mut headers);
+        if let Some(decision) = denial {
+            return Verdict::Respond(self.denial(&decision, headers, pending.grpc));
+        }
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        Verdict::Proceed(headers)
+    }
+
+    fn denial(&self, decision: &Decision, headers: HeaderMap, grpc: bool) -> Response<Full<Bytes>> {
         let mut denial = match &self.deny {
-            Some(deny) => deny(&decision).map(|body| Full::new(Bytes::from(body))),
-            None => response::too_many_requests(&decision, grpc),
+            Some(deny) => deny(decision).map(|body| Full::new(Bytes::from(body))),
+            None => response::too_many_requests(decision, grpc),
         };
         for (name, value) in headers {
             if let Some(name) = name {
                 denial.headers_mut().entry(name).or_insert(value);
             }
         }
-        Verdict::Respond(denial)
+        denial
+    }
+
+    fn shadow_denied(&self, rule: &str, key: &str) {
+        self.shadow_denials.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = self.shadow_log.should_log() {
+            tracing::info!(
+                target: "tollgate::shadow",
+                rule,
+                key,
+                suppressed,
+                "shadow rule {rule:?} would have denied a request ({suppressed} more since the last report)"
+            );
+        }
     }
 
     /// Asks the store, unless the circuit is open; local stores are asked directly.
-    async fn ask_store(&self, key: &str, cost: u32) -> Result<Decision, StoreError> {
+    async fn ask_store(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         if self.store.is_local() {
-            return self.store.check(key, &self.policy, cost).await;
+            return self.store.check_many(checks).await;
         }
         let permit = self.breaker.permit();
         if permit == Permit::Refuse {
             return Err(StoreError::CircuitOpen);
         }
-        let check = self.store.check(key, &self.policy, cost);
-        let result = match tokio::time::timeout(self.store_timeout, check).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout),
-        };
+        let result =
+            match tokio::time::timeout(self.store_timeout, self.store.check_many(checks)).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Timeout),
+            };
         if self.breaker.record(&permit, result.is_ok()) {
             tracing::warn!(
                 target: "tollgate",
@@ -170,11 +327,26 @@ impl<S: Store> Limiter<S> {
     fn report(&self, error: &StoreError) {
         self.store_errors.fetch_add(1, Ordering::Relaxed);
         if !matches!(error, StoreError::CircuitOpen) {
-            self.log.error(error);
+            if let Some(suppressed) = self.error_log.should_log() {
+                tracing::warn!(
+                    target: "tollgate",
+                    suppressed,
+                    "{error} ({suppressed} more store errors since the last report)"
+                );
+            }
         }
         if let Some(hook) = &self.error_hook {
             hook(error);
         }
+    }
+}
+
+/// Whether denial `a` lasts at least as long as `b` (never-allowed lasts forever).
+fn later(a: &Decision, b: &Decision) -> bool {
+    match (a.retry_after, b.retry_after) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(x), Some(y)) => x >= y,
     }
 }
 
@@ -192,8 +364,7 @@ fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
 impl<S: fmt::Debug> fmt::Debug for Limiter<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("policy", &self.policy)
-            .field("key", &self.key.describe())
+            .field("rules", &self.rules.load())
             .field("store", &self.store)
             .field("on_missing_key", &self.on_missing_key)
             .field("headers", &self.headers)

@@ -56,8 +56,8 @@ where
         match plan {
             Plan::Pass => ResponseFuture::inner(inner.call(request)),
             Plan::Respond(response) => ResponseFuture::respond(response),
-            Plan::Check { key, cost, grpc } => {
-                let check = Box::pin(Arc::clone(&self.limiter).decide(key, cost, grpc));
+            Plan::Check(pending) => {
+                let check = Box::pin(Arc::clone(&self.limiter).decide(pending));
                 ResponseFuture::checking(check, inner, request)
             }
         }

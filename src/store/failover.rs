@@ -214,7 +214,7 @@ impl fmt::Debug for Breaker {
     }
 }
 
-/// Logs store errors at most once per interval, with how many were not logged.
+/// Lets a recurring event be logged at most once per interval, with how many were not.
 #[derive(Debug)]
 pub(crate) struct QuietLog {
     interval: u64,
@@ -233,8 +233,9 @@ impl QuietLog {
         }
     }
 
-    /// Logs `error` unless a line was logged less than an interval ago.
-    pub(crate) fn error(&self, error: &dyn fmt::Display) {
+    /// `Some(n)` when this occurrence should be logged, `n` being how many were not since the
+    /// last one that was; `None` (and it is counted) otherwise.
+    pub(crate) fn should_log(&self) -> Option<u64> {
         let now = micros(self.epoch.elapsed());
         let next_at = self.next_at.load(Ordering::Acquire);
         if now >= next_at
@@ -248,14 +249,10 @@ impl QuietLog {
                 )
                 .is_ok()
         {
-            let suppressed = self.suppressed.swap(0, Ordering::AcqRel);
-            tracing::warn!(
-                target: "tollgate",
-                suppressed,
-                "rate limit store error: {error} ({suppressed} more since the last report)"
-            );
+            Some(self.suppressed.swap(0, Ordering::AcqRel))
         } else {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
 }
@@ -294,6 +291,17 @@ mod tests {
         b.record(&Permit::Call, true);
         b.record(&Permit::Call, false);
         assert!(!b.is_open());
+    }
+
+    #[test]
+    fn quiet_log_lets_one_through_per_interval_and_counts_the_rest() {
+        let log = QuietLog::new(Duration::from_secs(60));
+        assert_eq!(log.should_log(), Some(0));
+        assert_eq!(log.should_log(), None);
+        assert_eq!(log.should_log(), None);
+        let every_time = QuietLog::new(Duration::ZERO);
+        assert_eq!(every_time.should_log(), Some(0));
+        assert_eq!(every_time.should_log(), Some(0));
     }
 
     #[test]

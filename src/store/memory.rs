@@ -3,14 +3,14 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::algorithm::State;
+use crate::algorithm::{Algorithm, Params, State};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::Store;
+use crate::store::{Check, Store};
 
 /// Keeps rate-limit state in this process, in independently locked shards.
 ///
@@ -109,28 +109,14 @@ impl MemoryStore {
     pub fn check_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
         let now = self.inner.clock.now();
         let params = policy.params();
-        let mut map_key = String::with_capacity(policy.name().len() + 1 + key.len());
-        map_key.push_str(policy.name());
-        map_key.push('\0');
-        map_key.push_str(key);
-        let shard_index = self.inner.hasher.hash_one(&map_key) as usize % self.inner.shards.len();
+        let (map_key, shard_index) = self.locate(key, policy);
         let mut shard = lock(&self.inner.shards[shard_index]);
-        shard.since_sweep += 1;
-        if shard.since_sweep >= shard.entries.len().max(MIN_SWEEP_INTERVAL) {
-            shard.entries.retain(|_, t| t.expires_at > now);
-            shard.since_sweep = 0;
-        }
-        let full = self
-            .inner
-            .max_keys_per_shard
-            .is_some_and(|max| shard.entries.len() >= max);
-        if full && !shard.entries.contains_key(&map_key) {
-            make_room(&mut shard, now);
-        }
+        count_decision(&mut shard, now);
+        self.make_room_for(&mut shard, &map_key, now);
         match shard.entries.entry(map_key) {
             Entry::Occupied(mut occupied) => {
                 let tracked = occupied.get_mut();
-                if tracked.expires_at <= now || !tracked.state.is(policy.algorithm()) {
+                if !tracked.is_live(policy.algorithm(), now) {
                     tracked.state = State::new(policy.algorithm());
                 }
                 let decision = tracked.state.check(params, now, u64::from(cost));
@@ -148,6 +134,158 @@ impl MemoryStore {
             }
         }
     }
+
+    /// Decides one request against several limits at once, atomically: see
+    /// [`Store::check_many`]. The clock is read once, so every check sees the same instant.
+    ///
+    /// Every shard involved is locked for the whole decision (each once, in ascending order,
+    /// so two stacked decisions can never deadlock), each check is decided on a copy of its
+    /// state, and the copies are stored only when no blocking check was denied. Two checks on
+    /// the same policy and key are decided one after the other, as two calls to
+    /// [`check_now`](Self::check_now) would be: the second sees what the first consumed.
+    pub fn check_many_now(&self, checks: &[Check<'_>]) -> Vec<Decision> {
+        if let [one] = checks {
+            return vec![self.check_now(one.key, one.policy, one.cost)];
+        }
+        let now = self.inner.clock.now();
+        let located: Vec<(String, usize)> = checks
+            .iter()
+            .map(|c| self.locate(c.key, c.policy))
+            .collect();
+        let mut order: Vec<usize> = located.iter().map(|&(_, shard)| shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = order
+            .into_iter()
+            .filter_map(|i| self.inner.shards.get(i).map(|shard| (i, lock(shard))))
+            .collect();
+
+        // Decide, shard by shard; within a shard in the checks' order, so that repeated
+        // checks of one key see each other.
+        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
+        let mut pending: Vec<Pending<'_>> = Vec::with_capacity(checks.len());
+        for (shard_index, shard) in &mut guards {
+            for (i, (check, (map_key, _))) in checks
+                .iter()
+                .zip(&located)
+                .enumerate()
+                .filter(|(_, (_, (_, s)))| s == shard_index)
+            {
+                count_decision(shard, now);
+                let algorithm = check.policy.algorithm();
+                let slot = match pending.iter().position(|p| p.map_key == map_key.as_str()) {
+                    Some(slot) => slot,
+                    None => {
+                        let tracked = shard.entries.get(map_key.as_str());
+                        pending.push(Pending {
+                            map_key,
+                            shard: *shard_index,
+                            state: tracked
+                                .filter(|t| t.is_live(algorithm, now))
+                                .map_or_else(|| State::new(algorithm), |t| t.state.clone()),
+                            params: check.policy.params(),
+                            tracked: tracked.is_some(),
+                            allowed: false,
+                        });
+                        pending.len() - 1
+                    }
+                };
+                let Some(p) = pending.get_mut(slot) else {
+                    continue;
+                };
+                if !p.state.is(algorithm) {
+                    // The same name under another algorithm: a key with no history.
+                    p.state = State::new(algorithm);
+                }
+                p.params = check.policy.params();
+                let decision = p.state.check(p.params, now, u64::from(check.cost));
+                p.allowed |= decision.allowed;
+                if let Some(d) = decisions.get_mut(i) {
+                    *d = Some(decision);
+                }
+            }
+        }
+        let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+
+        let blocked = checks
+            .iter()
+            .zip(&decisions)
+            .any(|(c, d)| c.blocking && !d.allowed);
+        if blocked {
+            return decisions;
+        }
+        // Stored as check_now stores: a tracked key always (its state may have been renewed
+        // after expiry), a new key only once allowed.
+        pending.retain(|p| p.tracked || p.allowed);
+        for p in &pending {
+            if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == p.shard) {
+                self.make_room_for(shard, p.map_key, now);
+            }
+        }
+        for p in pending {
+            if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == p.shard) {
+                let expires_at = p.state.expires_at(p.params);
+                let tracked = Tracked {
+                    state: p.state,
+                    expires_at,
+                };
+                shard.entries.insert(p.map_key.to_owned(), tracked);
+            }
+        }
+        decisions
+    }
+
+    /// Makes room for `map_key` in a full shard that does not hold it yet (when `max_keys` is
+    /// set).
+    fn make_room_for(&self, shard: &mut Shard, map_key: &str, now: u64) {
+        let full = self
+            .inner
+            .max_keys_per_shard
+            .is_some_and(|max| shard.entries.len() >= max);
+        if full && !shard.entries.contains_key(map_key) {
+            make_room(shard, now);
+        }
+    }
+
+    /// The map key for `key` under `policy`, and the index of the shard that holds it.
+    fn locate(&self, key: &str, policy: &Policy) -> (String, usize) {
+        let mut map_key = String::with_capacity(policy.name().len() + 1 + key.len());
+        map_key.push_str(policy.name());
+        map_key.push('\0');
+        map_key.push_str(key);
+        let shard_index = self.inner.hasher.hash_one(&map_key) as usize % self.inner.shards.len();
+        (map_key, shard_index)
+    }
+}
+
+/// A state to store if the stacked decision is not blocked.
+struct Pending<'a> {
+    map_key: &'a str,
+    shard: usize,
+    state: State,
+    params: &'a Params,
+    /// Whether the key was tracked when the decision began.
+    tracked: bool,
+    /// Whether any check of this key was allowed.
+    allowed: bool,
+}
+
+impl Tracked {
+    /// Whether this state still decides for `algorithm` at `now`. Expired state decides like
+    /// no history, and state of another algorithm (a policy changed on reload) means nothing.
+    fn is_live(&self, algorithm: Algorithm, now: u64) -> bool {
+        self.expires_at > now && self.state.is(algorithm)
+    }
+}
+
+/// Counts one decision in `shard` and sweeps expired state once the shard has seen as many
+/// decisions as it holds keys: sweeping costs O(keys), so this keeps it O(1) per decision.
+fn count_decision(shard: &mut Shard, now: u64) {
+    shard.since_sweep += 1;
+    if shard.since_sweep >= shard.entries.len().max(MIN_SWEEP_INTERVAL) {
+        shard.entries.retain(|_, t| t.expires_at > now);
+        shard.since_sweep = 0;
+    }
 }
 
 /// Sweeps a full shard; if nothing had expired, forgets one key.
@@ -164,7 +302,7 @@ fn make_room(shard: &mut Shard, now: u64) {
 
 /// A panic while a shard was locked cannot leave it inconsistent (every update is one
 /// assignment), so a poisoned lock is used as is.
-fn lock(shard: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -189,7 +327,121 @@ impl Store for MemoryStore {
         Ok(self.check_now(key, policy, cost))
     }
 
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        Ok(self.check_many_now(checks))
+    }
+
     fn is_local(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::quota::Quota;
+
+    fn policy(name: &str, limit: u32, algorithm: Algorithm) -> Policy {
+        Policy::new(name, Quota::per_minute(limit), algorithm).unwrap()
+    }
+
+    fn check<'a>(key: &'a str, policy: &'a Policy, blocking: bool) -> Check<'a> {
+        Check {
+            key,
+            policy,
+            cost: 1,
+            blocking,
+        }
+    }
+
+    #[test]
+    fn many_keys_sharing_shards_lock_each_shard_once() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let p = policy("p", 1, Algorithm::FixedWindow);
+        // More keys than shards: some shards hold several of them. Locking one twice would
+        // deadlock (or panic) rather than return.
+        let keys: Vec<String> = (0..2 * store.inner.shards.len() + 1)
+            .map(|i| format!("k{i}"))
+            .collect();
+        let checks: Vec<Check<'_>> = keys.iter().map(|k| check(k, &p, true)).collect();
+        let first = store.check_many_now(&checks);
+        assert!(first.iter().all(|d| d.allowed && d.remaining == 0));
+        assert_eq!(store.len(), keys.len());
+        // Now every key is spent: all denied, and nothing more is tracked.
+        assert!(store.check_many_now(&checks).iter().all(|d| !d.allowed));
+        assert_eq!(store.len(), keys.len());
+    }
+
+    #[test]
+    fn opposite_orders_on_many_threads_do_not_deadlock() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let p = policy("p", 100_000, Algorithm::Gcra);
+        let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+        let forward: Vec<Check<'_>> = keys.iter().map(|k| check(k, &p, true)).collect();
+        let backward: Vec<Check<'_>> = forward.iter().rev().copied().collect();
+        let barrier = Barrier::new(8);
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let checks = if t % 2 == 0 { &forward } else { &backward };
+                let (store, barrier) = (&store, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    for _ in 0..200 {
+                        store.check_many_now(checks);
+                    }
+                });
+            }
+        });
+        // 8 × 200 requests, each consumed once from every key.
+        let d = store.check_now("k0", &p, 1);
+        assert_eq!(d.remaining, 100_000 - 1_601);
+    }
+
+    #[test]
+    fn a_repeated_check_sees_the_first_and_a_blocked_one_consumes_nothing() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::with_clock(clock.clone());
+        let p = policy("p", 3, Algorithm::SlidingWindowLog);
+        let twice = [check("k", &p, true), check("k", &p, true)];
+        let remaining = |ds: Vec<Decision>| -> Vec<(bool, u64)> {
+            ds.iter().map(|d| (d.allowed, d.remaining)).collect()
+        };
+        // As two single checks would decide: the second sees the first.
+        assert_eq!(
+            remaining(store.check_many_now(&twice)),
+            [(true, 2), (true, 1)]
+        );
+        // One left: the first takes it, the second is denied, so nothing is consumed.
+        assert_eq!(
+            remaining(store.check_many_now(&twice)),
+            [(true, 0), (false, 0)]
+        );
+        assert_eq!(remaining(vec![store.check_now("k", &p, 1)]), [(true, 0)]);
+        // Once the window has passed, the key is whole again.
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(
+            remaining(store.check_many_now(&twice)),
+            [(true, 2), (true, 1)]
+        );
+    }
+
+    #[test]
+    fn a_denied_new_key_is_not_tracked_and_a_blocked_request_stores_nothing() {
+        let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
+        let small = policy("small", 1, Algorithm::TokenBucket);
+        let big = policy("big", 10, Algorithm::Gcra);
+        let heavy = Check {
+            key: "k",
+            policy: &small,
+            cost: 2,
+            blocking: true,
+        };
+        let ds = store.check_many_now(&[check("k", &big, true), heavy]);
+        assert!(ds[0].allowed && !ds[1].allowed);
+        assert!(store.is_empty());
     }
 }

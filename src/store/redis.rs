@@ -1,10 +1,11 @@
 //! The Redis store: one atomic Lua script per decision, shared by every app instance.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::fmt::Write as _;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
-use deadpool_redis::redis::{self, Script};
+use deadpool_redis::redis::{self, Script, ToRedisArgs};
 use deadpool_redis::{Pool, Runtime};
 
 use crate::algorithm::Algorithm;
@@ -12,7 +13,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::Policy;
-use crate::store::Store;
+use crate::store::{Check, Store};
 
 /// The default key prefix: keys look like `tollgate:<policy>:{<client key>}`.
 const DEFAULT_PREFIX: &str = "tollgate";
@@ -20,8 +21,10 @@ const DEFAULT_PREFIX: &str = "tollgate";
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
 ///
 /// Each decision is one `EVALSHA` of the algorithm's script in `lua/` (loaded again on
-/// `NOSCRIPT`, after a restart, failover or `SCRIPT FLUSH`). Time comes from the Redis
-/// server's `TIME`, so app servers with skewed clocks agree, unless a [`Clock`] is given.
+/// `NOSCRIPT`, after a restart, failover or `SCRIPT FLUSH`); a stacked decision
+/// ([`Store::check_many`]) is one `EVALSHA` too, of all the algorithms' scripts and
+/// `lua/stacked.lua` assembled into one. Time comes from the Redis server's `TIME`, so app
+/// servers with skewed clocks agree, unless a [`Clock`] is given.
 ///
 /// Keys are `<prefix>:<policy>:{<client key>}`: one hash slot per client, so it works on
 /// Redis Cluster. Every key carries a TTL no longer than its state matters.
@@ -52,6 +55,8 @@ pub struct RedisStore {
 struct Shared {
     /// One per algorithm, in `Algorithm::ALL` order.
     scripts: [LuaScript; 7],
+    /// Every algorithm's script and `lua/stacked.lua` in one: see [`STACKED_SOURCE`].
+    stacked: LuaScript,
     /// A multiplexed connection taken from the pool once and reused: checking a connection
     /// out of a deadpool pool costs a `PING` round trip, which would double the cost of a
     /// decision. Dropped after a connection error so the next decision reconnects.
@@ -77,6 +82,7 @@ impl RedisStore {
             clock: None,
             shared: Arc::new(Shared {
                 scripts: Algorithm::ALL.map(|a| LuaScript::new(script_source(a))),
+                stacked: LuaScript::new(LazyLock::force(&STACKED_SOURCE).as_str()),
                 connection: Mutex::new(None),
             }),
         }
@@ -153,16 +159,15 @@ impl LuaScript {
     /// `EVALSHA`; on `NOSCRIPT` (a restart, failover or `SCRIPT FLUSH` emptied the script
     /// cache), `EVAL` with the source, which runs it and caches it again in one round trip
     /// and, unlike `SCRIPT LOAD` + `EVALSHA`, cannot race with another flush.
-    async fn run(
+    async fn run<A: ToRedisArgs>(
         &self,
         connection: &mut MultiplexedConnection,
-        key: &str,
-        numbers: [u64; 5],
-        now: &str,
+        keys: &[String],
+        args: &A,
     ) -> redis::RedisResult<Vec<i64>> {
         let call = |command: &str, script: &str| {
             let mut cmd = redis::cmd(command);
-            cmd.arg(script).arg(1).arg(key).arg(&numbers[..]).arg(now);
+            cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
             cmd
         };
         match call("EVALSHA", &self.sha).query_async(connection).await {
@@ -172,6 +177,35 @@ impl LuaScript {
             result => result,
         }
     }
+}
+
+/// The script a stacked decision runs: each algorithm's script wrapped as a function of its
+/// own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order), then
+/// `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
+/// the one its single decisions run: a script's body is valid as a Lua 5.1 function body
+/// (its locals become the function's, and each `return` ends its block), and `ALGORITHMS` is a
+/// local because Redis forbids scripts to create globals. Assembled once per process.
+static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
+    let mut source = String::from("local ALGORITHMS = {}\n");
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        // The newline before `end`: a last line that is a comment would swallow it.
+        let _ = write!(
+            source,
+            "ALGORITHMS[{}] = function(KEYS, ARGV)\n{}\nend\n",
+            i + 1,
+            script_source(algorithm)
+        );
+    }
+    source.push_str(include_str!("../../lua/stacked.lua"));
+    source
+});
+
+/// An algorithm's number in the stacked script: 1-based, in `Algorithm::ALL` order.
+fn stacked_index(algorithm: Algorithm) -> u64 {
+    Algorithm::ALL
+        .iter()
+        .position(|a| *a == algorithm)
+        .map_or(0, |i| i as u64 + 1)
 }
 
 /// The Lua source of an algorithm's script.
@@ -212,7 +246,13 @@ impl Store for RedisStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         let p = policy.params();
         let now = self.clock.as_ref().map(|c| c.now().to_string());
-        let script = &self.shared.scripts[policy.algorithm() as usize];
+        let index = Algorithm::ALL.iter().position(|a| *a == policy.algorithm());
+        let Some(script) = index.and_then(|i| self.shared.scripts.get(i)) else {
+            return Err(StoreError::backend(format!(
+                "no script for algorithm {}",
+                policy.algorithm()
+            )));
+        };
         let state_key = self.state_key(policy, key);
         let numbers = [
             p.limit,
@@ -223,13 +263,78 @@ impl Store for RedisStore {
         ];
         let now = now.as_deref().unwrap_or("");
         let mut connection = self.connection().await?;
-        match script.run(&mut connection, &state_key, numbers, now).await {
+        let keys = std::slice::from_ref(&state_key);
+        match script
+            .run(&mut connection, keys, &(&numbers[..], now))
+            .await
+        {
             Ok(reply) => decision_from_reply(p.burst, &reply),
             Err(e) => {
                 self.drop_connection_after(&e);
                 Err(StoreError::backend(e))
             }
         }
+    }
+
+    /// Decides one request against several limits in one round trip: one `EVALSHA` of the
+    /// stacked script (see `lua/stacked.lua`), which decides every check at the same instant,
+    /// dry, and stores the allowed ones only if no blocking check was denied. A single check
+    /// runs its algorithm's own script, as [`check`](Self::check) does.
+    ///
+    /// All the keys of one stacked decision go to one script call. On a standalone Redis that
+    /// is always atomic. On Redis Cluster a script may only touch keys of one hash slot: the
+    /// keys of one client share the hash tag `{<client key>}`, so checks of one client key
+    /// under several policies work there; checks of different client keys in one decision
+    /// would need a standalone Redis (the cluster answers `CROSSSLOT`).
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match checks {
+            [] => return Ok(Vec::new()),
+            [one] => return Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
+            _ => {}
+        }
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|c| self.state_key(c.policy, c.key))
+            .collect();
+        let mut numbers = Vec::with_capacity(7 * checks.len());
+        for c in checks {
+            let p = c.policy.params();
+            numbers.extend([
+                stacked_index(c.policy.algorithm()),
+                p.limit,
+                p.period,
+                p.burst,
+                p.interval,
+                u64::from(c.cost.max(1)),
+                u64::from(c.blocking),
+            ]);
+        }
+        let now = self.clock.as_ref().map(|c| c.now().to_string());
+        let now = now.as_deref().unwrap_or("");
+        let mut connection = self.connection().await?;
+        let reply = match self
+            .shared
+            .stacked
+            .run(&mut connection, &keys, &(now, &numbers[..]))
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.drop_connection_after(&e);
+                return Err(StoreError::backend(e));
+            }
+        };
+        if reply.len() != 4 * checks.len() {
+            return Err(StoreError::backend(format!(
+                "unexpected stacked script reply {reply:?} (expected 4 integers per check, {} checks)",
+                checks.len()
+            )));
+        }
+        checks
+            .iter()
+            .zip(reply.chunks_exact(4))
+            .map(|(c, r)| decision_from_reply(c.policy.params().burst, r))
+            .collect()
     }
 }
 

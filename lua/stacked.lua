@@ -1,0 +1,118 @@
+-- tollgate: stacked limits, one atomic decision of one request against several limits.
+--
+-- This file alone is not runnable: RedisStore assembles the script that EVALSHA runs, at
+-- construction, as
+--   local ALGORITHMS = {}
+--   ALGORITHMS[1] = function(KEYS, ARGV) <lua/gcra.lua> end
+--   ... one per algorithm, 1-based in Algorithm::ALL order: gcra, token_bucket, leaky_bucket,
+--   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window ...
+--   <this file>
+-- so each algorithm's script runs unchanged as a function of its own KEYS and ARGV.
+--
+-- KEYS     one state key per check (as for that algorithm's own script); all keys of one
+--          client share a hash tag, so the call also works on Redis Cluster.
+-- ARGV[1]  now in µs, or "" to read the server's TIME once for every check
+-- then 7 values per check i (ARGV[2 + 7*(i-1)] onwards):
+--          algorithm index (1-based, Algorithm::ALL order), L, P, B, T, cost (>= 1),
+--          blocking ("1": a denial blocks the request; "0": shadow mode, never blocks)
+-- Reply:   a flat array of 4 integers per check, in order, each as that algorithm's script
+--          replies: allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)
+--
+-- How: every check is first decided in a dry run (ARGV[7] = "1": decides, writes nothing), all
+-- at the same now. If a blocking check is denied, nothing is written and those decisions are
+-- the reply. Otherwise each allowed check runs again for real with the same now, which decides
+-- the same and stores it; denied checks (shadow ones) write nothing anyway.
+-- A key named by two checks (the same limit twice) is decided the way two single calls would
+-- decide it, the second seeing what the first consumed: its checks run for real in the first
+-- pass, and if the request is blocked the key is put back as it was (DUMP, then RESTORE or DEL).
+--
+-- Every replica and the AOF see only the writes (scripts replicate their effects), so a dry run
+-- costs reads only.
+
+local n = #KEYS
+if #ARGV ~= 1 + 7 * n then
+  return redis.error_reply('tollgate stacked: expected 1 + 7 * ' .. n .. ' arguments, got ' .. #ARGV)
+end
+
+local now
+if ARGV[1] == '' then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+else
+  now = tonumber(ARGV[1])
+end
+-- The exact integer: tostring() keeps only 14 significant digits, and a µs timestamp has 16.
+local now_arg = string.format('%.0f', now)
+
+-- Keys named by more than one check.
+local seen, repeated = {}, {}
+for i = 1, n do
+  if seen[KEYS[i]] then
+    repeated[KEYS[i]] = true
+  end
+  seen[KEYS[i]] = true
+end
+
+-- One check's run: its algorithm's script with its own KEYS and ARGV.
+local function run(i, dry)
+  local base = 2 + 7 * (i - 1)
+  local algorithm = ALGORITHMS[tonumber(ARGV[base])]
+  if not algorithm then
+    return redis.error_reply('tollgate stacked: unknown algorithm ' .. tostring(ARGV[base]))
+  end
+  local flag = '0'
+  if dry then
+    flag = '1'
+  end
+  return algorithm({KEYS[i]}, {ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4],
+    ARGV[base + 5], now_arg, flag})
+end
+
+-- Repeated keys as they were, to put back if the request is blocked.
+local saved = {}
+for key in pairs(repeated) do
+  saved[key] = {redis.call('DUMP', key), redis.call('PTTL', key)}
+end
+
+local replies, blocked = {}, false
+for i = 1, n do
+  local reply = run(i, not repeated[KEYS[i]])
+  if reply.err then
+    return reply
+  end
+  replies[i] = reply
+  if reply[1] ~= 1 and ARGV[2 + 7 * (i - 1) + 6] == '1' then
+    blocked = true
+  end
+end
+
+if blocked then
+  for key, was in pairs(saved) do
+    local dump, pttl = was[1], was[2]
+    if dump then
+      -- PTTL: -1 no expiry (RESTORE's 0); a key about to expire reads 0, which RESTORE would
+      -- take as no expiry, hence at least 1 ms.
+      local ttl = 0
+      if pttl ~= -1 then
+        ttl = math.max(pttl, 1)
+      end
+      redis.call('RESTORE', key, ttl, dump, 'REPLACE')
+    else
+      redis.call('DEL', key)
+    end
+  end
+else
+  for i = 1, n do
+    if replies[i][1] == 1 and not repeated[KEYS[i]] then
+      run(i, false)
+    end
+  end
+end
+
+local flat = {}
+for i = 1, n do
+  for j = 1, 4 do
+    flat[#flat + 1] = replies[i][j]
+  end
+end
+return flat

@@ -1,0 +1,354 @@
+//! Stacked limits (`Store::check_many`) in both built-in stores: identical decisions, exact
+//! atomicity (a blocked request consumes nothing anywhere, a shadow denial blocks nothing),
+//! one script call per decision, and exact counts under concurrency.
+
+mod support;
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use deadpool_redis::redis;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tollgate::store::{Check, MemoryStore, RedisStore};
+use tollgate::{Algorithm, Decision, ManualClock, Policy, Quota, Store};
+
+/// A fixed instant well inside a day, a minute and a second, for the exact tests.
+const T0: u64 = 1_700_000_000_000_000;
+
+fn check<'a>(key: &'a str, policy: &'a Policy, blocking: bool) -> Check<'a> {
+    Check {
+        key,
+        policy,
+        cost: 1,
+        blocking,
+    }
+}
+
+fn summary(decisions: &[Decision]) -> Vec<(bool, u64)> {
+    decisions.iter().map(|d| (d.allowed, d.remaining)).collect()
+}
+
+/// The policies the differential test stacks: every algorithm, short and long periods,
+/// bursts where they apply.
+fn policies() -> Vec<Policy> {
+    use Algorithm::*;
+    let specs: [(Algorithm, Quota); 10] = [
+        (Gcra, Quota::per_second(10).burst(20)),
+        (Gcra, Quota::new(5, Duration::from_secs(10))),
+        (TokenBucket, Quota::new(4, Duration::from_secs(3)).burst(2)),
+        (LeakyBucket, Quota::new(7, Duration::from_millis(700))),
+        (FixedWindow, Quota::new(5, Duration::from_secs(10))),
+        (FixedWindowFromFirst, Quota::new(3, Duration::from_secs(1))),
+        (SlidingWindowLog, Quota::new(6, Duration::from_secs(2))),
+        (SlidingWindow, Quota::new(5, Duration::from_secs(10))),
+        (SlidingWindow, Quota::per_minute(20)),
+        (FixedWindow, Quota::per_minute(1)),
+    ];
+    specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (algorithm, quota))| Policy::new(format!("p{i}"), quota, algorithm).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn stacked_decisions_are_identical_in_memory_and_redis() {
+    const STEPS: usize = 3_000;
+    let url = support::shared_redis_url();
+    let policies = policies();
+    let start = Instant::now();
+    let (mut matched, mut blocked, mut repeated) = (0, 0, 0);
+    for seed in [0x57ac_4ed1_u64, 0x0dd_ba11, 0x5eed_0003] {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let clock = ManualClock::new(0);
+        let redis = RedisStore::from_url(&url)
+            .unwrap()
+            .prefix(support::unique_prefix("stacked-diff"))
+            .with_clock(clock.clone());
+        let memory = MemoryStore::with_clock(clock.clone());
+        // Manual time runs ahead of real time, never behind it, so a key that Redis has
+        // expired (by real time) has also expired in the memory store.
+        let mut offset = T0;
+        for step in 0..STEPS / 3 {
+            offset += match rng.random_range(0..10) {
+                0..=3 => 0,
+                4..=6 => rng.random_range(0..100_000),
+                7..=8 => rng.random_range(0..1_000_000),
+                _ => rng.random_range(0..20_000_000),
+            };
+            clock.set(offset + start.elapsed().as_micros() as u64);
+            let n = rng.random_range(2..=3);
+            let checks: Vec<Check<'_>> = (0..n)
+                .map(|_| Check {
+                    // Few keys and policies: the same limit twice in one request happens too.
+                    key: ["a", "b", "c"][rng.random_range(0..3)],
+                    policy: &policies[rng.random_range(0..policies.len())],
+                    cost: if rng.random_bool(0.05) {
+                        rng.random_range(1..25)
+                    } else {
+                        rng.random_range(1..3)
+                    },
+                    blocking: rng.random_bool(0.75),
+                })
+                .collect();
+            let m = memory.check_many(&checks).await.unwrap();
+            let r = redis.check_many(&checks).await.unwrap();
+            let what: Vec<String> = checks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}/{}({}) cost {}{}",
+                        c.policy.name(),
+                        c.key,
+                        c.policy.algorithm(),
+                        c.cost,
+                        if c.blocking { "" } else { " shadow" }
+                    )
+                })
+                .collect();
+            assert_eq!(m, r, "seed {seed:#x} step {step}: {what:?}");
+            matched += 1;
+            blocked += usize::from(checks.iter().zip(&m).any(|(c, d)| c.blocking && !d.allowed));
+            repeated += usize::from(checks.iter().enumerate().any(|(i, a)| {
+                checks[..i]
+                    .iter()
+                    .any(|b| a.key == b.key && a.policy.name() == b.policy.name())
+            }));
+        }
+    }
+    assert_eq!(matched, STEPS);
+    // Both outcomes, and the same limit twice in one request, were exercised well.
+    assert!(
+        blocked > STEPS / 10 && blocked < STEPS * 9 / 10,
+        "{blocked} blocked"
+    );
+    assert!(repeated > 50, "{repeated} with a repeated limit");
+    eprintln!("{matched} stacked decisions matched ({blocked} blocked, {repeated} repeated)");
+}
+
+/// A burst limit (2/min) and a daily one (3/day) on one key, in `store` at `clock`'s time.
+async fn burst_and_daily_are_atomic(store: &impl Store, clock: &ManualClock, label: &str) {
+    clock.set(T0);
+    let burst = Policy::new("burst", Quota::per_minute(2), Algorithm::Gcra).unwrap();
+    let daily = Policy::new("daily", Quota::per_day(3), Algorithm::FixedWindow).unwrap();
+    let both = [check("k", &burst, true), check("k", &daily, true)];
+    let ask = async || summary(&store.check_many(&both).await.unwrap());
+    assert_eq!(ask().await, [(true, 1), (true, 2)], "{label}");
+    assert_eq!(ask().await, [(true, 0), (true, 1)], "{label}");
+    // The burst limit denies: the daily one would allow (1 left, 0 after) but counts nothing.
+    assert_eq!(ask().await, [(false, 0), (true, 0)], "{label}");
+    assert_eq!(ask().await, [(false, 0), (true, 0)], "{label}");
+    // A minute on, the burst is whole again and the daily limit still has exactly 1 left.
+    clock.set(T0 + 60_000_000);
+    assert_eq!(ask().await, [(true, 1), (true, 0)], "{label}");
+    // Vice versa: the daily limit denies, and the burst limit keeps its 1 left.
+    assert_eq!(ask().await, [(true, 0), (false, 0)], "{label}");
+    assert_eq!(ask().await, [(true, 0), (false, 0)], "{label}");
+    let alone = store.check("k", &burst, 1).await.unwrap();
+    assert_eq!((alone.allowed, alone.remaining), (true, 0), "{label}");
+}
+
+/// A blocking 2/min limit with a shadow (non-blocking) 1/min limit on one key.
+async fn shadow_denials_block_nothing(store: &impl Store, clock: &ManualClock, label: &str) {
+    clock.set(T0);
+    let enforced = Policy::new("enforced", Quota::per_minute(2), Algorithm::Gcra).unwrap();
+    let shadow = Policy::new("shadow", Quota::per_minute(1), Algorithm::Gcra).unwrap();
+    let both = [check("k", &enforced, true), check("k", &shadow, false)];
+    let ask = async || store.check_many(&both).await.unwrap();
+    let d = ask().await;
+    assert_eq!(summary(&d), [(true, 1), (true, 0)], "{label}");
+    assert_eq!(d[1].reset_after, Duration::from_secs(60), "{label}");
+    // The shadow limit denies, yet the enforced one counts the request...
+    let d = ask().await;
+    assert_eq!(summary(&d), [(true, 0), (false, 0)], "{label}");
+    // ...and the shadow limit's own denial is not consumed: still whole in 60 s, not 120 s.
+    assert_eq!(d[1].reset_after, Duration::from_secs(60), "{label}");
+    assert_eq!(d[1].retry_after, Some(Duration::from_secs(60)), "{label}");
+    let d = ask().await;
+    assert_eq!(summary(&d), [(false, 0), (false, 0)], "{label}");
+    assert_eq!(d[0].retry_after, Some(Duration::from_secs(30)), "{label}");
+    assert_eq!(d[1].reset_after, Duration::from_secs(60), "{label}");
+    // A minute on both are whole: nothing denied was ever counted.
+    clock.set(T0 + 60_000_000);
+    let d = ask().await;
+    assert_eq!(summary(&d), [(true, 1), (true, 0)], "{label}");
+}
+
+#[tokio::test]
+async fn a_blocked_request_consumes_nothing_in_either_store() {
+    let url = support::shared_redis_url();
+    for run in 0..2 {
+        let clock = ManualClock::new(T0);
+        let memory = MemoryStore::with_clock(clock.clone());
+        let redis = RedisStore::from_url(&url)
+            .unwrap()
+            .prefix(support::unique_prefix("stacked-atomic"))
+            .with_clock(clock.clone());
+        if run == 0 {
+            burst_and_daily_are_atomic(&memory, &clock, "memory").await;
+            shadow_denials_block_nothing(&memory, &clock, "memory").await;
+        } else {
+            burst_and_daily_are_atomic(&redis, &clock, "redis").await;
+            shadow_denials_block_nothing(&redis, &clock, "redis").await;
+        }
+    }
+}
+
+/// `INFO commandstats` calls of one command, 0 if it never ran.
+fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn one_evalsha_per_stacked_decision() {
+    let server = support::RedisServer::start();
+    let store = RedisStore::from_url(&server.url()).unwrap();
+    let mut conn = support::redis_connection(&server.url());
+    let policies = policies();
+    let checks = |i: usize| -> Vec<Check<'_>> {
+        (0..2 + i % 2)
+            .map(|j| {
+                check(
+                    ["x", "y"][j % 2],
+                    &policies[(i + 3 * j) % policies.len()],
+                    j != 1,
+                )
+            })
+            .collect()
+    };
+    // Load the stacked script once, so that the count below is of steady-state decisions.
+    store.check_many(&checks(0)).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    for i in 0..50 {
+        assert_eq!(store.check_many(&checks(i)).await.unwrap().len(), 2 + i % 2);
+    }
+    assert_eq!(command_calls(&mut conn, "evalsha"), 50);
+    for other in ["eval", "script|load", "script|exists", "ping", "multi"] {
+        assert_eq!(command_calls(&mut conn, other), 0, "{other} sent");
+    }
+    // Every key written has a TTL.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert!(!keys.is_empty());
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        assert!(ttl > 0, "{key} has PTTL {ttl}");
+    }
+}
+
+#[tokio::test]
+async fn script_flush_between_stacked_decisions_still_decides_correctly() {
+    let url = support::shared_redis_url();
+    let store = RedisStore::from_url(&url)
+        .unwrap()
+        .prefix(support::unique_prefix("stacked-flush"));
+    let mut conn = support::redis_connection(&url);
+    for algorithm in Algorithm::ALL {
+        let small = Policy::new("small", Quota::per_minute(3), algorithm).unwrap();
+        let big = Policy::new("big", Quota::per_hour(100), Algorithm::Gcra).unwrap();
+        let key = algorithm.as_str();
+        let both = [check(key, &small, true), check(key, &big, true)];
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+            seen.push(summary(&store.check_many(&both).await.unwrap()));
+        }
+        assert_eq!(
+            seen,
+            [
+                [(true, 2), (true, 99)],
+                [(true, 1), (true, 98)],
+                [(true, 0), (true, 97)],
+                [(false, 0), (true, 96)],
+                [(false, 0), (true, 96)],
+            ],
+            "{algorithm}"
+        );
+    }
+}
+
+/// What is left of `policy` for `key`, without consuming any: a request larger than the whole
+/// quota is always denied, and a denial reports what remains.
+async fn left(store: &impl Store, key: &str, policy: &Policy) -> u64 {
+    let d = store
+        .check(key, policy, policy.quota().limit() + 1)
+        .await
+        .unwrap();
+    assert!(!d.allowed);
+    d.remaining
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn concurrent_stacked_requests_count_exactly() {
+    let url = support::shared_redis_url();
+    for algorithm in Algorithm::ALL {
+        let small = Policy::new("ten", Quota::per_minute(10), algorithm).unwrap();
+        let big = Policy::new("thousand", Quota::per_minute(1000), algorithm).unwrap();
+        let clock = ManualClock::new(T0);
+
+        // Memory: 64 threads released at once.
+        let memory = MemoryStore::with_clock(clock.clone());
+        let barrier = Barrier::new(64);
+        let allowed = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..64)
+                .map(|_| {
+                    let (memory, barrier, small, big) = (&memory, &barrier, &small, &big);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let ds = memory
+                            .check_many_now(&[check("one", small, true), check("one", big, true)]);
+                        ds.iter().all(|d| d.allowed)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .filter(|&a| a)
+                .count()
+        });
+        assert_eq!(allowed, 10, "memory {algorithm}");
+        assert_eq!(left(&memory, "one", &big).await, 990, "memory {algorithm}");
+
+        // Redis: 64 tasks over four stores (four connections) sharing one prefix.
+        let prefix = support::unique_prefix("stacked-conc");
+        let stores: Vec<RedisStore> = (0..4)
+            .map(|_| {
+                RedisStore::from_url(&url)
+                    .unwrap()
+                    .prefix(prefix.clone())
+                    .with_clock(clock.clone())
+            })
+            .collect();
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let store = stores[i % 4].clone();
+                let (small, big) = (small.clone(), big.clone());
+                tokio::spawn(async move {
+                    let ds = store
+                        .check_many(&[check("one", &small, true), check("one", &big, true)])
+                        .await
+                        .unwrap();
+                    ds.iter().all(|d| d.allowed)
+                })
+            })
+            .collect();
+        let mut allowed = 0;
+        for task in tasks {
+            allowed += usize::from(task.await.unwrap());
+        }
+        assert_eq!(allowed, 10, "redis {algorithm}");
+        assert_eq!(
+            left(&stores[0], "one", &big).await,
+            990,
+            "redis {algorithm}"
+        );
+    }
+}
