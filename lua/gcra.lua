@@ -25,52 +25,51 @@
 -- Numbers are Lua doubles: exact for integers up to 2^53, which covers now + B*T for any
 -- sensible quota.
 
+-- Kept lean on purpose (no closures, one string.format): Redis runs scripts one at a time, so
+-- this script's server time is the limiter's ceiling.
+
 local burst = tonumber(ARGV[3])
-local t = math.max(tonumber(ARGV[4]), 1)
-local cost = math.max(tonumber(ARGV[5]), 1)
-local dry = ARGV[7] == '1'
+local t = tonumber(ARGV[4])
+if t < 1 then t = 1 end
+local cost = tonumber(ARGV[5])
+if cost < 1 then cost = 1 end
 local now
 if ARGV[6] == '' then
   local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  now = time[1] * 1000000 + time[2]
 else
   now = tonumber(ARGV[6])
-end
-
--- floor(a / b) for integers a >= 0, b >= 1: a / b in doubles can round up to the next integer.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
--- Integers as strings: tostring() would keep only 14 significant digits.
-local function str(n)
-  return string.format('%.17g', n)
 end
 
 local capacity = burst * t
 local tat = tonumber(redis.call('GET', KEYS[1])) or 0
 -- max(tat, now) - now: the part of the bucket in use now.
-local backlog = math.max(tat - now, 0)
-
-local function deny(retry_after)
-  return {0, idiv(math.max(capacity - backlog, 0), t), backlog, retry_after}
-end
+local backlog = tat - now
+if backlog < 0 then backlog = 0 end
 
 if cost > burst then
-  return deny(-1)
+  -- Never allowed. remaining = floor((capacity - backlog) / t): for integers below 2^53 the
+  -- double division rounds to the exact floor or one above it; the check undoes the latter.
+  local free = capacity - backlog
+  if free < 0 then free = 0 end
+  local remaining = math.floor(free / t)
+  if remaining * t > free then remaining = remaining - 1 end
+  return {0, remaining, backlog, -1}
 end
 -- new - now
 local after = backlog + cost * t
 if after > capacity then
-  return deny(after - capacity)
+  local free = capacity - backlog
+  if free < 0 then free = 0 end
+  local remaining = math.floor(free / t)
+  if remaining * t > free then remaining = remaining - 1 end
+  return {0, remaining, backlog, after - capacity}
 end
-if not dry then
-  redis.call('SET', KEYS[1], str(now + after), 'PX', str(idiv(after + 999, 1000)))
+local free = capacity - after
+local remaining = math.floor(free / t)
+if remaining * t > free then remaining = remaining - 1 end
+if ARGV[7] ~= '1' then
+  -- The TTL: ceil(after / 1000) ms, at least 1 (after >= t >= 1).
+  redis.call('SET', KEYS[1], string.format('%.0f', now + after), 'PX', math.ceil(after / 1000))
 end
-return {1, idiv(capacity - after, t), after, -1}
+return {1, remaining, after, -1}

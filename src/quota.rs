@@ -338,7 +338,27 @@ impl Policy {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #[test]
+        fn parsing_any_text_never_panics(text in "\\PC*") {
+            let _ = text.parse::<Quota>();
+        }
+
+        #[test]
+        fn what_parses_is_valid_and_round_trips(
+            text in "[0-9]{0,12} ?/ ?[0-9]{0,22} ?(us|µs|ms|s|sec|m|min|h|hours|d|day|x)?( ?; ?(burst|b)=[0-9]{0,11})?",
+        ) {
+            if let Ok(quota) = text.parse::<Quota>() {
+                prop_assert!(quota.validate().is_ok());
+                let shown = quota.to_string();
+                prop_assert_eq!(shown.trim_matches('"').parse::<Quota>(), Ok(quota));
+            }
+        }
+    }
 
     #[test]
     fn parses_the_documented_forms() {

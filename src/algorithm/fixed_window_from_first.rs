@@ -9,71 +9,35 @@
 //! window, `L − 1` come just before it ends and `L` right after. A request whose cost is larger
 //! than `L` can never be allowed: it is denied with `retry_after = None`.
 
+use super::window::Window;
 use super::Params;
 use crate::decision::Decision;
 
-/// One key's state. `Default` (count 0) is a key with no history.
+/// One key's state. `Default` is a key with no history.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct FixedWindowFromFirst {
-    /// When (µs) the current window opened.
-    start: u64,
-    /// Cost allowed in that window so far.
-    count: u64,
-}
+pub(crate) struct FixedWindowFromFirst(Window);
 
 impl FixedWindowFromFirst {
     /// Decides a request of `cost` at `now`; stores the new window and count only when allowed.
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
-        let period = p.period.max(1);
-        // A clock that went back (before `start`) stays in the stored window.
-        let (start, count) = if self.count > 0 && now < self.start.saturating_add(period) {
-            (self.start, self.count)
-        } else {
-            (now, 0)
-        };
-        let end = start.saturating_add(period);
-        if count.saturating_add(cost) <= p.limit {
-            let count = count.saturating_add(cost);
-            *self = FixedWindowFromFirst { start, count };
-            return Decision::from_micros(
-                true,
-                p.burst,
-                p.limit - count,
-                end.saturating_sub(now),
-                None,
-            );
-        }
-        // At `end` a new window opens empty, so any cost up to `L` fits then and not before.
-        let retry_after = (cost <= p.limit).then(|| end.saturating_sub(now));
-        let reset_after = if count > 0 {
-            end.saturating_sub(now)
-        } else {
-            0
-        };
-        Decision::from_micros(
-            false,
-            p.burst,
-            p.limit.saturating_sub(count),
-            reset_after,
-            retry_after,
-        )
+        // The stored window lasts until `start + P`; a clock that went back (before `start`)
+        // stays in it. Otherwise this request opens a new window.
+        let current = self
+            .0
+            .started()
+            .is_some_and(|start| now < start.saturating_add(p.period.max(1)));
+        self.0.check(p, now, cost, current, now)
     }
 
     /// From the end of the stored window on, the key decides like a new one.
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
-        if self.count == 0 {
-            0
-        } else {
-            self.start.saturating_add(p.period.max(1))
-        }
+        self.0.expires_at(p)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
-
-    use proptest::prelude::*;
 
     use super::*;
     use crate::algorithm::Algorithm;
@@ -206,59 +170,5 @@ mod tests {
             store.check_now("k", &policy, 1),
             d(1, false, 0, 150, Some(150))
         );
-    }
-
-    fn params() -> impl Strategy<Value = Params> {
-        (1u64..=20, 50u64..=5_000).prop_map(|(limit, period)| {
-            let limit = limit.min(period);
-            Params {
-                limit,
-                period,
-                burst: limit,
-                interval: period.div_ceil(limit),
-            }
-        })
-    }
-
-    proptest! {
-        #[test]
-        fn retry_after_and_expiry_are_exact(
-            p in params(),
-            start in 0u64..1 << 52,
-            steps in prop::collection::vec((0u64..3_000, 1u64..=25), 1..60),
-        ) {
-            let mut state = FixedWindowFromFirst::default();
-            let mut now = start;
-            for (dt, cost) in steps {
-                now += dt;
-                if now >= state.expires_at(&p) {
-                    state = FixedWindowFromFirst::default();
-                }
-                let before = state.clone();
-                let decision = state.check(&p, now, cost);
-                if decision.allowed {
-                    prop_assert!(state.expires_at(&p) > now);
-                } else {
-                    prop_assert_eq!(&state, &before);
-                    prop_assert_eq!(decision.retry_after.is_none(), cost > p.limit);
-                    if let Some(retry) = decision.retry_after {
-                        let d = u64::try_from(retry.as_micros()).unwrap();
-                        prop_assert!(d >= 1);
-                        prop_assert!(before.clone().check(&p, now + d, cost).allowed);
-                        prop_assert!(!before.clone().check(&p, now + d - 1, cost).allowed);
-                    }
-                }
-                let expires = state.expires_at(&p);
-                for at in [expires, expires + dt] {
-                    let at = at.max(now);
-                    let (mut old, mut new) = (state.clone(), FixedWindowFromFirst::default());
-                    let decision = old.check(&p, at, cost);
-                    prop_assert_eq!(decision, new.check(&p, at, cost));
-                    if decision.allowed {
-                        prop_assert_eq!(old, new);
-                    }
-                }
-            }
-        }
     }
 }

@@ -50,11 +50,12 @@ impl Gcra {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use std::time::Duration;
 
     use proptest::prelude::*;
 
+    use super::super::tests::{history, params, start};
     use super::super::{leaky_bucket::LeakyBucket, token_bucket::TokenBucket};
     use super::*;
     use crate::{store::MemoryStore, Algorithm, ManualClock, Policy, Quota};
@@ -222,23 +223,6 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::algorithm) fn params_strategy() -> impl Strategy<Value = Params> {
-        (1u64..=20, 50u64..=2_000, 1u64..=20).prop_map(|(limit, period, burst)| {
-            let period = period.max(limit);
-            Params {
-                limit,
-                period,
-                burst,
-                interval: period.div_ceil(limit),
-            }
-        })
-    }
-
-    /// Steps of `(time advance µs, cost)`.
-    pub(in crate::algorithm) fn history_strategy() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        prop::collection::vec((0u64..400, 1u64..=22), 1..80)
-    }
-
     /// The three bucket algorithms side by side.
     #[derive(Debug, Clone, Default)]
     struct Buckets {
@@ -249,51 +233,16 @@ pub(super) mod tests {
 
     proptest! {
         #[test]
-        fn retry_after_is_exact_and_expiry_is_like_new(
-            p in params_strategy(),
-            start in prop_oneof![Just(0u64), 0u64..1_000, Just(T0)],
-            steps in history_strategy(),
-        ) {
-            let mut s = Gcra::default();
-            let mut now = start;
-            for (advance, cost) in steps {
-                now += advance;
-                let before = s.clone();
-                let d = s.check(&p, now, cost);
-                if !d.allowed {
-                    prop_assert_eq!(&s, &before);
-                    match d.retry_after {
-                        None => prop_assert!(cost > p.burst),
-                        Some(r) => {
-                            let r = r.as_micros() as u64;
-                            prop_assert!(r > 0);
-                            prop_assert!(s.clone().check(&p, now + r, cost).allowed);
-                            prop_assert!(!s.clone().check(&p, now + r - 1, cost).allowed);
-                        }
-                    }
-                }
-                let exp = s.expires_at(&p);
-                for at in [exp.max(now), exp.max(now) + 1, exp.max(now) + 977] {
-                    for c in [1, cost, p.burst] {
-                        prop_assert_eq!(
-                            s.clone().check(&p, at, c),
-                            Gcra::default().check(&p, at, c)
-                        );
-                    }
-                }
-            }
-        }
-
-        #[test]
         fn the_three_buckets_decide_alike(
-            p in params_strategy(),
-            start in prop_oneof![Just(0u64), Just(T0)],
-            steps in history_strategy(),
+            p in params(Algorithm::Gcra),
+            start in start(),
+            steps in history(false),
         ) {
             let mut b = Buckets::default();
             let mut now = start;
-            for (advance, cost) in steps {
-                now += advance;
+            for step in steps {
+                now = step.next(now, &p, Algorithm::Gcra);
+                let cost = step.cost(&p);
                 let g = b.gcra.check(&p, now, cost);
                 prop_assert_eq!(b.token.check(&p, now, cost), g);
                 prop_assert_eq!(b.leaky.check(&p, now, cost), g);

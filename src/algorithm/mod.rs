@@ -18,6 +18,7 @@ mod leaky_bucket;
 mod sliding_window;
 mod sliding_window_log;
 mod token_bucket;
+mod window;
 
 /// How requests are counted against a [`Quota`]. See the README's table for when to pick which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -188,5 +189,253 @@ impl State {
     /// Whether this state belongs to `algorithm` (a policy's algorithm can change on reload).
     pub(crate) fn is(&self, algorithm: Algorithm) -> bool {
         std::mem::discriminant(self) == std::mem::discriminant(&State::new(algorithm))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What every algorithm promises, checked on [`State`] for each one in [`Algorithm::ALL`].
+    //! The algorithm files keep only what is their own: hand-computed sequences and properties
+    //! of one algorithm.
+
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
+
+    use super::*;
+    use crate::quota::Policy;
+
+    /// Cases per algorithm.
+    const CASES: u32 = 1_000;
+    /// The longest period a quota may have (365 days), in µs.
+    const MAX_PERIOD: u64 = 365 * 86_400_000_000;
+    /// The longest time a full bucket may take to drain (100 years), in µs.
+    const MAX_BUCKET_SPAN: u64 = 100 * MAX_PERIOD;
+
+    /// `Params` of a valid policy for `algorithm`: small quotas with periods from 50 µs, and
+    /// large ones (limits up to `u32::MAX`, periods up to a year) where `f64` rounding shows.
+    /// Window algorithms get `burst == limit`; bucket algorithms any burst from 1.
+    pub(super) fn params(algorithm: Algorithm) -> impl Strategy<Value = Params> {
+        let small = (1u32..=20, 50u64..=5_000);
+        let large = (1u32..=u32::MAX, 50u64..=MAX_PERIOD);
+        let burst = prop_oneof![1u32..=20, 1u32..=u32::MAX];
+        (prop_oneof![small, large], burst).prop_map(move |((limit, period), burst)| {
+            // At most one request per µs.
+            let limit = limit.min(u32::try_from(period).unwrap_or(u32::MAX));
+            let mut quota = Quota::new(limit, Duration::from_micros(period));
+            if algorithm.uses_burst() {
+                let interval = period.div_ceil(u64::from(limit));
+                let most = u32::try_from(MAX_BUCKET_SPAN / interval).unwrap_or(u32::MAX);
+                quota = quota.burst(burst.min(most));
+            }
+            *Policy::new("p", quota, algorithm)
+                .expect("a valid quota")
+                .params()
+        })
+    }
+
+    /// Where a history starts, µs: at 0, near it, at a realistic time, and up to 2^52.
+    pub(super) fn start() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(0u64),
+            0u64..1_000,
+            Just(1_700_000_000_000_000),
+            0u64..=1 << 52,
+            Just(1 << 52),
+        ]
+    }
+
+    /// One request of a history.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct Step {
+        /// A few µs the clock moves.
+        micros: u64,
+        /// And this share (‰) of the time a spent quota takes to come back.
+        per_mille: u64,
+        /// Whether the clock goes back by that much instead.
+        back: bool,
+        /// The cost, scaled to the capacity (see [`Step::cost`]).
+        units: u64,
+    }
+
+    impl Step {
+        /// The clock after this step, from `now`.
+        pub(super) fn next(&self, now: u64, p: &Params, algorithm: Algorithm) -> u64 {
+            // `B·T` for the buckets, `P` for the windows.
+            let horizon = if algorithm.uses_burst() {
+                p.burst * p.interval
+            } else {
+                p.period
+            };
+            let advance = self.micros
+                + horizon / 1_000 * self.per_mille
+                + horizon % 1_000 * self.per_mille / 1_000;
+            if self.back {
+                now.saturating_sub(advance)
+            } else {
+                now + advance
+            }
+        }
+
+        /// 1, `units` twentieths of the capacity (at least 1), or more than the capacity.
+        pub(super) fn cost(&self, p: &Params) -> u64 {
+            match self.units {
+                0 => p.burst + 1,
+                21 => 1,
+                22 => 2 * p.burst + 1,
+                u => (u * p.burst / 20).max(1),
+            }
+        }
+    }
+
+    /// Up to 80 requests; when `clock_goes_back`, now and then the clock goes back.
+    pub(super) fn history(clock_goes_back: bool) -> impl Strategy<Value = Vec<Step>> {
+        let back = prop::bool::weighted(if clock_goes_back { 0.1 } else { 0.0 });
+        let per_mille = prop_oneof![Just(0u64), 0u64..=50, 0u64..=1_200];
+        let units =
+            prop_oneof![8 => 1u64..=20, 2 => Just(21u64), 1 => Just(0u64), 1 => Just(22u64)];
+        let step =
+            (0u64..4, per_mille, back, units).prop_map(|(micros, per_mille, back, units)| Step {
+                micros,
+                per_mille,
+                back,
+                units,
+            });
+        prop::collection::vec(step, 1..80)
+    }
+
+    fn micros(d: Duration) -> u64 {
+        u64::try_from(d.as_micros()).unwrap()
+    }
+
+    /// What a denied request at `now` leaves of `state`: all of it, but for the log's expired
+    /// entries.
+    fn after_denial(state: &State, p: &Params, now: u64) -> State {
+        match state {
+            State::SlidingWindowLog(log) => State::SlidingWindowLog(log.without_expired(p, now)),
+            other => other.clone(),
+        }
+    }
+
+    /// Checks every promise along one history. With `forget`, the state is dropped once it
+    /// expires, as a store does.
+    fn promises_hold(
+        algorithm: Algorithm,
+        p: &Params,
+        start: u64,
+        forget: bool,
+        steps: &[Step],
+    ) -> Result<(), TestCaseError> {
+        let fresh = State::new(algorithm);
+        let capacity = p.burst;
+        let mut state = fresh.clone();
+        let mut now = start;
+        for step in steps {
+            let before_step = now;
+            now = step.next(now, p, algorithm);
+            let cost = step.cost(p);
+            if forget && now >= state.expires_at(p) {
+                state = fresh.clone();
+            }
+            let before = state.clone();
+            let decision = state.check(p, now, cost);
+            prop_assert_eq!(decision.limit, capacity);
+            prop_assert!(decision.remaining <= capacity);
+            if let State::SlidingWindowLog(log) = &state {
+                prop_assert!(log.is_well_formed(p));
+            }
+
+            if decision.allowed {
+                prop_assert_eq!(decision.retry_after, None);
+                prop_assert!(state.expires_at(p) > now);
+            } else {
+                // A denied request changes no state (the log only drops expired entries).
+                prop_assert_eq!(&state, &after_denial(&before, p, now));
+                // It can never pass exactly when its cost is above the capacity; else it
+                // passes `retry_after` later and not a µs sooner.
+                prop_assert_eq!(decision.retry_after.is_none(), cost > capacity);
+                if let Some(retry) = decision.retry_after {
+                    let d = micros(retry);
+                    prop_assert!(d >= 1);
+                    for s in [&before, &state] {
+                        prop_assert!(s.clone().check(p, now + d, cost).allowed);
+                        prop_assert!(!s.clone().check(p, now + d - 1, cost).allowed);
+                    }
+                }
+            }
+
+            // A request of cost `remaining` fits right now, one of `remaining + 1` does not.
+            let left = decision.remaining;
+            if left > 0 {
+                prop_assert!(state.clone().check(p, now, left).allowed);
+            }
+            prop_assert!(!state.clone().check(p, now, left + 1).allowed);
+
+            // The quota is whole `reset_after` from now, when the state expires.
+            let expires = state.expires_at(p);
+            let reset = micros(decision.reset_after);
+            prop_assert_eq!(now + reset, expires.max(now));
+            // Then a request of cost 1 leaves `capacity - 1`.
+            let whole = state.clone().check(p, now + reset, 1);
+            prop_assert!(whole.allowed);
+            prop_assert_eq!(whole.remaining + 1, capacity);
+
+            // From `expires_at` on the state decides like a new one, and becomes one.
+            let gap = now.abs_diff(before_step);
+            for at in [expires, expires + 1, expires + gap, expires + 977] {
+                let at = at.max(now);
+                for c in [1, cost, capacity] {
+                    let (mut old, mut new) = (state.clone(), fresh.clone());
+                    let decision = old.check(p, at, c);
+                    prop_assert_eq!(decision, new.check(p, at, c));
+                    if decision.allowed {
+                        prop_assert_eq!(old, new);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One property test per algorithm, so each gets its own cases and its own name.
+    macro_rules! promises_hold_for {
+        ($($name:ident: $algorithm:expr,)*) => {
+            mod promises_hold_for {
+                use super::*;
+
+                pub(super) const ALGORITHMS: &[Algorithm] = &[$($algorithm),*];
+
+                proptest! {
+                    #![proptest_config(ProptestConfig::with_cases(CASES))]
+                    $(
+                        #[test]
+                        fn $name(
+                            p in params($algorithm),
+                            start in start(),
+                            forget in any::<bool>(),
+                            steps in history(true),
+                        ) {
+                            promises_hold($algorithm, &p, start, forget, &steps)?;
+                        }
+                    )*
+                }
+            }
+        };
+    }
+
+    promises_hold_for! {
+        gcra: Algorithm::Gcra,
+        token_bucket: Algorithm::TokenBucket,
+        leaky_bucket: Algorithm::LeakyBucket,
+        fixed_window: Algorithm::FixedWindow,
+        fixed_window_from_first: Algorithm::FixedWindowFromFirst,
+        sliding_window_log: Algorithm::SlidingWindowLog,
+        sliding_window: Algorithm::SlidingWindow,
+    }
+
+    #[test]
+    fn every_algorithm_is_checked() {
+        assert_eq!(promises_hold_for::ALGORITHMS, Algorithm::ALL);
     }
 }

@@ -73,8 +73,6 @@ impl TokenBucket {
 mod tests {
     use std::time::Duration;
 
-    use proptest::prelude::*;
-
     use super::*;
     use crate::{store::MemoryStore, Algorithm, ManualClock, Policy, Quota};
 
@@ -209,53 +207,6 @@ mod tests {
                 assert!(s.check(&p, now, cost).remaining <= 5);
             }
             let _ = s.expires_at(&p);
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn retry_after_is_exact_and_expiry_is_like_new(
-            p in super::super::gcra::tests::params_strategy(),
-            start in prop_oneof![Just(0u64), 0u64..1_000, Just(T0)],
-            steps in super::super::gcra::tests::history_strategy(),
-            back in 0u64..3,
-        ) {
-            let mut s = TokenBucket::default();
-            let mut now = start;
-            for (i, (advance, cost)) in steps.into_iter().enumerate() {
-                // Now and then the clock goes back a little.
-                if back > 0 && i % 7 == 3 {
-                    now = now.saturating_sub(advance / back);
-                } else {
-                    now += advance;
-                }
-                let before = s.clone();
-                let d = s.check(&p, now, cost);
-                if !d.allowed {
-                    prop_assert_eq!(&s, &before);
-                    match d.retry_after {
-                        None => prop_assert!(cost > p.burst),
-                        Some(r) => {
-                            let r = r.as_micros() as u64;
-                            prop_assert!(r > 0);
-                            prop_assert!(s.clone().check(&p, now + r, cost).allowed);
-                            prop_assert!(!s.clone().check(&p, now + r - 1, cost).allowed);
-                        }
-                    }
-                }
-                let reset = d.reset_after.as_micros() as u64;
-                let whole = s.clone().check(&p, now + reset, 1);
-                prop_assert_eq!(whole.remaining + 1, p.burst);
-                let exp = s.expires_at(&p);
-                for at in [exp.max(now), exp.max(now) + 1, exp.max(now) + 977] {
-                    for c in [1, cost, p.burst] {
-                        prop_assert_eq!(
-                            s.clone().check(&p, at, c),
-                            TokenBucket::default().check(&p, at, c)
-                        );
-                    }
-                }
-            }
         }
     }
 }

@@ -45,6 +45,8 @@ struct Shard {
     entries: HashMap<String, Tracked>,
     /// Decisions since this shard was last swept.
     since_sweep: usize,
+    /// Keys left by the last sweep: the next sweep comes after as many decisions.
+    kept_by_sweep: usize,
 }
 
 struct Tracked {
@@ -279,20 +281,25 @@ impl Tracked {
 }
 
 /// Counts one decision in `shard` and sweeps expired state once the shard has seen as many
-/// decisions as it holds keys: sweeping costs O(keys), so this keeps it O(1) per decision.
+/// decisions as its last sweep kept keys. A sweep costs O(keys), so this is O(1) per decision,
+/// and the shard holds at most its live keys plus one sweep interval of new ones.
 fn count_decision(shard: &mut Shard, now: u64) {
     shard.since_sweep += 1;
-    if shard.since_sweep >= shard.entries.len().max(MIN_SWEEP_INTERVAL) {
-        shard.entries.retain(|_, t| t.expires_at > now);
-        shard.since_sweep = 0;
+    if shard.since_sweep >= shard.kept_by_sweep.max(MIN_SWEEP_INTERVAL) {
+        sweep(shard, now);
     }
+}
+
+fn sweep(shard: &mut Shard, now: u64) {
+    shard.entries.retain(|_, t| t.expires_at > now);
+    shard.since_sweep = 0;
+    shard.kept_by_sweep = shard.entries.len();
 }
 
 /// Sweeps a full shard; if nothing had expired, forgets one key.
 fn make_room(shard: &mut Shard, now: u64) {
     let before = shard.entries.len();
-    shard.entries.retain(|_, t| t.expires_at > now);
-    shard.since_sweep = 0;
+    sweep(shard, now);
     if shard.entries.len() == before {
         if let Some(victim) = shard.entries.keys().next().cloned() {
             shard.entries.remove(&victim);
@@ -347,6 +354,48 @@ mod tests {
 
     fn policy(name: &str, limit: u32, algorithm: Algorithm) -> Policy {
         Policy::new(name, Quota::per_minute(limit), algorithm).unwrap()
+    }
+
+    #[test]
+    fn memory_follows_live_keys_not_every_key_ever_seen() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::with_clock(clock.clone());
+        // Each key's state lasts 100 ms; a new key every 10 µs: about 10,000 live at a time.
+        let policy = Policy::new("p", Quota::per_second(10), Algorithm::Gcra).unwrap();
+        let mut most = 0;
+        for i in 0..300_000 {
+            clock.advance(Duration::from_micros(10));
+            assert!(store.check_now(&i.to_string(), &policy, 1).allowed);
+            most = most.max(store.len());
+        }
+        // Sweeping lags at most one shard's worth of decisions behind: about twice the live set.
+        assert!(most < 25_000, "{most} keys tracked at once");
+        clock.advance(Duration::from_secs(1));
+        for i in 0..20_000 {
+            store.check_now(&format!("again-{i}"), &policy, 1);
+        }
+        assert!(
+            store.len() < 25_000,
+            "{} keys after everything expired",
+            store.len()
+        );
+    }
+
+    #[test]
+    fn max_keys_caps_what_is_tracked() {
+        let store = MemoryStore::with_clock(ManualClock::new(0)).max_keys(1_000);
+        let shards = store.inner.shards.len();
+        let policy = policy("p", 10, Algorithm::Gcra);
+        for i in 0..10_000 {
+            assert!(store.check_now(&i.to_string(), &policy, 1).allowed);
+        }
+        assert!(store.len() <= 1_000 + shards, "{} tracked", store.len());
+        // A tracked key keeps its state while others come and go in other shards.
+        let hot = policy.clone();
+        for _ in 0..10 {
+            store.check_now("hot", &hot, 1);
+        }
+        assert!(!store.check_now("hot", &hot, 1).allowed);
     }
 
     fn check<'a>(key: &'a str, policy: &'a Policy, blocking: bool) -> Check<'a> {

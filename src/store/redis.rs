@@ -3,10 +3,11 @@
 use std::fmt;
 use std::fmt::Write as _;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::Duration;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::{self, Script, ToRedisArgs};
-use deadpool_redis::{Pool, Runtime};
+use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
 
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
@@ -14,6 +15,11 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::Policy;
 use crate::store::{Check, Store};
+
+/// How long getting, connecting or checking a pooled connection may take in a pool made by
+/// `from_url`. The layer's own `store_timeout` (50 ms by default) bounds each decision well
+/// below this; this bound is for code that calls the store directly.
+const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The default key prefix: keys look like `tollgate:<policy>:{<client key>}`.
 const DEFAULT_PREFIX: &str = "tollgate";
@@ -68,13 +74,23 @@ impl RedisStore {
     ///
     /// Fails only when the URL cannot be parsed; Redis need not be up.
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
-        let pool = deadpool_redis::Config::from_url(url)
+        let mut config = deadpool_redis::Config::from_url(url);
+        config.pool = Some(PoolConfig {
+            timeouts: Timeouts {
+                wait: Some(POOL_TIMEOUT),
+                create: Some(POOL_TIMEOUT),
+                recycle: Some(POOL_TIMEOUT),
+            },
+            ..PoolConfig::default()
+        });
+        let pool = config
             .create_pool(Some(Runtime::Tokio1))
             .map_err(|e| ConfigError::new(format!("invalid Redis URL {url:?}: {e}")))?;
         Ok(Self::from_pool(pool))
     }
 
-    /// A store on an existing deadpool-redis pool (e.g. one the app also uses).
+    /// A store on an existing deadpool-redis pool (e.g. one the app also uses); the pool's
+    /// own timeouts apply to getting connections.
     pub fn from_pool(pool: Pool) -> Self {
         Self {
             pool,

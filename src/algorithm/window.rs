@@ -1,0 +1,69 @@
+//! The counting both fixed-window algorithms share; they differ only in where a window starts.
+
+use super::Params;
+use crate::decision::Decision;
+
+/// A window's start and the cost allowed in it. `Default` (count 0) is a key with no history.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Window {
+    /// Start (µs) of the window `count` belongs to.
+    start: u64,
+    /// Cost allowed in that window so far.
+    count: u64,
+}
+
+impl Window {
+    /// The stored window's start, when it has counted anything.
+    pub(crate) fn started(&self) -> Option<u64> {
+        (self.count > 0).then_some(self.start)
+    }
+
+    /// Decides a request of `cost` at `now` in the stored window if `current`, else in a new
+    /// empty window opening at `new_start`; stores the window and count only when allowed.
+    pub(crate) fn check(
+        &mut self,
+        p: &Params,
+        now: u64,
+        cost: u64,
+        current: bool,
+        new_start: u64,
+    ) -> Decision {
+        let (start, count) = if current {
+            (self.start, self.count)
+        } else {
+            (new_start, 0)
+        };
+        let end = start.saturating_add(p.period.max(1));
+        if count.saturating_add(cost) <= p.limit {
+            let count = count.saturating_add(cost);
+            *self = Window { start, count };
+            return Decision::from_micros(
+                true,
+                p.burst,
+                p.limit - count,
+                end.saturating_sub(now),
+                None,
+            );
+        }
+        // The next window starts empty, so any cost up to `L` fits at `end` and not before.
+        let retry_after = (cost <= p.limit).then(|| end.saturating_sub(now));
+        let reset_after = if count > 0 {
+            end.saturating_sub(now)
+        } else {
+            0
+        };
+        Decision::from_micros(
+            false,
+            p.burst,
+            p.limit.saturating_sub(count),
+            reset_after,
+            retry_after,
+        )
+    }
+
+    /// From the end of the stored window on, the key decides like a new one.
+    pub(crate) fn expires_at(&self, p: &Params) -> u64 {
+        self.started()
+            .map_or(0, |start| start.saturating_add(p.period.max(1)))
+    }
+}
