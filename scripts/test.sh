@@ -9,7 +9,8 @@ if ! command -v redis-server >/dev/null 2>&1; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
     $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq redis-server >/dev/null
+    # --reinstall also restores a binary that went missing from an installed package.
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --reinstall redis-server >/dev/null
 fi
 
 # A free port: one nothing answers on.
