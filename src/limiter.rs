@@ -35,8 +35,9 @@ pub enum OnMissingKey {
     Shared,
 }
 
-/// The key that every keyless request shares under [`OnMissingKey::Shared`]. It cannot be
-/// produced by an extractor: sanitized keys starting with `#` are 33-byte digests.
+/// The key that every keyless request shares under [`OnMissingKey::Shared`]. No client can
+/// send it: every extracted key is sanitized, and sanitized keys starting with `#` are 33-byte
+/// digests.
 const ANONYMOUS_KEY: &str = "#anonymous";
 
 /// Builds the response for a denied request, in place of the default 429.
@@ -157,11 +158,17 @@ impl<S: Store> Limiter<S> {
             if !rule.route.matches(parts) {
                 continue;
             }
-            let raw_key = match rule.key.extract(parts) {
-                Some(key) => key,
+            let (key, policy, quota) = match rule.key.extract(parts) {
+                Some(key) => {
+                    let (policy, quota) = self.tier(rule, &key);
+                    (key::sanitize(key), policy, quota)
+                }
                 None => match self.on_missing_key {
                     OnMissingKey::Skip => continue,
-                    OnMissingKey::Shared => ANONYMOUS_KEY.to_owned(),
+                    // Not sanitized, so no client's key can equal it.
+                    OnMissingKey::Shared => {
+                        (ANONYMOUS_KEY.to_owned(), rule.policy.clone(), rule.quota)
+                    }
                     OnMissingKey::Reject => {
                         let message = format!(
                             "Bad Request: no client key for rate limiting: expected {}",
@@ -175,10 +182,9 @@ impl<S: Store> Limiter<S> {
                 Ok(cost) => cost,
                 Err(message) => return Plan::Respond(bad_request(grpc, &message)),
             };
-            let (policy, quota) = self.tier(rule, &raw_key);
             checks.push(Planned {
                 rule: index,
-                key: key::sanitize(raw_key),
+                key,
                 cost,
                 policy,
                 quota,
