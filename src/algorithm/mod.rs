@@ -20,6 +20,11 @@ mod sliding_window_log;
 mod token_bucket;
 mod window;
 
+#[cfg(test)]
+mod shared_tests;
+#[cfg(test)]
+mod test_support;
+
 /// How requests are counted against a [`Quota`]. See the README's table for when to pick which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -195,8 +200,8 @@ impl State {
 #[cfg(test)]
 mod tests {
     //! What every algorithm promises, checked on [`State`] for each one in [`Algorithm::ALL`].
-    //! The algorithm files keep only what is their own: hand-computed sequences and properties
-    //! of one algorithm.
+    //! Hand-computed sequences that several algorithms decide alike are in `shared_tests`; the
+    //! algorithm files keep only what is their own.
 
     use std::time::Duration;
 

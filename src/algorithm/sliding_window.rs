@@ -216,28 +216,16 @@ fn reset_at(period: u64, v: &View, curr: u64) -> u64 {
 mod tests {
     use std::time::Duration;
 
+    use super::super::test_support::{d, setup, ALIGNED};
     use super::*;
     use crate::algorithm::Algorithm;
-    use crate::clock::ManualClock;
-    use crate::quota::{Policy, Quota};
-    use crate::store::MemoryStore;
+    use crate::quota::Quota;
 
-    const T0: u64 = 1_699_920_000_000_000; // midnight UTC: a multiple of every period used here
-
-    fn setup(quota: Quota) -> (MemoryStore, ManualClock, Policy) {
-        let clock = ManualClock::new(T0);
-        let store = MemoryStore::with_clock(clock.clone());
-        let policy = Policy::new("sw", quota, Algorithm::SlidingWindow).unwrap();
-        (store, clock, policy)
-    }
-
-    fn d(limit: u64, allowed: bool, remaining: u64, reset: u64, retry: Option<u64>) -> Decision {
-        Decision::from_micros(allowed, limit, remaining, reset, retry)
-    }
+    const T0: u64 = ALIGNED;
 
     #[test]
     fn the_previous_window_counts_by_its_remaining_share() {
-        let (store, clock, policy) = setup(Quota::per_second(10));
+        let (store, clock, policy) = setup(Algorithm::SlidingWindow, T0, Quota::per_second(10));
         clock.set(T0 + 200_000);
         assert_eq!(
             store.check_now("k", &policy, 6),
@@ -293,7 +281,11 @@ mod tests {
 
     #[test]
     fn the_window_edge() {
-        let (store, clock, policy) = setup(Quota::new(2, Duration::from_micros(100)));
+        let (store, clock, policy) = setup(
+            Algorithm::SlidingWindow,
+            T0,
+            Quota::new(2, Duration::from_micros(100)),
+        );
         clock.set(T0 + 50);
         assert_eq!(store.check_now("k", &policy, 2), d(2, true, 0, 150, None));
         // 2 + 1 > 2 in this window; next window 2·w + 1 ≤ 2 once w ≤ 0.5.
@@ -325,7 +317,11 @@ mod tests {
 
     #[test]
     fn fills_the_limit_in_one_window() {
-        let (store, clock, policy) = setup(Quota::new(5, Duration::from_micros(100)));
+        let (store, clock, policy) = setup(
+            Algorithm::SlidingWindow,
+            T0,
+            Quota::new(5, Duration::from_micros(100)),
+        );
         clock.set(T0 + 10);
         for left in (0..5).rev() {
             assert_eq!(

@@ -71,122 +71,12 @@ impl TokenBucket {
 
 #[cfg(test)]
 mod tests {
+    //! The sequences all three buckets share are in `shared_tests`.
+
     use std::time::Duration;
 
     use super::*;
-    use crate::{store::MemoryStore, Algorithm, ManualClock, Policy, Quota};
-
-    const T0: u64 = 1_700_000_000_000_000;
-
-    fn setup(quota: Quota) -> (MemoryStore, ManualClock, Policy) {
-        let clock = ManualClock::new(T0);
-        let store = MemoryStore::with_clock(clock.clone());
-        let policy = Policy::new("tb", quota, Algorithm::TokenBucket).unwrap();
-        (store, clock, policy)
-    }
-
-    /// `(allowed, remaining, reset_after µs, retry_after µs)`.
-    fn check(store: &MemoryStore, policy: &Policy, cost: u32) -> (bool, u64, u64, Option<u64>) {
-        let d = store.check_now("k", policy, cost);
-        assert_eq!(d.limit, policy.params().burst);
-        (
-            d.allowed,
-            d.remaining,
-            d.reset_after.as_micros() as u64,
-            d.retry_after.map(|r| r.as_micros() as u64),
-        )
-    }
-
-    #[test]
-    fn burst_then_deny_then_refill_after_exactly_t() {
-        // 5 per 500 ms: one token per 100 ms.
-        let (store, clock, policy) = setup(Quota::new(5, Duration::from_millis(500)));
-        for i in 1..=5u64 {
-            assert_eq!(check(&store, &policy, 1), (true, 5 - i, i * 100_000, None));
-        }
-        assert_eq!(
-            check(&store, &policy, 1),
-            (false, 0, 500_000, Some(100_000))
-        );
-        clock.advance(Duration::from_micros(99_999));
-        assert_eq!(check(&store, &policy, 1), (false, 0, 400_001, Some(1)));
-        clock.advance(Duration::from_micros(1));
-        assert_eq!(check(&store, &policy, 1), (true, 0, 500_000, None));
-        assert_eq!(
-            check(&store, &policy, 1),
-            (false, 0, 500_000, Some(100_000))
-        );
-    }
-
-    #[test]
-    fn cost_above_one() {
-        let (store, clock, policy) = setup(Quota::new(5, Duration::from_millis(500)));
-        assert_eq!(check(&store, &policy, 3), (true, 2, 300_000, None));
-        assert_eq!(
-            check(&store, &policy, 3),
-            (false, 2, 300_000, Some(100_000))
-        );
-        // Half a token more is not enough.
-        clock.advance(Duration::from_millis(50));
-        assert_eq!(check(&store, &policy, 3), (false, 2, 250_000, Some(50_000)));
-        clock.advance(Duration::from_millis(50));
-        assert_eq!(check(&store, &policy, 3), (true, 0, 500_000, None));
-        assert_eq!(
-            check(&store, &policy, 2),
-            (false, 0, 500_000, Some(200_000))
-        );
-    }
-
-    #[test]
-    fn cost_above_burst_is_never_allowed_and_changes_nothing() {
-        let (store, _clock, policy) = setup(Quota::new(5, Duration::from_millis(500)));
-        assert_eq!(check(&store, &policy, 6), (false, 5, 0, None));
-        assert!(store.is_empty());
-        assert_eq!(check(&store, &policy, 2), (true, 3, 200_000, None));
-        assert_eq!(check(&store, &policy, 6), (false, 3, 200_000, None));
-        assert_eq!(check(&store, &policy, 1), (true, 2, 300_000, None));
-    }
-
-    #[test]
-    fn ten_per_second_burst_twenty() {
-        let (store, clock, policy) = setup(Quota::per_second(10).burst(20));
-        for i in 1..=20u64 {
-            assert_eq!(check(&store, &policy, 1), (true, 20 - i, i * 100_000, None));
-        }
-        assert_eq!(
-            check(&store, &policy, 1),
-            (false, 0, 2_000_000, Some(100_000))
-        );
-        clock.advance(Duration::from_millis(1_050));
-        // 10.5 tokens: 10 whole ones.
-        assert_eq!(
-            check(&store, &policy, 11),
-            (false, 10, 950_000, Some(50_000))
-        );
-        assert_eq!(check(&store, &policy, 10), (true, 0, 1_950_000, None));
-        clock.advance(Duration::from_secs(5));
-        assert_eq!(check(&store, &policy, 20), (true, 0, 2_000_000, None));
-    }
-
-    #[test]
-    fn sub_millisecond_periods() {
-        let (store, clock, policy) = setup(Quota::new(1, Duration::from_micros(50)));
-        assert_eq!(check(&store, &policy, 1), (true, 0, 50, None));
-        assert_eq!(check(&store, &policy, 1), (false, 0, 50, Some(50)));
-        clock.advance(Duration::from_micros(49));
-        assert_eq!(check(&store, &policy, 1), (false, 0, 1, Some(1)));
-        clock.advance(Duration::from_micros(1));
-        assert_eq!(check(&store, &policy, 1), (true, 0, 50, None));
-
-        // 5 per 100 µs: a token per 20 µs.
-        let (store, clock, policy) = setup(Quota::new(5, Duration::from_micros(100)));
-        for i in 1..=5u64 {
-            assert_eq!(check(&store, &policy, 1), (true, 5 - i, i * 20, None));
-        }
-        assert_eq!(check(&store, &policy, 1), (false, 0, 100, Some(20)));
-        clock.advance(Duration::from_micros(45));
-        assert_eq!(check(&store, &policy, 2), (true, 0, 95, None));
-    }
+    use crate::{Algorithm, Quota};
 
     #[test]
     fn clock_going_back_delays_refill_and_never_panics() {
