@@ -43,4 +43,5 @@ echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $TOLLGATE_
 cargo fmt --all -- --check
 cargo clippy --all-targets --all-features -- -D warnings
 cargo check --no-default-features
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
 cargo test --all-features

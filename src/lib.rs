@@ -1,7 +1,7 @@
 //! Rate limiting for Tower services (axum, tonic, hyper), in memory or shared through Redis.
 //!
-//! [`RateLimitLayer`] wraps any `Service<http::Request<B>>`. A [key](key) names the client, a
-//! [`Quota`] and an [`Algorithm`] say how much it may send, and a [store](store) decides:
+//! [`RateLimitLayer`] wraps any `Service<http::Request<B>>`. A [key] names the client, a
+//! [`Quota`] and an [`Algorithm`] say how much it may send, and a [store] decides:
 //! [`MemoryStore`](store::MemoryStore) in this process (the default), or
 //! [`RedisStore`](store::RedisStore), where every decision is one atomic Lua script so many app
 //! instances share one limit.
