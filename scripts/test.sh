@@ -43,5 +43,6 @@ echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $TOLLGATE_
 cargo fmt --all -- --check
 cargo clippy --all-targets --all-features -- -D warnings
 cargo check --no-default-features
+cargo check --no-default-features --features tonic
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
 cargo test --all-features
