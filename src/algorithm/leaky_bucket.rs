@@ -6,13 +6,12 @@
 //! of the last slot handed out.
 //!
 //! It admits exactly what [`Gcra`](super::gcra::Gcra) admits (`last + T` is GCRA's `tat`). Its
-//! point is the layer's delay mode: an allowed request waits until its `start`
-//! ([`LeakyBucket::delay`]) so requests leave at a steady rate, a bounded queue.
+//! point is the layer's delay mode (`rules::Mode::Delay`): the queue is lengthened by the slots
+//! that fit in `max_delay`, and a request past the burst waits for its slot instead of being
+//! denied, so requests leave at a steady rate (see `rules::Shape`).
 //!
 //! A request whose cost is larger than the burst `B` can never be allowed: it is denied with
 //! `retry_after = None`.
-
-use std::time::Duration;
 
 use super::Params;
 use crate::decision::Decision;
@@ -66,14 +65,17 @@ impl LeakyBucket {
     ///
     /// After an allowed request `reset_after = end + T − now = start + c·T − now`. Zero for a
     /// denied decision.
-    #[allow(dead_code)] // For the layer's delay mode.
-    pub(crate) fn delay(p: &Params, decision: &Decision, cost: u64) -> Duration {
+    ///
+    /// A model the tests check `reset_after` against; the layer's delay mode waits only past
+    /// the burst (`rules::Shape::delay`).
+    #[cfg(test)]
+    pub(crate) fn delay(p: &Params, decision: &Decision, cost: u64) -> std::time::Duration {
         if !decision.allowed {
-            return Duration::ZERO;
+            return std::time::Duration::ZERO;
         }
         let held = cost.max(1).saturating_mul(p.interval.max(1));
         let reset_after = u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX);
-        Duration::from_micros(reset_after.saturating_sub(held))
+        std::time::Duration::from_micros(reset_after.saturating_sub(held))
     }
 }
 

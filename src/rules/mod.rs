@@ -32,9 +32,11 @@ pub enum Mode {
     /// Let it through, but count and log the would-be denial; headers still report the limit.
     /// For rolling out a new limit safely.
     Shadow,
-    /// Queue it: an allowed request waits until its slot (leaky-bucket style, a steady output
-    /// rate), up to `max_delay`; a request that would wait longer is denied. The connection is
-    /// never held longer than `max_delay`.
+    /// Queue it, leaky-bucket style: requests within the burst go at once; a request past it
+    /// waits until its slot (the moment it would otherwise be told to retry at), so the excess
+    /// leaves at a steady rate; one that would wait longer than `max_delay` is denied at once.
+    /// A connection is never held longer than `max_delay`. With `burst = 1` every request is
+    /// spaced by `period / limit`.
     Delay,
 }
 
