@@ -145,6 +145,28 @@ impl RedisStore {
         Ok(connection)
     }
 
+    /// The `now` argument of every script: the store clock's µs, or `""` for Redis `TIME`.
+    fn now(&self) -> String {
+        self.clock
+            .as_ref()
+            .map_or_else(String::new, |c| c.now().to_string())
+    }
+
+    /// Runs `script` on the store's connection; an error that may have broken the connection
+    /// makes the next decision reconnect.
+    async fn eval<A: ToRedisArgs>(
+        &self,
+        script: &LuaScript,
+        keys: &[String],
+        args: &A,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut connection = self.connection().await?;
+        script.run(&mut connection, keys, args).await.map_err(|e| {
+            self.drop_connection_after(&e);
+            StoreError::backend(e)
+        })
+    }
+
     /// Forgets the cached connection after an error that may have broken it.
     fn drop_connection_after(&self, error: &redis::RedisError) {
         if error.is_io_error()
@@ -216,12 +238,13 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
     source
 });
 
-/// An algorithm's number in the stacked script: 1-based, in `Algorithm::ALL` order.
-fn stacked_index(algorithm: Algorithm) -> u64 {
+/// An algorithm's place in `Algorithm::ALL` (0-based): the index of its script in
+/// `Shared::scripts`, and one less than its number in the stacked script.
+fn algorithm_index(algorithm: Algorithm) -> usize {
     Algorithm::ALL
         .iter()
         .position(|a| *a == algorithm)
-        .map_or(0, |i| i as u64 + 1)
+        .unwrap_or_default()
 }
 
 /// The Lua source of an algorithm's script.
@@ -261,15 +284,13 @@ fn decision_from_reply(limit: u64, reply: &[i64]) -> Result<Decision, StoreError
 impl Store for RedisStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         let p = policy.params();
-        let now = self.clock.as_ref().map(|c| c.now().to_string());
-        let index = Algorithm::ALL.iter().position(|a| *a == policy.algorithm());
-        let Some(script) = index.and_then(|i| self.shared.scripts.get(i)) else {
+        // `scripts` was built from `Algorithm::ALL`, so every algorithm has its script.
+        let Some(script) = self.shared.scripts.get(algorithm_index(policy.algorithm())) else {
             return Err(StoreError::backend(format!(
-                "no script for algorithm {}",
+                "no script for {}",
                 policy.algorithm()
             )));
         };
-        let state_key = self.state_key(policy, key);
         let numbers = [
             p.limit,
             p.period,
@@ -277,19 +298,15 @@ impl Store for RedisStore {
             p.interval,
             u64::from(cost.max(1)),
         ];
-        let now = now.as_deref().unwrap_or("");
-        let mut connection = self.connection().await?;
-        let keys = std::slice::from_ref(&state_key);
-        match script
-            .run(&mut connection, keys, &(&numbers[..], now))
-            .await
-        {
-            Ok(reply) => decision_from_reply(p.burst, &reply),
-            Err(e) => {
-                self.drop_connection_after(&e);
-                Err(StoreError::backend(e))
-            }
-        }
+        let key = self.state_key(policy, key);
+        let reply = self
+            .eval(
+                script,
+                std::slice::from_ref(&key),
+                &(&numbers[..], self.now()),
+            )
+            .await?;
+        decision_from_reply(p.burst, &reply)
     }
 
     /// Decides one request against several limits in one round trip: one `EVALSHA` of the
@@ -316,7 +333,7 @@ impl Store for RedisStore {
         for c in checks {
             let p = c.policy.params();
             numbers.extend([
-                stacked_index(c.policy.algorithm()),
+                algorithm_index(c.policy.algorithm()) as u64 + 1,
                 p.limit,
                 p.period,
                 p.burst,
@@ -325,21 +342,9 @@ impl Store for RedisStore {
                 u64::from(c.blocking),
             ]);
         }
-        let now = self.clock.as_ref().map(|c| c.now().to_string());
-        let now = now.as_deref().unwrap_or("");
-        let mut connection = self.connection().await?;
-        let reply = match self
-            .shared
-            .stacked
-            .run(&mut connection, &keys, &(now, &numbers[..]))
-            .await
-        {
-            Ok(reply) => reply,
-            Err(e) => {
-                self.drop_connection_after(&e);
-                return Err(StoreError::backend(e));
-            }
-        };
+        let reply = self
+            .eval(&self.shared.stacked, &keys, &(self.now(), &numbers[..]))
+            .await?;
         if reply.len() != 4 * checks.len() {
             return Err(StoreError::backend(format!(
                 "unexpected stacked script reply {reply:?} (expected 4 integers per check, {} checks)",
