@@ -5,18 +5,54 @@ use std::fmt;
 /// A configuration that cannot work, found while building (never later, on a request).
 ///
 /// The message says what is wrong and what is allowed, e.g.
-/// `invalid quota "10/fortnight": unknown period unit "fortnight" (use ms, s, min, h or day)`.
+/// `invalid quota "10/fortnight": unknown period unit "fortnight" (use ms, s, min, h or day)`;
+/// [`kind`](Self::kind) says which part of the configuration it is about.
+///
+/// ```
+/// use tollgate::{ConfigErrorKind, Quota};
+///
+/// let e = "10/fortnight".parse::<Quota>().unwrap_err();
+/// assert_eq!(e.kind(), ConfigErrorKind::Quota);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    kind: ConfigErrorKind,
     message: String,
 }
 
+/// Which part of the configuration a [`ConfigError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConfigErrorKind {
+    /// A quota: its text, limit, period or burst.
+    Quota,
+    /// A rule, a skip, or a rule's setting (algorithm, mode, key, cost, path, methods).
+    Rule,
+    /// A rules file: reading it, its TOML, or a value in it (the message has file:line:column).
+    RulesFile,
+    /// A store: a Redis URL (credentials redacted), or the store's settings.
+    Store,
+    /// Any other setting (a layer setting such as `store_timeout`, an environment variable).
+    Other,
+}
+
 impl ConfigError {
-    /// A configuration error with the given explanation.
+    /// A configuration error of kind [`ConfigErrorKind::Other`] with the given explanation.
     pub fn new(message: impl Into<String>) -> Self {
+        Self::of(ConfigErrorKind::Other, message)
+    }
+
+    /// A configuration error of `kind` with the given explanation.
+    pub fn of(kind: ConfigErrorKind, message: impl Into<String>) -> Self {
         Self {
+            kind,
             message: message.into(),
         }
+    }
+
+    /// Which part of the configuration is wrong.
+    pub fn kind(&self) -> ConfigErrorKind {
+        self.kind
     }
 
     /// The explanation, as shown by `Display`.
@@ -27,7 +63,15 @@ impl ConfigError {
     /// The same error with `context` in front, e.g. the rule or field it came from.
     #[must_use]
     pub fn context(self, context: impl fmt::Display) -> Self {
-        Self::new(format!("{context}: {}", self.message))
+        Self::of(self.kind, format!("{context}: {}", self.message))
+    }
+
+    /// The same error, of `kind` (for an error found inside a larger part, e.g. a quota's
+    /// error inside a rules file).
+    #[must_use]
+    pub fn kind_of(mut self, kind: ConfigErrorKind) -> Self {
+        self.kind = kind;
+        self
     }
 }
 
@@ -47,14 +91,29 @@ pub enum StoreError {
     Timeout,
     /// The circuit breaker is open: the store failed repeatedly and is not being called.
     CircuitOpen,
-    /// The backend failed (connection refused, protocol error, script error, …).
+    /// The backend failed (connection refused, broken connection, protocol error, …).
     Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// The backend is up but could not use this key's state (e.g. Redis `WRONGTYPE`, a
+    /// corrupt value): this request's problem, not the store's, so the circuit breaker does
+    /// not count it.
+    KeyState(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl StoreError {
     /// A backend failure from any error type.
     pub fn backend(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Backend(error.into())
+    }
+
+    /// A failure caused by one key's state (see [`StoreError::KeyState`]).
+    pub fn key_state(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::KeyState(error.into())
+    }
+
+    /// Whether the store itself is failing (errors, timeouts, an open circuit), as opposed
+    /// to one key's state being unusable; only these count toward the circuit breaker.
+    pub fn is_store_failure(&self) -> bool {
+        !matches!(self, Self::KeyState(_))
     }
 }
 
@@ -64,6 +123,7 @@ impl fmt::Display for StoreError {
             Self::Timeout => f.write_str("rate limit store timed out"),
             Self::CircuitOpen => f.write_str("rate limit store circuit breaker is open"),
             Self::Backend(e) => write!(f, "rate limit store failed: {e}"),
+            Self::KeyState(e) => write!(f, "rate limit store cannot use this key's state: {e}"),
         }
     }
 }
@@ -71,7 +131,7 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Backend(e) => Some(&**e),
+            Self::Backend(e) | Self::KeyState(e) => Some(&**e),
             _ => None,
         }
     }

@@ -59,7 +59,7 @@ pub use algorithm::Algorithm;
 pub use body::ResponseBody;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
-pub use error::{ConfigError, StoreError};
+pub use error::{ConfigError, ConfigErrorKind, StoreError};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use limiter::OnMissingKey;

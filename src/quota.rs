@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Params};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, ConfigErrorKind};
 
 /// The shortest period a quota may have.
 const MIN_PERIOD: Duration = Duration::from_micros(50);
@@ -102,7 +102,12 @@ impl Quota {
 
     /// Checks the quota against the allowed ranges.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let err = |what: String| Err(ConfigError::new(format!("invalid quota {self}: {what}")));
+        let err = |what: String| {
+            Err(ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!("invalid quota {self}: {what}"),
+            ))
+        };
         if self.limit == 0 {
             return err("limit must be at least 1".into());
         }
@@ -168,7 +173,12 @@ impl FromStr for Quota {
     /// `"1000/day"`, `"1/250ms"`. Period units: `us`, `ms`, `s`, `min` (or `m`), `h`, `day`
     /// (or `d`), with long forms (`second`, `minutes`, …) also accepted.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let fail = |why: &str| ConfigError::new(format!("invalid quota {s:?}: {why}"));
+        let fail = |why: &str| {
+            ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!("invalid quota {s:?}: {why}"),
+            )
+        };
         let mut parts = s.split(';');
         let rate = parts.next().unwrap_or_default().trim();
         let (limit, period) = rate
@@ -203,9 +213,12 @@ impl FromStr for Quota {
                 }
             }
         }
-        quota
-            .validate()
-            .map_err(|e| ConfigError::new(format!("invalid quota {s:?}: {}", after_colon(&e))))?;
+        quota.validate().map_err(|e| {
+            ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!("invalid quota {s:?}: {}", after_colon(&e)),
+            )
+        })?;
         Ok(quota)
     }
 }
@@ -288,24 +301,33 @@ impl Policy {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
         if !name_ok {
-            return Err(ConfigError::new(format!(
+            return Err(ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!(
                 "invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"
-            )));
+            ),
+            ));
         }
         quota.validate()?;
         let params = Params::new(&quota, algorithm);
         if params.burst.saturating_mul(params.interval) > MAX_BUCKET_SPAN_US {
-            return Err(ConfigError::new(format!(
-                "policy {name:?}: a burst of {} at one request per {}µs spans more than 100 \
+            return Err(ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!(
+                    "policy {name:?}: a burst of {} at one request per {}µs spans more than 100 \
                  years; use a smaller burst or a shorter period",
-                params.burst, params.interval
-            )));
+                    params.burst, params.interval
+                ),
+            ));
         }
         if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
-            return Err(ConfigError::new(format!(
+            return Err(ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!(
                 "policy {name:?}: burst is not used by {algorithm} (only gcra, token_bucket and \
                  leaky_bucket have a burst); remove it or pick one of those"
-            )));
+            ),
+            ));
         }
         Ok(Self {
             params,

@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::decision::Decision;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, ConfigErrorKind};
 use crate::quota::Quota;
 
 mod fixed_window;
@@ -97,10 +97,10 @@ impl FromStr for Algorithm {
             .find(|a| a.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
-                ConfigError::new(format!(
-                    "unknown algorithm {s:?} (use one of {})",
-                    names.join(", ")
-                ))
+                ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    format!("unknown algorithm {s:?} (use one of {})", names.join(", ")),
+                )
             })
     }
 }

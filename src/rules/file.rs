@@ -48,7 +48,7 @@ use toml::Spanned;
 
 use super::{parse_methods, Mode, Route, Rule};
 use crate::algorithm::Algorithm;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::{self, KeyExtractor};
 use crate::quota::{parse_period, Policy, Quota};
 
@@ -632,7 +632,7 @@ impl Source<'_> {
             text.push_str(&format!("{field}: "));
         }
         text.push_str(&message.to_string());
-        ConfigError::new(text)
+        ConfigError::of(ConfigErrorKind::RulesFile, text)
     }
 
     /// A TOML syntax error: toml's own message, on one line so a failed reload logs as one.
@@ -640,7 +640,10 @@ impl Source<'_> {
         let message = format!("TOML syntax error: {}", one_line(e.message()));
         match e.span() {
             Some(span) => self.error(span, None, None, message),
-            None => ConfigError::new(format!("{}: {message}", self.origin)),
+            None => ConfigError::of(
+                ConfigErrorKind::RulesFile,
+                format!("{}: {message}", self.origin),
+            ),
         }
     }
 
@@ -649,7 +652,10 @@ impl Source<'_> {
     fn shape_error(&self, e: &toml::de::Error) -> ConfigError {
         let message = one_line(e.message());
         let Some(span) = e.span() else {
-            return ConfigError::new(format!("{}: {message}", self.origin));
+            return ConfigError::of(
+                ConfigErrorKind::RulesFile,
+                format!("{}: {message}", self.origin),
+            );
         };
         let (scope, field) = self.locate(span.start);
         self.error(span, scope.as_ref(), field.as_deref(), message)

@@ -12,7 +12,7 @@ use http::request::Parts;
 use http::{HeaderName, Method};
 
 use crate::algorithm::{Algorithm, Params};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
 use crate::quota::{Policy, Quota};
 
@@ -48,9 +48,10 @@ impl std::str::FromStr for Mode {
             "enforce" => Ok(Mode::Enforce),
             "shadow" => Ok(Mode::Shadow),
             "delay" => Ok(Mode::Delay),
-            other => Err(ConfigError::new(format!(
-                "unknown mode {other:?} (use enforce, shadow or delay)"
-            ))),
+            other => Err(ConfigError::of(
+                ConfigErrorKind::Rule,
+                format!("unknown mode {other:?} (use enforce, shadow or delay)"),
+            )),
         }
     }
 }
@@ -261,9 +262,10 @@ impl Rule {
             CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
             CostSpec::Header(name) => {
                 Cost::Header(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                    context(ConfigError::new(format!(
-                        "cost_header {name:?} is not a valid header name"
-                    )))
+                    context(ConfigError::of(
+                        ConfigErrorKind::Rule,
+                        format!("cost_header {name:?} is not a valid header name"),
+                    ))
                 })?)
             }
         };
@@ -273,7 +275,10 @@ impl Rule {
         let policy = shape.policy(&self.name, self.quota).map_err(context)?;
         let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
         if max_cost == 0 {
-            return Err(context(ConfigError::new("max_cost must be at least 1")));
+            return Err(context(ConfigError::of(
+                ConfigErrorKind::Rule,
+                "max_cost must be at least 1",
+            )));
         }
         Ok(CompiledRule {
             policy,
@@ -321,21 +326,28 @@ impl Shape {
     ) -> Result<Self, ConfigError> {
         match (mode, max_delay) {
             (Mode::Delay, None) => {
-                return Err(ConfigError::new(
+                return Err(ConfigError::of(
+                    ConfigErrorKind::Rule,
                     "mode delay needs max_delay, the longest a request may wait (e.g. \"2s\")",
                 ))
             }
             (Mode::Delay, Some(d)) if d.is_zero() => {
-                return Err(ConfigError::new("max_delay must be longer than zero"))
+                return Err(ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    "max_delay must be longer than zero",
+                ))
             }
             // Ignored outside delay mode, so a rule switches modes by its mode alone.
             _ => {}
         }
         if mode == Mode::Delay && !algorithm.uses_burst() {
-            return Err(ConfigError::new(format!(
-                "mode delay queues requests like a leaky bucket; it works with gcra, \
+            return Err(ConfigError::of(
+                ConfigErrorKind::Rule,
+                format!(
+                    "mode delay queues requests like a leaky bucket; it works with gcra, \
                  token_bucket or leaky_bucket, not {algorithm}"
-            )));
+                ),
+            ));
         }
         Ok(Self {
             mode,
@@ -354,7 +366,10 @@ impl Shape {
         let params = Params::new(&quota, Algorithm::LeakyBucket);
         let queue = self.queue_slots(&params);
         let burst = u32::try_from(params.burst.saturating_add(queue)).map_err(|_| {
-            ConfigError::new("max_delay is too long for this quota (the queue would be too long)")
+            ConfigError::of(
+                ConfigErrorKind::Rule,
+                "max_delay is too long for this quota (the queue would be too long)",
+            )
         })?;
         Policy::new(name, quota.burst(burst), Algorithm::LeakyBucket)
     }
@@ -437,10 +452,13 @@ impl RuleSet {
         let mut compiled: Vec<CompiledRule> = Vec::with_capacity(rules.len());
         for rule in rules {
             if compiled.iter().any(|c| c.policy.name() == rule.name) {
-                return Err(ConfigError::new(format!(
-                    "two rules are named {:?}: rule names must be unique",
-                    rule.name
-                )));
+                return Err(ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    format!(
+                        "two rules are named {:?}: rule names must be unique",
+                        rule.name
+                    ),
+                ));
             }
             compiled.push(rule.compile(default_key, default_algorithm)?);
         }

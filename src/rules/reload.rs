@@ -8,7 +8,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::RuleSet;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, ConfigErrorKind};
 
 /// How often the file is looked at: changes apply within this (plus the read).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -18,8 +18,12 @@ pub(crate) type Compile = Box<dyn Fn(&str) -> Result<RuleSet, ConfigError> + Sen
 
 /// Reads the rules file, for the first load.
 pub(crate) fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(format!("cannot read rules file {}: {e}", path.display())))
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::of(
+            ConfigErrorKind::RulesFile,
+            format!("cannot read rules file {}: {e}", path.display()),
+        )
+    })
 }
 
 /// Watches `path` on a thread of its own (so it needs no async runtime) until the rules it

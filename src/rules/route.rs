@@ -3,7 +3,7 @@
 use http::request::Parts;
 use http::Method;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, ConfigErrorKind};
 
 /// Methods (empty = any) and a path pattern.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -27,9 +27,10 @@ impl Route {
         let path = match path {
             None | Some("*") | Some("/*") => PathPattern::Any,
             Some(p) if !p.starts_with('/') => {
-                return Err(ConfigError::new(format!(
-                    "path {p:?} must start with '/' (e.g. \"/login\" or \"/api/*\")"
-                )))
+                return Err(ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    format!("path {p:?} must start with '/' (e.g. \"/login\" or \"/api/*\")"),
+                ))
             }
             Some(p) => match p.strip_suffix('*') {
                 Some(prefix) if prefix.ends_with('/') && !prefix.contains('*') => {
@@ -37,9 +38,12 @@ impl Route {
                 }
                 None if !p.contains('*') => PathPattern::Exact(p.to_owned()),
                 _ => {
-                    return Err(ConfigError::new(format!(
-                        "path {p:?}: '*' may only end a pattern, after a '/' (e.g. \"/api/*\")"
-                    )))
+                    return Err(ConfigError::of(
+                        ConfigErrorKind::Rule,
+                        format!(
+                            "path {p:?}: '*' may only end a pattern, after a '/' (e.g. \"/api/*\")"
+                        ),
+                    ))
                 }
             },
         };
@@ -68,8 +72,12 @@ pub(crate) fn parse_methods<'a>(
     names
         .into_iter()
         .map(|name| {
-            Method::from_bytes(name.to_ascii_uppercase().as_bytes())
-                .map_err(|_| ConfigError::new(format!("invalid HTTP method {name:?}")))
+            Method::from_bytes(name.to_ascii_uppercase().as_bytes()).map_err(|_| {
+                ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    format!("invalid HTTP method {name:?}"),
+                )
+            })
         })
         .collect()
 }

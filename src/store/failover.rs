@@ -28,9 +28,10 @@ impl std::str::FromStr for OnStoreError {
             "allow" => Ok(Self::Allow),
             "deny" => Ok(Self::Deny),
             "fallback" | "fallback_to_memory" => Ok(Self::FallbackToMemory),
-            other => Err(crate::ConfigError::new(format!(
-                "unknown store error policy {other:?} (use allow, deny or fallback)"
-            ))),
+            other => Err(crate::ConfigError::of(
+                crate::ConfigErrorKind::Store,
+                format!("unknown store error policy {other:?} (use allow, deny or fallback)"),
+            )),
         }
     }
 }

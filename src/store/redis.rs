@@ -12,7 +12,7 @@ use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
 use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::error::{ConfigError, StoreError};
+use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::{Check, Store};
 
@@ -83,9 +83,12 @@ impl RedisStore {
             },
             ..PoolConfig::default()
         });
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| ConfigError::new(format!("invalid Redis URL {url:?}: {e}")))?;
+        let pool = config.create_pool(Some(Runtime::Tokio1)).map_err(|e| {
+            ConfigError::of(
+                ConfigErrorKind::Store,
+                format!("invalid Redis URL {url:?}: {e}"),
+            )
+        })?;
         Ok(Self::from_pool(pool))
     }
 
