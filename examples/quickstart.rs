@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use axum::routing::{get, post};
 use axum::Router;
 use tollgate::key;
-use tollgate::store::RedisStore;
+use tollgate::store::{BoxStore, MemoryStore, RedisStore};
 use tollgate::{Algorithm, ConfigError, OnStoreError, Quota, RateLimitLayer};
 
 #[tokio::main]
@@ -91,12 +91,14 @@ fn app() -> Result<Router, ConfigError> {
             builder.name("quickstart").quota(quota)
         }
     };
+    Ok(routes().layer(builder.store(store()?).build()?))
+}
+
+/// Redis when `REDIS_URL` is set, else memory: one store type either way.
+fn store() -> Result<BoxStore, ConfigError> {
     Ok(match std::env::var("REDIS_URL") {
-        Ok(url) => {
-            let store = RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?;
-            routes().layer(builder.store(store).build()?)
-        }
-        Err(_) => routes().layer(builder.build()?),
+        Ok(url) => BoxStore::new(RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?),
+        Err(_) => BoxStore::new(MemoryStore::new()),
     })
 }
 

@@ -1,4 +1,5 @@
-//! [`ResponseFuture`]: checking → calling the inner service | answering at once.
+//! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service |
+//! answering at once.
 
 use std::fmt;
 use std::future::Future;
@@ -9,13 +10,15 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
+use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::body::ResponseBody;
 use crate::limiter::Verdict;
 
-/// The store's decision, boxed so the future's type does not depend on the store.
-pub(crate) type Check = Pin<Box<dyn Future<Output = Verdict> + Send>>;
+/// The limiter's decision in the making, boxed so the future's type does not depend on the
+/// store.
+pub(crate) type Deciding = Pin<Box<dyn Future<Output = Verdict> + Send>>;
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit).
@@ -34,10 +37,18 @@ pin_project! {
     where
         Svc: Service<Request<ReqBody>>,
     {
-        /// Waiting for the store; then the ready inner service is called with the request.
+        /// Waiting for the limiter's decision; then the ready inner service is called with
+        /// the request.
         Checking {
-            check: Check,
+            deciding: Deciding,
             inner: Option<(Svc, Request<ReqBody>)>,
+        },
+        /// Delay mode: the request was admitted to the queue and waits for its slot.
+        Waiting {
+            #[pin]
+            sleep: Sleep,
+            inner: Option<(Svc, Request<ReqBody>)>,
+            headers: HeaderMap,
         },
         /// The inner service is answering; the headers are added to its response.
         Inner {
@@ -56,10 +67,10 @@ impl<Svc, ReqBody> ResponseFuture<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,
 {
-    pub(crate) fn checking(check: Check, inner: Svc, request: Request<ReqBody>) -> Self {
+    pub(crate) fn checking(deciding: Deciding, inner: Svc, request: Request<ReqBody>) -> Self {
         Self {
             state: State::Checking {
-                check,
+                deciding,
                 inner: Some((inner, request)),
             },
         }
@@ -93,20 +104,29 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Checking { check, inner } => {
-                    let verdict = ready!(check.as_mut().poll(cx));
-                    let next = match (verdict, inner.take()) {
-                        (Verdict::Proceed(headers), Some((mut svc, request))) => State::Inner {
-                            future: svc.call(request),
+                StateProj::Checking { deciding, inner } => {
+                    let next = match ready!(deciding.as_mut().poll(cx)) {
+                        Verdict::Proceed { headers, wait } if wait.is_zero() => {
+                            call(inner.take(), headers)
+                        }
+                        Verdict::Proceed { headers, wait } => State::Waiting {
+                            sleep: tokio::time::sleep(wait),
+                            inner: inner.take(),
                             headers,
                         },
-                        (Verdict::Respond(response), _) => State::Respond {
+                        Verdict::Respond(response) => State::Respond {
                             response: Some(response),
                         },
-                        // Polled again after completion: answer with an empty 500 rather
-                        // than panic (futures must not be polled after completion anyway).
-                        (Verdict::Proceed(_), None) => State::Respond { response: None },
                     };
+                    this.state.set(next);
+                }
+                StateProj::Waiting {
+                    sleep,
+                    inner,
+                    headers,
+                } => {
+                    ready!(sleep.poll(cx));
+                    let next = call(inner.take(), std::mem::take(headers));
                     this.state.set(next);
                 }
                 StateProj::Inner { future, headers } => {
@@ -128,6 +148,25 @@ where
                 }
             }
         }
+    }
+}
+
+/// The state that calls the ready inner service with the request.
+fn call<Svc, ReqBody>(
+    inner: Option<(Svc, Request<ReqBody>)>,
+    headers: HeaderMap,
+) -> State<Svc, ReqBody>
+where
+    Svc: Service<Request<ReqBody>>,
+{
+    match inner {
+        Some((mut svc, request)) => State::Inner {
+            future: svc.call(request),
+            headers,
+        },
+        // Polled again after completion: answer with an empty 500 rather than panic
+        // (futures must not be polled after completion anyway).
+        None => State::Respond { response: None },
     }
 }
 

@@ -15,12 +15,13 @@ use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};
 use crate::key::{self, KeyExtractor};
-use crate::limiter::{DenyResponse, ErrorHook, Limiter, OnMissingKey, SkipFn};
+use crate::limiter::{DenyResponse, Limiter, OnMissingKey, SkipFn};
+use crate::quiet_log::QuietLog;
 use crate::quota::Quota;
 use crate::response::HeaderStyle;
 use crate::rules::{self, Route, Rule, RuleSet};
 use crate::service::RateLimit;
-use crate::store::{Breaker, CircuitBreaker, MemoryStore, OnStoreError, QuietLog, Store};
+use crate::store::{CircuitBreaker, ErrorHook, MemoryStore, OnStoreError, Resilient, Store};
 
 /// The policy name used when none is given; it appears in store keys and headers.
 const DEFAULT_POLICY_NAME: &str = "default";
@@ -92,16 +93,16 @@ impl RateLimitLayer<MemoryStore> {
     }
 }
 
-impl<S> RateLimitLayer<S> {
+impl<S: Store> RateLimitLayer<S> {
     /// How many times the store failed (errors, timeouts, and requests answered while the
     /// circuit breaker was open) since the layer was built.
     pub fn store_errors(&self) -> u64 {
-        self.limiter.store_errors.load(Ordering::Relaxed)
+        self.limiter.store.errors()
     }
 
     /// Whether the circuit breaker is open: the store is failing and not being called.
     pub fn store_circuit_open(&self) -> bool {
-        self.limiter.breaker.is_open()
+        self.limiter.store.circuit_open()
     }
 
     /// How many requests a shadow-mode rule would have denied since the layer was built.
@@ -317,8 +318,8 @@ impl<S> RateLimitLayerBuilder<S> {
         self
     }
 
-    /// The longest a decision may wait for the store (default 50 ms). Not used by the
-    /// in-memory store, which never waits.
+    /// The longest a decision may wait for the store (default 50 ms). The in-memory store
+    /// never waits, so it never starts this timer.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = timeout;
         self
@@ -386,21 +387,21 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                 Box::new(move |text| source.compile(Some(text))),
             );
         }
+        let store = Resilient::new(self.store)
+            .timeout(self.store_timeout)
+            .on_error(self.on_store_error)
+            .circuit_breaker(self.breaker)
+            .on_error_hook(self.error_hook);
         Ok(RateLimitLayer {
             limiter: Arc::new(Limiter {
                 rules,
                 skip: self.skip,
-                store: self.store,
+                store,
                 on_missing_key: self.on_missing_key,
                 headers: self.headers,
                 deny: self.deny,
                 on_store_error: self.on_store_error,
-                store_timeout: self.store_timeout,
-                breaker: Breaker::new(self.breaker),
-                fallback: MemoryStore::new(),
-                error_log: QuietLog::new(Duration::from_secs(10)),
-                store_errors: AtomicU64::new(0),
-                error_hook: self.error_hook,
+                tier_log: QuietLog::new(Duration::from_secs(10)),
                 shadow_log: QuietLog::new(Duration::from_secs(10)),
                 shadow_denials: AtomicU64::new(0),
             }),

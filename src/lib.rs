@@ -49,6 +49,7 @@ mod future;
 pub mod key;
 mod layer;
 mod limiter;
+mod quiet_log;
 mod quota;
 mod response;
 pub mod rules;

@@ -1,5 +1,6 @@
 //! The decision for one request, shared by every clone of the service: which rules apply,
-//! asking the store (behind a timeout and a circuit breaker), and the response or headers.
+//! with which keys and costs; asking the store; and the response or headers from its answer.
+//! Timeouts, the circuit breaker and the fallback are the store's (see `store::Resilient`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,12 +15,12 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::decision::Decision;
-use crate::error::StoreError;
 use crate::key;
+use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
 use crate::rules::{CompiledRule, Cost, Mode, RuleSet};
-use crate::store::{Breaker, Check, MemoryStore, OnStoreError, Permit, QuietLog, Store};
+use crate::store::{Check, OnStoreError, Resilient, Store};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
 /// no peer address because the server was not set up to provide one).
@@ -43,9 +44,6 @@ const ANONYMOUS_KEY: &str = "#anonymous";
 /// Builds the response for a denied request, in place of the default 429.
 pub(crate) type DenyResponse = Arc<dyn Fn(&Decision) -> Response<String> + Send + Sync>;
 
-/// Observes every store error (after the policy has answered the request).
-pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
-
 /// Tells requests the layer never limits (health checks, preflights).
 pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
@@ -53,17 +51,16 @@ pub(crate) struct Limiter<S> {
     /// The rules in force; replaced whole when a rules file changes.
     pub(crate) rules: Arc<ArcSwap<RuleSet>>,
     pub(crate) skip: Option<SkipFn>,
-    pub(crate) store: S,
+    /// The user's store inside the failure handling.
+    pub(crate) store: Resilient<S>,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,
+    /// How to answer when the store cannot decide: only `Deny` answers (503); the store
+    /// itself falls back to memory.
     pub(crate) on_store_error: OnStoreError,
-    pub(crate) store_timeout: Duration,
-    pub(crate) breaker: Breaker,
-    pub(crate) fallback: MemoryStore,
-    pub(crate) error_log: QuietLog,
-    pub(crate) store_errors: AtomicU64,
-    pub(crate) error_hook: Option<ErrorHook>,
+    /// Logs `quota_for` closures that return invalid quotas.
+    pub(crate) tier_log: QuietLog,
     pub(crate) shadow_log: QuietLog,
     pub(crate) shadow_denials: AtomicU64,
 }
@@ -98,8 +95,8 @@ struct Planned {
 
 /// The outcome of asking the store.
 pub(crate) enum Verdict {
-    /// Call the inner service and add these headers to its response.
-    Proceed(HeaderMap),
+    /// After `wait` (delay mode), call the inner service and add `headers` to its response.
+    Proceed { headers: HeaderMap, wait: Duration },
     /// Answer with this response instead.
     Respond(Response<Full<Bytes>>),
 }
@@ -205,10 +202,10 @@ impl<S: Store> Limiter<S> {
         let Some(quota) = rule.quota_for.as_ref().and_then(|tiers| tiers(key)) else {
             return (rule.policy.clone(), rule.quota);
         };
-        match rule.shape.policy(rule.policy.name(), quota) {
+        match rule.policy_for(quota) {
             Ok(policy) => (policy, quota),
             Err(e) => {
-                if self.error_log.should_log().is_some() {
+                if self.tier_log.should_log().is_some() {
                     tracing::error!(
                         target: "tollgate",
                         "quota_for returned an invalid quota; using the rule's own: {e}"
@@ -228,36 +225,40 @@ impl<S: Store> Limiter<S> {
                 key: &c.key,
                 policy: &c.policy,
                 cost: c.cost,
-                blocking: rules[c.rule].shape.mode != Mode::Shadow,
+                blocking: rules[c.rule].mode != Mode::Shadow,
             })
             .collect();
-        let decisions = match self.ask_store(&checks).await {
-            Ok(decisions) => decisions,
-            Err(error) => {
-                self.report(&error);
-                match self.on_store_error {
-                    OnStoreError::FallbackToMemory => self.fallback.check_many_now(&checks),
-                    OnStoreError::Deny => return Verdict::Respond(unavailable(pending.grpc)),
-                    _ => return Verdict::Proceed(HeaderMap::new()),
-                }
+        match self.store.check_many(&checks).await {
+            Ok(decisions) => self.verdict(&pending, decisions),
+            Err(_) if self.on_store_error == OnStoreError::Deny => {
+                Verdict::Respond(unavailable(pending.grpc))
             }
-        };
+            // Fail open, without rate-limit numbers the limiter does not know.
+            Err(_) => Verdict::Proceed {
+                headers: HeaderMap::new(),
+                wait: Duration::ZERO,
+            },
+        }
+    }
 
+    /// The response (or headers and wait) from the store's decisions, one per check.
+    fn verdict(&self, pending: &Pending, decisions: Vec<Decision>) -> Verdict {
+        let rules = &pending.rules.rules;
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
         let mut seen = Vec::with_capacity(decisions.len());
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
-            let decision = match rule.shape.mode {
-                Mode::Delay => {
-                    let (delay, own) = rule.shape.delay(&planned.quota, decision);
+            let decision = match &rule.delay {
+                Some(queue) => {
+                    let (delay, own) = queue.release(&planned.quota, decision);
                     wait = wait.max(delay);
                     own
                 }
-                _ => decision,
+                None => decision,
             };
             if !decision.allowed {
-                if rule.shape.mode == Mode::Shadow {
+                if rule.mode == Mode::Shadow {
                     self.shadow_denied(rule.policy.name(), &planned.key);
                 } else {
                     denial = Some(match denial {
@@ -270,13 +271,10 @@ impl<S: Store> Limiter<S> {
         }
         let mut headers = HeaderMap::new();
         response::write_headers(self.headers, &seen, &mut headers);
-        if let Some(decision) = denial {
-            return Verdict::Respond(self.denial(&decision, headers, pending.grpc));
+        match denial {
+            Some(decision) => Verdict::Respond(self.denial(&decision, headers, pending.grpc)),
+            None => Verdict::Proceed { headers, wait },
         }
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-        Verdict::Proceed(headers)
     }
 
     fn denial(&self, decision: &Decision, headers: HeaderMap, grpc: bool) -> Response<Full<Bytes>> {
@@ -302,47 +300,6 @@ impl<S: Store> Limiter<S> {
                 suppressed,
                 "shadow rule {rule:?} would have denied a request ({suppressed} more since the last report)"
             );
-        }
-    }
-
-    /// Asks the store, unless the circuit is open; local stores are asked directly.
-    async fn ask_store(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        if self.store.is_local() {
-            return self.store.check_many(checks).await;
-        }
-        let permit = self.breaker.permit();
-        if permit == Permit::Refuse {
-            return Err(StoreError::CircuitOpen);
-        }
-        let result =
-            match tokio::time::timeout(self.store_timeout, self.store.check_many(checks)).await {
-                Ok(result) => result,
-                Err(_) => Err(StoreError::Timeout),
-            };
-        if self.breaker.record(&permit, result.is_ok()) {
-            tracing::warn!(
-                target: "tollgate",
-                "rate limit store failed repeatedly: circuit breaker open, answering by {:?}",
-                self.on_store_error
-            );
-        }
-        result
-    }
-
-    /// Counts a store error, logs it (quietly) and hands it to the user's hook.
-    fn report(&self, error: &StoreError) {
-        self.store_errors.fetch_add(1, Ordering::Relaxed);
-        if !matches!(error, StoreError::CircuitOpen) {
-            if let Some(suppressed) = self.error_log.should_log() {
-                tracing::warn!(
-                    target: "tollgate",
-                    suppressed,
-                    "{error} ({suppressed} more store errors since the last report)"
-                );
-            }
-        }
-        if let Some(hook) = &self.error_hook {
-            hook(error);
         }
     }
 }
@@ -375,8 +332,6 @@ impl<S: fmt::Debug> fmt::Debug for Limiter<S> {
             .field("on_missing_key", &self.on_missing_key)
             .field("headers", &self.headers)
             .field("on_store_error", &self.on_store_error)
-            .field("store_timeout", &self.store_timeout)
-            .field("breaker", &self.breaker)
             .finish_non_exhaustive()
     }
 }

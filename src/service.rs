@@ -31,6 +31,16 @@ impl<Svc, S> RateLimit<Svc, S> {
     pub fn get_ref(&self) -> &Svc {
         &self.inner
     }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut Svc {
+        &mut self.inner
+    }
+
+    /// Unwraps the service.
+    pub fn into_inner(self) -> Svc {
+        self.inner
+    }
 }
 
 impl<Svc, S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<Svc, S>
@@ -47,18 +57,19 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone may not be ready; keep the one that `poll_ready` made ready.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         let (parts, body) = request.into_parts();
         let plan = self.limiter.plan(&parts);
         let request = Request::from_parts(parts, body);
         match plan {
-            Plan::Pass => ResponseFuture::inner(inner.call(request)),
+            Plan::Pass => ResponseFuture::inner(self.inner.call(request)),
             Plan::Respond(response) => ResponseFuture::respond(response),
             Plan::Check(pending) => {
-                let check = Box::pin(Arc::clone(&self.limiter).decide(pending));
-                ResponseFuture::checking(check, inner, request)
+                // The inner service is called after the decision: take the one `poll_ready`
+                // made ready, and leave a clone for the next request.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending));
+                ResponseFuture::checking(deciding, inner, request)
             }
         }
     }

@@ -812,7 +812,7 @@ max_delay = "2s"                # delay mode only
         assert_eq!(login.quota, Quota::per_minute(5));
         assert_eq!(login.policy.algorithm(), Algorithm::Gcra);
         assert_eq!(login.key.describe(), key::PeerIp::default().describe());
-        assert_eq!(login.shape.mode, Mode::Enforce);
+        assert_eq!(login.mode, Mode::Enforce);
 
         let api = compile(&file.rules[1]);
         assert!(api.route.matches(&parts("GET", "/api/items")));
@@ -820,7 +820,7 @@ max_delay = "2s"                # delay mode only
         assert!(!api.route.matches(&parts("GET", "/apix")));
         assert_eq!(api.quota, Quota::per_second(100).burst(200));
         assert_eq!(api.key.describe(), "the x-api-key header");
-        assert_eq!(api.shape.mode, Mode::Enforce);
+        assert_eq!(api.mode, Mode::Enforce);
         assert_eq!(api.max_cost, 200);
         assert!(matches!(&api.cost, super::super::Cost::Header(h) if h == "x-cost"));
         let debug = format!("{:?}", file.rules[1]);
@@ -885,7 +885,7 @@ trusted_proxies = ["172.16.0.0/12"]
         assert_eq!(inherits.policy.algorithm(), Algorithm::TokenBucket);
         assert_eq!(inherits.quota, Quota::per_second(10));
         assert_eq!(inherits.max_cost, 5);
-        assert_eq!(inherits.shape.mode, Mode::Shadow);
+        assert_eq!(inherits.mode, Mode::Shadow);
         assert!(matches!(&inherits.cost, super::super::Cost::Header(h) if h == "x-cost"));
         assert_eq!(inherits.key.describe(), key::ClientIp::default().describe());
         // max_delay from [defaults] applies only to delay-mode rules.
@@ -895,7 +895,7 @@ trusted_proxies = ["172.16.0.0/12"]
         assert_eq!(overrides.policy.algorithm(), Algorithm::SlidingWindow);
         assert_eq!(overrides.quota, Quota::per_minute(7));
         assert_eq!(overrides.max_cost, 3);
-        assert_eq!(overrides.shape.mode, Mode::Enforce);
+        assert_eq!(overrides.mode, Mode::Enforce);
         assert!(matches!(&overrides.cost, super::super::Cost::Header(h) if h == "x-weight"));
         let chain = key::Header::new("x-tenant")
             .or(key::Method)
@@ -907,7 +907,7 @@ trusted_proxies = ["172.16.0.0/12"]
         assert_eq!(overrides.key.extract(&req), chain.extract(&req));
 
         let queued = compile(&file.rules[2]);
-        assert_eq!(queued.shape.mode, Mode::Delay);
+        assert_eq!(queued.mode, Mode::Delay);
         assert!(format!("{:?}", file.rules[2]).contains("max_delay: Some(1s)"));
 
         // A rule's own trusted_proxies replace the defaults': a forwarded address is believed

@@ -11,14 +11,16 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{HeaderName, Method};
 
-use crate::algorithm::{Algorithm, Params};
+use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
 use crate::quota::{Policy, Quota};
 
+mod delay;
 mod file;
 pub(crate) mod reload;
 mod route;
+pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
 pub(crate) use route::{parse_methods, Route};
 
@@ -271,8 +273,17 @@ impl Rule {
         };
         let algorithm = self.algorithm.unwrap_or(default_algorithm);
         let route = Route::new(self.methods.clone(), self.path.as_deref()).map_err(context)?;
-        let shape = Shape::new(self.mode, algorithm, self.max_delay).map_err(context)?;
-        let policy = shape.policy(&self.name, self.quota).map_err(context)?;
+        let delay = match self.mode {
+            Mode::Delay => Some(DelayQueue::new(algorithm, self.max_delay).map_err(context)?),
+            // max_delay is ignored outside delay mode, so a rule switches modes by its mode
+            // alone.
+            _ => None,
+        };
+        let policy = match &delay {
+            Some(queue) => queue.policy(&self.name, self.quota),
+            None => Policy::new(self.name.as_str(), self.quota, algorithm),
+        }
+        .map_err(context)?;
         let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
         if max_cost == 0 {
             return Err(context(ConfigError::of(
@@ -283,7 +294,8 @@ impl Rule {
         Ok(CompiledRule {
             policy,
             quota: self.quota,
-            shape,
+            mode: self.mode,
+            delay,
             key: self.key.clone().unwrap_or_else(|| Arc::clone(default_key)),
             route,
             cost,
@@ -310,110 +322,14 @@ impl fmt::Debug for Rule {
     }
 }
 
-/// A rule's mode with what it needs to turn a quota into a policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Shape {
-    pub(crate) mode: Mode,
-    algorithm: Algorithm,
-    max_delay: Duration,
-}
-
-impl Shape {
-    fn new(
-        mode: Mode,
-        algorithm: Algorithm,
-        max_delay: Option<Duration>,
-    ) -> Result<Self, ConfigError> {
-        match (mode, max_delay) {
-            (Mode::Delay, None) => {
-                return Err(ConfigError::of(
-                    ConfigErrorKind::Rule,
-                    "mode delay needs max_delay, the longest a request may wait (e.g. \"2s\")",
-                ))
-            }
-            (Mode::Delay, Some(d)) if d.is_zero() => {
-                return Err(ConfigError::of(
-                    ConfigErrorKind::Rule,
-                    "max_delay must be longer than zero",
-                ))
-            }
-            // Ignored outside delay mode, so a rule switches modes by its mode alone.
-            _ => {}
-        }
-        if mode == Mode::Delay && !algorithm.uses_burst() {
-            return Err(ConfigError::of(
-                ConfigErrorKind::Rule,
-                format!(
-                    "mode delay queues requests like a leaky bucket; it works with gcra, \
-                 token_bucket or leaky_bucket, not {algorithm}"
-                ),
-            ));
-        }
-        Ok(Self {
-            mode,
-            algorithm,
-            max_delay: max_delay.unwrap_or_default(),
-        })
-    }
-
-    /// The policy the store enforces for `quota`. In delay mode it is a leaky bucket whose
-    /// queue is longer by the slots that fit in `max_delay`: a request is admitted if its slot
-    /// starts within `max_delay`, and then waits for it.
-    pub(crate) fn policy(&self, name: &str, quota: Quota) -> Result<Policy, ConfigError> {
-        if self.mode != Mode::Delay {
-            return Policy::new(name, quota, self.algorithm);
-        }
-        let params = Params::new(&quota, Algorithm::LeakyBucket);
-        let queue = self.queue_slots(&params);
-        let burst = u32::try_from(params.burst.saturating_add(queue)).map_err(|_| {
-            ConfigError::of(
-                ConfigErrorKind::Rule,
-                "max_delay is too long for this quota (the queue would be too long)",
-            )
-        })?;
-        Policy::new(name, quota.burst(burst), Algorithm::LeakyBucket)
-    }
-
-    /// How many extra slots of `interval` fit in `max_delay`.
-    fn queue_slots(&self, params: &Params) -> u64 {
-        let max_delay = u64::try_from(self.max_delay.as_micros()).unwrap_or(u64::MAX);
-        max_delay / params.interval.max(1)
-    }
-
-    /// For a delay-mode decision of the queue policy: how long the request must wait, and the
-    /// decision as the rule's own quota sees it (its burst as the limit, queued requests not
-    /// counted as remaining).
-    pub(crate) fn delay(
-        &self,
-        quota: &Quota,
-        decision: crate::Decision,
-    ) -> (Duration, crate::Decision) {
-        let params = Params::new(quota, Algorithm::LeakyBucket);
-        let queue = self.queue_slots(&params);
-        // The leaky bucket's reset_after is the end of the request's last slot plus one interval;
-        // its first slot starts `cost` intervals before that. Waiting is needed only past the burst.
-        let immediate = params.burst.saturating_mul(params.interval);
-        let reset = u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX);
-        let wait = if decision.allowed {
-            Duration::from_micros(reset.saturating_sub(immediate))
-        } else {
-            Duration::ZERO
-        };
-        let own = crate::Decision {
-            limit: params.burst,
-            remaining: decision.remaining.saturating_sub(queue),
-            ..decision
-        };
-        (wait.min(self.max_delay), own)
-    }
-}
-
 /// A rule ready to use: defaults applied, quota validated.
 #[derive(Clone)]
 pub(crate) struct CompiledRule {
     pub(crate) policy: Policy,
     pub(crate) quota: Quota,
-    pub(crate) shape: Shape,
+    pub(crate) mode: Mode,
+    /// In delay mode: the queue, which also shapes `policy`.
+    pub(crate) delay: Option<DelayQueue>,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) route: Route,
     pub(crate) cost: Cost,
@@ -421,11 +337,22 @@ pub(crate) struct CompiledRule {
     pub(crate) quota_for: Option<TierFn>,
 }
 
+impl CompiledRule {
+    /// The policy of this rule for another quota (a tier's), in the rule's mode.
+    pub(crate) fn policy_for(&self, quota: Quota) -> Result<Policy, ConfigError> {
+        match &self.delay {
+            Some(queue) => queue.policy(self.policy.name(), quota),
+            None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
+        }
+    }
+}
+
 impl fmt::Debug for CompiledRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompiledRule")
             .field("policy", &self.policy)
-            .field("shape", &self.shape)
+            .field("mode", &self.mode)
+            .field("delay", &self.delay)
             .field("key", &self.key.describe())
             .field("route", &self.route)
             .field("cost", &self.cost)

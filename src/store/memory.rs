@@ -337,10 +337,6 @@ impl Store for MemoryStore {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         Ok(self.check_many_now(checks))
     }
-
-    fn is_local(&self) -> bool {
-        true
-    }
 }
 
 #[cfg(test)]

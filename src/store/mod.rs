@@ -1,4 +1,9 @@
 //! Stores: where rate-limit state lives and decisions are made.
+//!
+//! A backend ([`MemoryStore`], [`RedisStore`]) decides; wrappers that are themselves stores
+//! add one concern each around it. The layer's builder puts its store inside a
+//! [`Resilient`] (timeout, circuit breaker, fallback), and [`BoxStore`] lets an app choose
+//! a backend at run time.
 
 use std::future::Future;
 
@@ -56,12 +61,6 @@ pub trait Store: Send + Sync + 'static {
             Ok(decisions)
         }
     }
-
-    /// Whether this store decides in-process without I/O. Such a store cannot fail, so the
-    /// layer puts no timeout or circuit breaker around it.
-    fn is_local(&self) -> bool {
-        false
-    }
 }
 
 #[cfg(feature = "redis")]
@@ -69,6 +68,10 @@ mod redis;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 
-mod failover;
-pub(crate) use failover::{Breaker, Permit, QuietLog};
-pub use failover::{CircuitBreaker, OnStoreError};
+mod boxed;
+mod breaker;
+mod resilient;
+pub use boxed::BoxStore;
+pub use breaker::CircuitBreaker;
+pub(crate) use resilient::ErrorHook;
+pub use resilient::{OnStoreError, Resilient};

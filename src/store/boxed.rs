@@ -1,0 +1,96 @@
+//! [`BoxStore`]: any store, chosen at run time.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::quota::Policy;
+use crate::store::{Check, Store};
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Any [`Store`], chosen at run time: e.g. Redis when a URL is configured, memory otherwise,
+/// without the choice showing in the app's types.
+///
+/// It costs one allocation per decision (the boxed future), next to a Redis round trip.
+///
+/// ```
+/// use tollgate::store::{BoxStore, MemoryStore, RedisStore};
+/// use tollgate::{key, Quota, RateLimitLayer};
+///
+/// let store = match std::env::var("REDIS_URL") {
+///     Ok(url) => BoxStore::new(RedisStore::from_url(&url)?),
+///     Err(_) => BoxStore::new(MemoryStore::new()),
+/// };
+/// let layer = RateLimitLayer::builder()
+///     .quota(Quota::per_minute(100))
+///     .key(key::Global)
+///     .store(store)
+///     .build()?;
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct BoxStore {
+    inner: Arc<dyn DynStore>,
+}
+
+impl BoxStore {
+    /// Boxes `store`.
+    pub fn new(store: impl Store + fmt::Debug) -> Self {
+        Self {
+            inner: Arc::new(store),
+        }
+    }
+}
+
+/// [`Store`] with boxed futures, so it can be a trait object.
+trait DynStore: Send + Sync + fmt::Debug {
+    fn check<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>>;
+
+    fn check_many<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>>;
+}
+
+impl<S: Store + fmt::Debug> DynStore for S {
+    fn check<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(Store::check(self, key, policy, cost))
+    }
+
+    fn check_many<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>> {
+        Box::pin(Store::check_many(self, checks))
+    }
+}
+
+impl Store for BoxStore {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.inner.check(key, policy, cost).await
+    }
+
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.inner.check_many(checks).await
+    }
+}
+
+impl fmt::Debug for BoxStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}

@@ -1,0 +1,373 @@
+//! [`Resilient`]: a store around a store that may fail, with a timeout, a circuit breaker, a
+//! local fallback and quiet logs.
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::decision::Decision;
+use crate::error::{ConfigError, ConfigErrorKind, StoreError};
+use crate::quiet_log::QuietLog;
+use crate::quota::Policy;
+use crate::store::breaker::Breaker;
+use crate::store::{Check, CircuitBreaker, MemoryStore, Store};
+
+/// What the layer does when the store cannot decide (error, timeout, open circuit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnStoreError {
+    /// Let the request through without rate-limit headers (fail open). The default: a Redis
+    /// outage never becomes an outage of the app.
+    #[default]
+    Allow,
+    /// Answer 503 with `Retry-After` (gRPC: UNAVAILABLE) (fail closed).
+    Deny,
+    /// Decide with an in-process limiter with the same policies, so each instance keeps
+    /// limiting on its own while the store is away.
+    FallbackToMemory,
+}
+
+impl std::str::FromStr for OnStoreError {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "allow" => Ok(Self::Allow),
+            "deny" => Ok(Self::Deny),
+            "fallback" | "fallback_to_memory" => Ok(Self::FallbackToMemory),
+            other => Err(ConfigError::of(
+                ConfigErrorKind::Other,
+                format!("unknown store error policy {other:?} (use allow, deny or fallback)"),
+            )),
+        }
+    }
+}
+
+/// Observes every store error (after the policy has answered the request).
+pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
+
+/// A store around `S` that bounds every call by a timeout, stops calling `S` while it keeps
+/// failing (a [`CircuitBreaker`]), logs failures at most once per 10 s, and, with
+/// [`OnStoreError::FallbackToMemory`], decides in memory while `S` is away.
+///
+/// [`RateLimitLayer`](crate::RateLimitLayer)'s builder wraps its store in one, so a store
+/// never needs its own timeouts. With the other policies a failure is returned as the
+/// [`StoreError`] for the layer to answer (fail open or closed).
+///
+/// A call that times out may still have run in the store: Redis may run the script after the
+/// caller gave up, so a timed-out request may use quota although it was answered by the
+/// policy.
+///
+/// An in-process store answers on the first poll, so wrapping one costs no timer: the timeout
+/// starts only when the inner store has to wait.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::store::{Check, OnStoreError, RedisStore, Resilient};
+/// use tollgate::{Algorithm, Policy, Quota, Store};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Resilient::new(RedisStore::from_url("redis://127.0.0.1:6379")?)
+///     .timeout(Duration::from_millis(20))
+///     .on_error(OnStoreError::FallbackToMemory);
+/// let policy = Policy::new("api", Quota::per_second(10), Algorithm::Gcra)?;
+/// let decision = store.check("client-1", &policy, 1).await?;
+/// # let _ = decision; Ok(()) }
+/// ```
+pub struct Resilient<S> {
+    inner: S,
+    timeout: Duration,
+    on_error: OnStoreError,
+    breaker: Breaker,
+    /// Only with [`OnStoreError::FallbackToMemory`].
+    fallback: Option<MemoryStore>,
+    errors: AtomicU64,
+    error_log: QuietLog,
+    hook: Option<ErrorHook>,
+}
+
+impl<S: Store> Resilient<S> {
+    /// `inner` with a 50 ms timeout, the default [`CircuitBreaker`], and
+    /// [`OnStoreError::Allow`].
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            timeout: Duration::from_millis(50),
+            on_error: OnStoreError::Allow,
+            breaker: Breaker::new(CircuitBreaker::default(), Arc::new(SystemClock)),
+            fallback: None,
+            errors: AtomicU64::new(0),
+            error_log: QuietLog::new(Duration::from_secs(10)),
+            hook: None,
+        }
+    }
+
+    /// The longest a call may take (default 50 ms); must be longer than zero.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// What a failure turns into (default [`OnStoreError::Allow`]: the error is returned).
+    #[must_use]
+    pub fn on_error(mut self, on_error: OnStoreError) -> Self {
+        self.on_error = on_error;
+        self.fallback = (on_error == OnStoreError::FallbackToMemory).then(MemoryStore::new);
+        self
+    }
+
+    /// Circuit breaker settings, with the breaker's time read from the system clock.
+    #[must_use]
+    pub fn circuit_breaker(self, settings: CircuitBreaker) -> Self {
+        self.circuit_breaker_with_clock(settings, SystemClock)
+    }
+
+    /// Circuit breaker settings, with the breaker's time read from `clock` (e.g. a
+    /// [`ManualClock`](crate::ManualClock) in tests).
+    #[must_use]
+    pub fn circuit_breaker_with_clock(
+        mut self,
+        settings: CircuitBreaker,
+        clock: impl Clock,
+    ) -> Self {
+        self.breaker = Breaker::new(settings, Arc::new(clock));
+        self
+    }
+
+    pub(crate) fn on_error_hook(mut self, hook: Option<ErrorHook>) -> Self {
+        self.hook = hook;
+        self
+    }
+
+    /// How many calls failed (errors, timeouts, and calls refused while the circuit was
+    /// open) since this store was made.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Whether the circuit breaker is open: the inner store is failing and not being called.
+    pub fn circuit_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// The wrapped store.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Calls the inner store unless the circuit is open, within the timeout, and records
+    /// the outcome. The breaker's attempt is settled or, if this future is dropped first,
+    /// hands its probe back when dropped.
+    async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let Some(attempt) = self.breaker.attempt() else {
+            return Err(StoreError::CircuitOpen);
+        };
+        let result = within(self.timeout, call).await;
+        let reached = result
+            .as_ref()
+            .map_or_else(|e| !e.is_store_failure(), |_| true);
+        if attempt.record(reached) {
+            tracing::warn!(
+                target: "tollgate",
+                "rate limit store failed repeatedly: circuit breaker open, answering by {:?}",
+                self.on_error
+            );
+        }
+        result
+    }
+
+    /// Counts, logs (quietly) and reports a failure; then the fallback's answer, if any.
+    fn failed(&self, error: &StoreError) -> Option<&MemoryStore> {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if !matches!(error, StoreError::CircuitOpen) {
+            if let Some(suppressed) = self.error_log.should_log() {
+                tracing::warn!(
+                    target: "tollgate",
+                    suppressed,
+                    "{error} ({suppressed} more store errors since the last report)"
+                );
+            }
+        }
+        if let Some(hook) = &self.hook {
+            hook(error);
+        }
+        self.fallback.as_ref()
+    }
+}
+
+/// `call`'s result, or [`StoreError::Timeout`] after `limit`. A call that is ready at once
+/// (an in-process store) costs no timer.
+async fn within<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let mut call = pin!(call);
+    if let Poll::Ready(result) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+        return result;
+    }
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or(Err(StoreError::Timeout))
+}
+
+impl<S: Store> Store for Resilient<S> {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        match self.call(self.inner.check(key, policy, cost)).await {
+            Ok(decision) => Ok(decision),
+            Err(error) => match self.failed(&error) {
+                Some(fallback) => Ok(fallback.check_now(key, policy, cost)),
+                None => Err(error),
+            },
+        }
+    }
+
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match self.call(self.inner.check_many(checks)).await {
+            Ok(decisions) => Ok(decisions),
+            Err(error) => match self.failed(&error) {
+                Some(fallback) => Ok(fallback.check_many_now(checks)),
+                None => Err(error),
+            },
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Resilient<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resilient")
+            .field("inner", &self.inner)
+            .field("timeout", &self.timeout)
+            .field("on_error", &self.on_error)
+            .field("breaker", &self.breaker)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU8;
+
+    use super::*;
+    use crate::{Algorithm, ManualClock, Quota};
+
+    const ANSWER: u8 = 0;
+    const FAIL: u8 = 1;
+    const HANG: u8 = 2;
+
+    /// A store that answers, fails or hangs as told (a stand-in for a backend in unit tests;
+    /// the integration tests use a real, SIGSTOPped redis-server).
+    #[derive(Debug, Default)]
+    struct Flaky {
+        mode: AtomicU8,
+        memory: MemoryStore,
+    }
+
+    impl Flaky {
+        fn set(&self, mode: u8) {
+            self.mode.store(mode, Ordering::SeqCst);
+        }
+    }
+
+    impl Store for Flaky {
+        async fn check(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            match self.mode.load(Ordering::SeqCst) {
+                FAIL => Err(StoreError::backend("connection refused")),
+                HANG => std::future::pending().await,
+                _ => Ok(self.memory.check_now(key, policy, cost)),
+            }
+        }
+    }
+
+    fn policy() -> Policy {
+        Policy::new("p", Quota::per_second(100), Algorithm::Gcra).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_mid_probe_does_not_keep_the_circuit_open() {
+        let clock = ManualClock::new(1_000_000);
+        let store = Resilient::new(Flaky::default())
+            .timeout(Duration::from_secs(60))
+            .on_error(OnStoreError::Deny)
+            .circuit_breaker_with_clock(
+                CircuitBreaker::default()
+                    .failures(1)
+                    .open_for(Duration::from_secs(1), Duration::from_secs(30)),
+                clock.clone(),
+            );
+        let policy = policy();
+        store.get_ref().set(FAIL);
+        assert!(store.check("k", &policy, 1).await.is_err());
+        assert!(store.circuit_open());
+        clock.advance(Duration::from_secs(2));
+        // The probe's request is dropped before the store answers.
+        store.get_ref().set(HANG);
+        let probe = store.check("k", &policy, 1);
+        let dropped = tokio::time::timeout(Duration::from_millis(1), probe).await;
+        assert!(dropped.is_err(), "the probe hangs: {dropped:?}");
+        // The store is back: the very next request probes, and closes the circuit.
+        store.get_ref().set(ANSWER);
+        assert!(store.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(!store.circuit_open());
+    }
+
+    #[tokio::test]
+    async fn fallback_decides_in_memory_and_counts_the_error() {
+        let store = Resilient::new(Flaky::default())
+            .timeout(Duration::from_millis(5))
+            .on_error(OnStoreError::FallbackToMemory);
+        store.get_ref().set(HANG);
+        let policy = Policy::new("p", Quota::per_minute(2), Algorithm::Gcra).unwrap();
+        let mut allowed = Vec::new();
+        for _ in 0..3 {
+            allowed.push(store.check("k", &policy, 1).await.unwrap().allowed);
+        }
+        assert_eq!(allowed, [true, true, false]);
+        assert_eq!(store.errors(), 3);
+    }
+
+    #[tokio::test]
+    async fn an_error_about_one_key_never_opens_the_circuit() {
+        #[derive(Debug)]
+        struct WrongType;
+        impl Store for WrongType {
+            async fn check(&self, _: &str, _: &Policy, _: u32) -> Result<Decision, StoreError> {
+                Err(StoreError::key_state("WRONGTYPE"))
+            }
+        }
+        let store =
+            Resilient::new(WrongType).circuit_breaker(CircuitBreaker::default().failures(1));
+        for _ in 0..10 {
+            assert!(matches!(
+                store.check("k", &policy(), 1).await,
+                Err(StoreError::KeyState(_))
+            ));
+        }
+        assert!(!store.circuit_open());
+        assert_eq!(store.errors(), 10);
+    }
+
+    #[test]
+    fn a_store_that_answers_at_once_needs_no_timer() {
+        // No tokio time driver here: a timer would panic, so none is made.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let store = Resilient::new(MemoryStore::new());
+        let decision = runtime.block_on(store.check("k", &policy(), 1)).unwrap();
+        assert!(decision.allowed);
+    }
+}
