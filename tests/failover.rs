@@ -10,6 +10,7 @@ use axum::Router;
 use support::RedisServer;
 use tollgate::store::{CircuitBreaker, RedisStore};
 use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
+use tower::{Layer, ServiceExt};
 
 /// An app limited through the Redis at `url`, with a breaker that probes again quickly.
 async fn app(url: &str, quota: Quota, on_error: OnStoreError) -> SocketAddr {
@@ -176,4 +177,92 @@ async fn app_started_before_redis_begins_limiting_once_redis_is_up() {
         statuses.push(get_once(addr).await.status);
     }
     assert_eq!(statuses, [200, 200, 429]);
+}
+
+#[tokio::test]
+async fn a_probe_dropped_by_its_client_does_not_keep_the_circuit_open() {
+    let redis = RedisServer::start();
+    let addr = app(&redis.url(), Quota::per_hour(1000), OnStoreError::Deny).await;
+    assert_eq!(get_once(addr).await.status, 200);
+    redis.pause();
+    for _ in 0..6 {
+        assert_eq!(get_once(addr).await.status, 503);
+    }
+    // Past the back-off (100-200 ms), the next request probes; its client gives up first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hung_up = support::client()
+        .get(format!("http://{addr}/"))
+        .timeout(Duration::from_millis(20))
+        .send()
+        .await;
+    assert!(
+        hung_up.is_err(),
+        "the probe should still be waiting for Redis"
+    );
+    redis.resume();
+    // The abandoned probe is handed back: the next request probes and closes the circuit.
+    let r = until_limiting(addr, Duration::from_secs(2)).await;
+    assert_eq!(r.status, 200);
+}
+
+/// Many decisions in flight on the store's one multiplexed connection when it is killed: they
+/// fail together, and count as one failure, not enough to open the circuit. (Called through
+/// the service, without HTTP, so that enough calls are in flight at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_killed_connection_under_load_costs_almost_nothing() {
+    let redis = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_hour(1_000_000_000))
+        .key(key::Global)
+        .store(RedisStore::from_url(&redis.url()).unwrap())
+        .on_store_error(OnStoreError::Deny)
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let started = Instant::now();
+    let run_for = Duration::from_millis(3_000);
+    let concurrency = 32;
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                while started.elapsed() < run_for {
+                    let r = service.clone().oneshot(http::Request::new(())).await;
+                    statuses.push(r.unwrap().status().as_u16());
+                }
+                statuses
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let killed: i64 = deadpool_redis::redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal"])
+        .query(&mut support::redis_connection(&redis.url()))
+        .unwrap();
+    assert!(killed >= 1, "the store's connection was killed");
+    let mut statuses = Vec::new();
+    for worker in workers {
+        statuses.extend(worker.await.unwrap());
+    }
+    let unavailable = statuses.iter().filter(|&&s| s == 503).count();
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 503),
+        "only 200 and 503 expected"
+    );
+    assert!(
+        statuses.len() > 2_000,
+        "too little load: {}",
+        statuses.len()
+    );
+    // The calls on the killed connection fail (about one per worker, and the few sent on it
+    // before the store saw it break); an open circuit would answer 503 for a whole second.
+    assert!(
+        unavailable < 4 * concurrency,
+        "{unavailable} of {} requests got 503",
+        statuses.len()
+    );
+    assert!(!layer.store_circuit_open());
 }
