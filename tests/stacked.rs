@@ -17,12 +17,7 @@ use tollgate::{Algorithm, Decision, ManualClock, Policy, Quota, Store};
 const T0: u64 = 1_700_000_000_000_000;
 
 fn check<'a>(key: &'a str, policy: &'a Policy, blocking: bool) -> Check<'a> {
-    Check {
-        key,
-        policy,
-        cost: 1,
-        blocking,
-    }
+    Check::new(key, policy, 1).blocking(blocking)
 }
 
 fn summary(decisions: &[Decision]) -> Vec<(bool, u64)> {
@@ -80,16 +75,16 @@ async fn stacked_decisions_are_identical_in_memory_and_redis() {
             clock.set(offset + start.elapsed().as_micros() as u64);
             let n = rng.random_range(2..=3);
             let checks: Vec<Check<'_>> = (0..n)
-                .map(|_| Check {
+                .map(|_| {
                     // Few keys and policies: the same limit twice in one request happens too.
-                    key: ["a", "b", "c"][rng.random_range(0..3)],
-                    policy: &policies[rng.random_range(0..policies.len())],
-                    cost: if rng.random_bool(0.05) {
+                    let key = ["a", "b", "c"][rng.random_range(0..3)];
+                    let policy = &policies[rng.random_range(0..policies.len())];
+                    let cost = if rng.random_bool(0.05) {
                         rng.random_range(1..25)
                     } else {
                         rng.random_range(1..3)
-                    },
-                    blocking: rng.random_bool(0.75),
+                    };
+                    Check::new(key, policy, cost).blocking(rng.random_bool(0.75))
                 })
                 .collect();
             let m = memory.check_many(&checks).await.unwrap();

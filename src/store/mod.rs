@@ -15,7 +15,18 @@ mod memory;
 pub use memory::MemoryStore;
 
 /// One limit of a stacked decision: a client key under a policy, at a cost.
+///
+/// ```
+/// use tollgate::store::Check;
+/// use tollgate::{Algorithm, Policy, Quota};
+///
+/// let policy = Policy::new("api", Quota::per_minute(100), Algorithm::Gcra)?;
+/// let shadow = Check::new("client-1", &policy, 1).blocking(false);
+/// assert!(!shadow.blocking);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Check<'a> {
     /// The client key (already sanitized).
     pub key: &'a str,
@@ -26,6 +37,25 @@ pub struct Check<'a> {
     /// Whether a denial by this check blocks the request. Shadow-mode limits are checked and
     /// counted but never block, so their denial must not keep the others from counting.
     pub blocking: bool,
+}
+
+impl<'a> Check<'a> {
+    /// A blocking check of `key` under `policy` at `cost`.
+    pub fn new(key: &'a str, policy: &'a Policy, cost: u32) -> Self {
+        Self {
+            key,
+            policy,
+            cost,
+            blocking: true,
+        }
+    }
+
+    /// Whether a denial by this check blocks the request (default true).
+    #[must_use]
+    pub fn blocking(mut self, blocking: bool) -> Self {
+        self.blocking = blocking;
+        self
+    }
 }
 
 /// Decides requests against a [`Policy`] for one client key, atomically.
