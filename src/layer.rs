@@ -21,10 +21,15 @@ use crate::quota::Quota;
 use crate::response::HeaderStyle;
 use crate::rules::{self, Route, Rule, RuleSet};
 use crate::service::RateLimit;
-use crate::store::{CircuitBreaker, ErrorHook, MemoryStore, OnStoreError, Resilient, Store};
+use crate::store::{
+    CircuitBreaker, DenialCache, ErrorHook, MemoryStore, OnStoreError, Resilient, Store,
+};
 
 /// The policy name used when none is given; it appears in store keys and headers.
 const DEFAULT_POLICY_NAME: &str = "default";
+
+/// How many denials the cache of denials keeps at most (a few MB).
+const DENIAL_CACHE_CAPACITY: usize = 100_000;
 
 /// Rate-limits the wrapped service: each request is keyed, checked against a store, and
 /// either passed on (with rate-limit headers) or answered with 429.
@@ -89,6 +94,7 @@ impl RateLimitLayer<MemoryStore> {
             store_timeout: Duration::from_millis(50),
             breaker: CircuitBreaker::default(),
             error_hook: None,
+            denial_cache: DENIAL_CACHE_CAPACITY,
         }
     }
 }
@@ -97,12 +103,18 @@ impl<S: Store> RateLimitLayer<S> {
     /// How many times the store failed (errors, timeouts, and requests answered while the
     /// circuit breaker was open) since the layer was built.
     pub fn store_errors(&self) -> u64 {
-        self.limiter.store.errors()
+        self.limiter.store.get_ref().errors()
     }
 
     /// Whether the circuit breaker is open: the store is failing and not being called.
     pub fn store_circuit_open(&self) -> bool {
-        self.limiter.store.circuit_open()
+        self.limiter.store.get_ref().circuit_open()
+    }
+
+    /// How many requests the cache of denials answered without asking the store (see
+    /// [`RateLimitLayerBuilder::denial_cache`]).
+    pub fn denial_cache_hits(&self) -> u64 {
+        self.limiter.store.hits()
     }
 
     /// How many requests a shadow-mode rule would have denied since the layer was built.
@@ -179,6 +191,8 @@ pub struct RateLimitLayerBuilder<S = MemoryStore> {
     store_timeout: Duration,
     breaker: CircuitBreaker,
     error_hook: Option<ErrorHook>,
+    /// Capacity of the cache of denials; 0 when it is off.
+    denial_cache: usize,
 }
 
 impl<S> RateLimitLayerBuilder<S> {
@@ -271,6 +285,7 @@ impl<S> RateLimitLayerBuilder<S> {
             store_timeout: self.store_timeout,
             breaker: self.breaker,
             error_hook: self.error_hook,
+            denial_cache: self.denial_cache,
         }
     }
 
@@ -328,6 +343,16 @@ impl<S> RateLimitLayerBuilder<S> {
     /// Circuit breaker settings (see [`CircuitBreaker`] for the defaults).
     pub fn circuit_breaker(mut self, breaker: CircuitBreaker) -> Self {
         self.breaker = breaker;
+        self
+    }
+
+    /// Whether denials are cached (default true): once the store denies a client under a
+    /// rule, requests of that cost or more are denied locally until the denial's
+    /// `Retry-After`, with the same headers, instead of asking the store again. Exact (a
+    /// cached denial never denies what the store would allow) and bounded (100,000 denials);
+    /// see [`DenialCache`].
+    pub fn denial_cache(mut self, enabled: bool) -> Self {
+        self.denial_cache = if enabled { DENIAL_CACHE_CAPACITY } else { 0 };
         self
     }
 
@@ -392,6 +417,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             .on_error(self.on_store_error)
             .circuit_breaker(self.breaker)
             .on_error_hook(self.error_hook);
+        let store = DenialCache::new(store, self.denial_cache);
         Ok(RateLimitLayer {
             limiter: Arc::new(Limiter {
                 rules,

@@ -20,7 +20,7 @@ use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
 use crate::rules::{CompiledRule, Cost, Mode, RuleSet};
-use crate::store::{Check, OnStoreError, Resilient, Store};
+use crate::store::{Check, DenialCache, OnStoreError, Resilient, Store};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
 /// no peer address because the server was not set up to provide one).
@@ -51,8 +51,8 @@ pub(crate) struct Limiter<S> {
     /// The rules in force; replaced whole when a rules file changes.
     pub(crate) rules: Arc<ArcSwap<RuleSet>>,
     pub(crate) skip: Option<SkipFn>,
-    /// The user's store inside the failure handling.
-    pub(crate) store: Resilient<S>,
+    /// The user's store inside the failure handling, behind the cache of denials.
+    pub(crate) store: DenialCache<Resilient<S>>,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,

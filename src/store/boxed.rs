@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
@@ -59,6 +60,8 @@ trait DynStore: Send + Sync + fmt::Debug {
         &'a self,
         checks: &'a [Check<'a>],
     ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>>;
+
+    fn clock(&self) -> Option<&dyn Clock>;
 }
 
 impl<S: Store + fmt::Debug> DynStore for S {
@@ -77,6 +80,10 @@ impl<S: Store + fmt::Debug> DynStore for S {
     ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>> {
         Box::pin(Store::check_many(self, checks))
     }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        Store::clock(self)
+    }
 }
 
 impl Store for BoxStore {
@@ -86,6 +93,10 @@ impl Store for BoxStore {
 
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         self.inner.check_many(checks).await
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.inner.clock()
     }
 }
 

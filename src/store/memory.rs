@@ -337,6 +337,10 @@ impl Store for MemoryStore {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         Ok(self.check_many_now(checks))
     }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        Some(&*self.inner.clock)
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 use std::future::Future;
 
+use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
@@ -91,6 +92,16 @@ pub trait Store: Send + Sync + 'static {
             Ok(decisions)
         }
     }
+
+    /// The clock this store decides by, when it reads one in this process (a
+    /// [`MemoryStore`], or a [`RedisStore`] given a clock); `None` when its time comes from
+    /// elsewhere (Redis `TIME`). Wrappers that keep state bounded in time (the
+    /// [`DenialCache`]) read it so that they agree with the store, [`ManualClock`]s included.
+    ///
+    /// [`ManualClock`]: crate::ManualClock
+    fn clock(&self) -> Option<&dyn Clock> {
+        None
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -100,8 +111,10 @@ pub use self::redis::RedisStore;
 
 mod boxed;
 mod breaker;
+mod denial_cache;
 mod resilient;
 pub use boxed::BoxStore;
 pub use breaker::CircuitBreaker;
+pub use denial_cache::DenialCache;
 pub(crate) use resilient::ErrorHook;
 pub use resilient::{OnStoreError, Resilient};

@@ -360,6 +360,10 @@ impl Store for RedisStore {
             .map(|(c, r)| decision_from_reply(c.policy.params().burst, r))
             .collect()
     }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.clock.as_deref()
+    }
 }
 
 impl fmt::Debug for RedisStore {

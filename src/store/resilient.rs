@@ -239,6 +239,10 @@ impl<S: Store> Store for Resilient<S> {
             },
         }
     }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.inner.clock()
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Resilient<S> {

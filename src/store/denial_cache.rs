@@ -1,0 +1,278 @@
+//! [`DenialCache`]: answers a key the store has already denied, locally, until its
+//! `retry_after`, so a flooded key costs no round trips.
+//!
+//! Why it is exact: a store's denial of `(policy, key)` for cost `c` with `retry_after = r`
+//! at time `t` stays true for any cost ≥ `c` until `t + r`. Denied requests change no state,
+//! and other instances can only consume more, which moves the earliest allowed time later,
+//! never earlier. So a cached denial never denies what the store would allow. The entry
+//! expires at the local time the call was *sent* plus `r`: the store decided at or after
+//! that, so the entry never outlives the denial.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::quota::Policy;
+use crate::store::{Check, Store};
+
+const SHARDS: usize = 16;
+
+/// Keeps the store's latest denial of each `(policy, key)` and answers requests of that cost
+/// or more locally until the denial ends, with the headers the store would give: for a
+/// request of the denied cost, the same `Retry-After` and numbers; for a costlier one,
+/// `Retry-After` says when the denied cost would pass, a lower bound (the client asks again
+/// and the store answers).
+///
+/// The layer's builder puts one around its store, on by default
+/// ([`denial_cache`](crate::RateLimitLayerBuilder::denial_cache) turns it off). It works for
+/// every algorithm, since each one's `retry_after` is exact: for the sliding window counter,
+/// the estimate only falls as time passes unless others add to it, so its `retry_after` is
+/// still a lower bound. Only requests with one limit are answered from the cache; a request
+/// under stacked limits always asks the store, which reports every limit's numbers.
+///
+/// Memory is bounded: at most `capacity` denials (default 100,000), dropped as they expire.
+pub struct DenialCache<S> {
+    inner: S,
+    shards: Box<[Mutex<HashMap<u64, Denial>>]>,
+    per_shard: usize,
+    hasher: RandomState,
+    epoch: Instant,
+    hits: AtomicU64,
+}
+
+/// One cached denial. The map is keyed by a hash of `(policy, key)`; these fields tell a
+/// collision apart.
+struct Denial {
+    policy: Policy,
+    key: Box<str>,
+    /// The smallest cost it answers.
+    cost: u32,
+    /// When it was sent to the store and when it ends, in the cache's µs (see `now`).
+    sent_at: u64,
+    until: u64,
+    decision: Decision,
+}
+
+impl<S: Store> DenialCache<S> {
+    /// A cache of up to `capacity` denials in front of `inner`; 0 turns it off.
+    pub fn new(inner: S, capacity: usize) -> Self {
+        Self {
+            inner,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_shard: capacity.div_ceil(SHARDS),
+            hasher: RandomState::new(),
+            epoch: Instant::now(),
+            hits: AtomicU64::new(0),
+        }
+    }
+
+    /// How many requests were answered from the cache.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// The wrapped store.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The store's time when it reads a clock here (so a [`ManualClock`] drives the cache
+    /// too), else a monotonic clock of this process; µs either way.
+    ///
+    /// [`ManualClock`]: crate::ManualClock
+    fn now(&self) -> u64 {
+        match self.inner.clock() {
+            Some(clock) => clock.now(),
+            None => u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX),
+        }
+    }
+
+    fn shard(&self, hash: u64) -> MutexGuard<'_, HashMap<u64, Denial>> {
+        // The modulo keeps the index in range.
+        let shard = &self.shards[(hash % SHARDS as u64) as usize];
+        shard.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn hash(&self, policy: &Policy, key: &str) -> u64 {
+        self.hasher
+            .hash_one((policy.name(), policy.algorithm(), policy.quota(), key))
+    }
+
+    /// The cached denial covering this request at `now`, as the store would give it now.
+    fn lookup(
+        &self,
+        hash: u64,
+        key: &str,
+        policy: &Policy,
+        cost: u32,
+        now: u64,
+    ) -> Option<Decision> {
+        let shard = self.shard(hash);
+        let denial = shard.get(&hash)?;
+        let covers = now < denial.until
+            && cost >= denial.cost
+            && &*denial.key == key
+            && denial.policy == *policy;
+        if !covers {
+            return None;
+        }
+        let elapsed = Duration::from_micros(now.saturating_sub(denial.sent_at));
+        // `remaining` as the store gave it: what has refilled since is not known here, so it
+        // is a lower bound (0 for a request of cost 1).
+        Some(Decision {
+            reset_after: denial.decision.reset_after.saturating_sub(elapsed),
+            retry_after: Some(Duration::from_micros(denial.until - now)),
+            ..denial.decision
+        })
+    }
+
+    /// Remembers the store's answer to a call sent at `sent_at`: a denial is kept; an
+    /// allowed request drops the key's denial, whose numbers it changed.
+    fn remember(&self, hash: u64, request: (&str, &Policy, u32), sent_at: u64, decision: Decision) {
+        let (key, policy, cost) = request;
+        let mut shard = self.shard(hash);
+        let retry_after = match decision.retry_after {
+            Some(retry_after) if !decision.allowed => retry_after,
+            _ => {
+                shard.remove(&hash);
+                return;
+            }
+        };
+        let until = sent_at.saturating_add(u64::try_from(retry_after.as_micros()).unwrap_or(0));
+        if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
+            let now = self.now();
+            shard.retain(|_, d| d.until > now);
+            if shard.len() >= self.per_shard {
+                return;
+            }
+        }
+        shard.insert(
+            hash,
+            Denial {
+                policy: policy.clone(),
+                key: key.into(),
+                cost,
+                sent_at,
+                until,
+                decision,
+            },
+        );
+    }
+}
+
+impl<S: Store> Store for DenialCache<S> {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        if self.per_shard == 0 {
+            return self.inner.check(key, policy, cost).await;
+        }
+        let sent_at = self.now();
+        let hash = self.hash(policy, key);
+        if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(decision);
+        }
+        let decision = self.inner.check(key, policy, cost).await?;
+        self.remember(hash, (key, policy, cost), sent_at, decision);
+        Ok(decision)
+    }
+
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match checks {
+            [one] => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
+            _ => self.inner.check_many(checks).await,
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for DenialCache<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DenialCache")
+            .field("inner", &self.inner)
+            .field("capacity", &(self.per_shard * SHARDS))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use crate::Algorithm;
+
+    fn policy(quota: &str) -> Policy {
+        Policy::new("p", quota.parse().unwrap(), Algorithm::Gcra).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_denied_key_is_answered_locally_with_the_remaining_wait() {
+        let cache = DenialCache::new(MemoryStore::new(), 100);
+        let policy = policy("2/min");
+        for _ in 0..2 {
+            assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
+        }
+        let denied = cache.check("k", &policy, 1).await.unwrap();
+        assert!(!denied.allowed);
+        assert_eq!(cache.hits(), 0);
+        let cached = cache.check("k", &policy, 1).await.unwrap();
+        assert_eq!(cache.hits(), 1);
+        assert!(!cached.allowed);
+        assert_eq!(cached.remaining, 0);
+        assert_eq!(cached.limit, denied.limit);
+        let (was, now) = (denied.retry_after.unwrap(), cached.retry_after.unwrap());
+        assert!(
+            now <= was && was - now < Duration::from_millis(50),
+            "{was:?} {now:?}"
+        );
+        // Another key, and a cheaper request than the one denied, still ask the store.
+        assert!(cache.check("other", &policy, 1).await.unwrap().allowed);
+        assert_eq!(cache.hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_denial_answers_only_requests_that_cost_as_much_or_more() {
+        let cache = DenialCache::new(MemoryStore::new(), 100);
+        let policy = policy("10/min");
+        assert!(cache.check("k", &policy, 8).await.unwrap().allowed);
+        assert!(!cache.check("k", &policy, 5).await.unwrap().allowed);
+        assert!(!cache.check("k", &policy, 6).await.unwrap().allowed);
+        assert_eq!(cache.hits(), 1);
+        // Cost 2 fits in what is left: the store is asked, and allows it.
+        assert!(cache.check("k", &policy, 2).await.unwrap().allowed);
+        assert_eq!(cache.hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn another_quota_under_the_same_name_is_not_answered() {
+        let cache = DenialCache::new(MemoryStore::new(), 100);
+        let strict = policy("1/min");
+        assert!(cache.check("k", &strict, 1).await.unwrap().allowed);
+        assert!(!cache.check("k", &strict, 1).await.unwrap().allowed);
+        // A reload raised the quota: the old denial does not apply, the store decides.
+        let generous = policy("100/min");
+        cache.check("k", &generous, 1).await.unwrap();
+        assert_eq!(cache.hits(), 0);
+    }
+
+    #[tokio::test]
+    async fn capacity_bounds_what_is_kept_and_zero_turns_it_off() {
+        let cache = DenialCache::new(MemoryStore::new(), 32);
+        let policy = policy("1/min");
+        for i in 0..1_000 {
+            let key = i.to_string();
+            cache.check(&key, &policy, 1).await.unwrap();
+            cache.check(&key, &policy, 1).await.unwrap();
+        }
+        let kept: usize = cache.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert!(kept <= 32, "{kept}");
+        let off = DenialCache::new(MemoryStore::new(), 0);
+        for _ in 0..3 {
+            off.check("k", &policy, 1).await.unwrap();
+        }
+        assert_eq!(off.hits(), 0);
+    }
+}

@@ -1,0 +1,149 @@
+//! The cache of denials against a real redis-server: it changes no decision, and a flooded key
+//! stops reaching Redis.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::Router;
+use deadpool_redis::redis;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tollgate::store::{DenialCache, MemoryStore, RedisStore};
+use tollgate::{key, Algorithm, ManualClock, Policy, Quota, RateLimitLayer, Store};
+
+/// Seeded histories of every algorithm: the memory store without a cache and the Redis store
+/// behind one give the same decisions. A cached answer to a request costing more than the one
+/// denied may report fewer `remaining` and an earlier `retry_after` than the store would (lower
+/// bounds); for cost 1 every number is the store's.
+#[tokio::test]
+async fn the_cache_changes_no_decision() {
+    let url = support::shared_redis_url();
+    let start = Instant::now();
+    let clock = ManualClock::new(0);
+    let mut hits = 0;
+    for algorithm in Algorithm::ALL {
+        let quota = Quota::new(5, Duration::from_secs(2));
+        let seed = 0xdea1_ca5e ^ (algorithm as u64);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let cached = DenialCache::new(
+            RedisStore::from_url(&url)
+                .unwrap()
+                .prefix(support::unique_prefix("denials"))
+                .with_clock(clock.clone()),
+            1_000,
+        );
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new("p", quota, algorithm).unwrap();
+        let period = quota.period().as_micros() as u64;
+        // Manual time runs ahead of real time, so Redis never expires a key early.
+        let mut offset: u64 = 1_700_000_000_000_000;
+        for step in 0..800 {
+            offset += match rng.random_range(0..10) {
+                0..=5 => rng.random_range(0..period / 50 + 1),
+                6..=8 => rng.random_range(0..period / 4 + 1),
+                _ => rng.random_range(0..2 * period),
+            };
+            clock.set(offset + start.elapsed().as_micros() as u64);
+            let key = ["a", "b"][rng.random_range(0..2)];
+            let cost = if rng.random_bool(0.1) {
+                rng.random_range(2..5)
+            } else {
+                1
+            };
+            let m = memory.check(key, &policy, cost).await.unwrap();
+            let c = cached.check(key, &policy, cost).await.unwrap();
+            let at = format!("{algorithm} seed {seed:#x} step {step} key {key} cost {cost}");
+            assert_eq!(
+                (m.allowed, m.limit, m.reset_after),
+                (c.allowed, c.limit, c.reset_after),
+                "{at}"
+            );
+            assert!(c.remaining <= m.remaining, "{at}");
+            assert!(c.retry_after <= m.retry_after, "{at}");
+            if cost == 1 {
+                assert_eq!(
+                    (c.remaining, c.retry_after),
+                    (m.remaining, m.retry_after),
+                    "{at}"
+                );
+            }
+        }
+        hits += cached.hits();
+    }
+    assert!(
+        hits > 500,
+        "the histories must exercise the cache: {hits} hits"
+    );
+}
+
+/// `INFO commandstats` calls of one command, 0 if it never ran.
+fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_flooded_key_stops_reaching_redis() {
+    let server = support::RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_minute(5))
+        .key(key::Global)
+        .store(RedisStore::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone()),
+    )
+    .await;
+    let client = support::client();
+    let mut statuses = Vec::new();
+    let mut retry_after = Vec::new();
+    for _ in 0..200 {
+        let r = client.get(format!("http://{addr}/")).send().await.unwrap();
+        statuses.push(r.status().as_u16());
+        if let Some(v) = r.headers().get("retry-after") {
+            retry_after.push(v.to_str().unwrap().parse::<u64>().unwrap());
+        }
+    }
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 5);
+    assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 195);
+    // Cached answers keep the store's Retry-After: 12 s per request at 5/min, rounded up.
+    assert!(retry_after.iter().all(|&s| s == 12), "{retry_after:?}");
+    // 5 allowed and the first denial went to Redis; the other 194 were answered locally.
+    let mut conn = support::redis_connection(&server.url());
+    // (The first call also sent EVAL after NOSCRIPT, on this new server.)
+    assert_eq!(command_calls(&mut conn, "evalsha"), 6);
+    assert_eq!(layer.denial_cache_hits(), 194);
+}
+
+#[tokio::test]
+async fn the_cache_can_be_turned_off() {
+    let server = support::RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_minute(2))
+        .key(key::Global)
+        .store(RedisStore::from_url(&server.url()).unwrap())
+        .denial_cache(false)
+        .build()
+        .unwrap();
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer.clone()),
+    )
+    .await;
+    let client = support::client();
+    for _ in 0..10 {
+        client.get(format!("http://{addr}/")).send().await.unwrap();
+    }
+    let mut conn = support::redis_connection(&server.url());
+    assert_eq!(command_calls(&mut conn, "evalsha"), 10);
+    assert_eq!(layer.denial_cache_hits(), 0);
+}
