@@ -28,6 +28,22 @@
 //! carries `RateLimit-Policy` / `RateLimit` headers (see [`HeaderStyle`]). gRPC requests get a
 //! `RESOURCE_EXHAUSTED` status with `grpc-retry-pushback-ms` instead.
 //!
+//! # How a request goes through
+//!
+//! [`RateLimitLayer`] (`layer.rs`) makes a [`RateLimit`] service (`service.rs`) around yours.
+//! Its `call` asks the limiter (`limiter.rs`) which rules apply, with which keys and costs, and
+//! returns a [`ResponseFuture`] (`future.rs`) that waits for the limiter's decision, waits
+//! again in delay mode, then calls your service or answers itself. The limiter asks one
+//! [`Store`]: the layer's builder stacks, outermost first, the [`DenialCache`] (a client
+//! already denied is answered locally), [`Resilient`] (timeout, circuit breaker, fallback)
+//! and your backend, [`MemoryStore`] or [`RedisStore`]. The limiter turns the store's
+//! [`Decision`]s into headers or a denial (`response.rs`).
+//!
+//! [`DenialCache`]: store::DenialCache
+//! [`Resilient`]: store::Resilient
+//! [`MemoryStore`]: store::MemoryStore
+//! [`RedisStore`]: store::RedisStore
+//!
 //! # Feature Flags
 //!
 //! - `redis` (default): [`store::RedisStore`], through deadpool-redis.

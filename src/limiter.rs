@@ -217,19 +217,30 @@ impl<S: Store> Limiter<S> {
     }
 
     pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
-        let rules = &pending.rules.rules;
-        let checks: Vec<Check<'_>> = pending
-            .checks
-            .iter()
-            .map(|c| Check {
-                key: &c.key,
-                policy: &c.policy,
-                cost: c.cost,
-                blocking: rules[c.rule].mode != Mode::Shadow,
-            })
-            .collect();
-        match self.store.check_many(&checks).await {
-            Ok(decisions) => self.verdict(&pending, decisions),
+        let decided = match pending.checks.as_slice() {
+            // One limit, the common case: no list of checks to build.
+            [one] => self
+                .store
+                .check(&one.key, &one.policy, one.cost)
+                .await
+                .map(|decision| self.verdict(&pending, [decision])),
+            many => {
+                let rules = &pending.rules.rules;
+                let checks: Vec<Check<'_>> = many
+                    .iter()
+                    .map(|c| Check {
+                        key: &c.key,
+                        policy: &c.policy,
+                        cost: c.cost,
+                        blocking: rules[c.rule].mode != Mode::Shadow,
+                    })
+                    .collect();
+                let decided = self.store.check_many(&checks).await;
+                decided.map(|decisions| self.verdict(&pending, decisions))
+            }
+        };
+        match decided {
+            Ok(verdict) => verdict,
             Err(_) if self.on_store_error == OnStoreError::Deny => {
                 Verdict::Respond(unavailable(pending.grpc))
             }
@@ -242,11 +253,11 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The response (or headers and wait) from the store's decisions, one per check.
-    fn verdict(&self, pending: &Pending, decisions: Vec<Decision>) -> Verdict {
+    fn verdict(&self, pending: &Pending, decisions: impl IntoIterator<Item = Decision>) -> Verdict {
         let rules = &pending.rules.rules;
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
-        let mut seen = Vec::with_capacity(decisions.len());
+        let mut seen = Vec::with_capacity(pending.checks.len());
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
             let decision = match &rule.delay {

@@ -1,5 +1,6 @@
 //! What clients are told: rate-limit headers, the 429, and the gRPC mapping.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -60,18 +61,18 @@ pub(crate) fn write_headers(style: HeaderStyle, checks: &[(&Policy, Decision)], 
     };
     let (policy, decision) = tightest;
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let policies: Vec<String> = checks
-            .iter()
-            .map(|(p, _)| {
-                format!(
-                    "\"{}\";q={};w={}",
-                    p.name(),
-                    p.quota().limit(),
-                    ceil_secs(p.quota().period()).max(1)
-                )
-            })
-            .collect();
-        insert(h, &RATELIMIT_POLICY, policies.join(", "));
+        let mut policies = String::new();
+        for (i, (p, _)) in checks.iter().enumerate() {
+            let separator = if i == 0 { "" } else { ", " };
+            let _ = write!(
+                policies,
+                "{separator}\"{}\";q={};w={}",
+                p.name(),
+                p.quota().limit(),
+                ceil_secs(p.quota().period()).max(1)
+            );
+        }
+        insert(h, &RATELIMIT_POLICY, policies);
         insert(
             h,
             &RATELIMIT,
