@@ -40,7 +40,6 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::request::Parts;
 use http::HeaderName;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -532,36 +531,21 @@ fn parse_cidr(text: &str) -> Result<IpNet, String> {
         })
 }
 
-/// A key extractor chosen at run time, so `"A or B or C"` fits one type.
-struct FileKey(Arc<dyn KeyExtractor>);
-
-impl KeyExtractor for FileKey {
-    fn extract(&self, req: &Parts) -> Option<String> {
-        self.0.extract(req)
-    }
-
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-}
-
 /// The extractor for a parsed `key`; `None` only for an empty list, which parsing never gives.
-fn build_key(parts: &[KeyPart], proxies: &[IpNet]) -> Option<FileKey> {
-    let one = |part: &KeyPart| -> FileKey {
+fn build_key(parts: &[KeyPart], proxies: &[IpNet]) -> Option<Arc<dyn KeyExtractor>> {
+    let one = |part: &KeyPart| -> Arc<dyn KeyExtractor> {
         match part {
-            KeyPart::PeerIp => FileKey(Arc::new(key::PeerIp::default())),
-            KeyPart::ClientIp => {
-                FileKey(Arc::new(key::ClientIp::trusting(proxies.iter().copied())))
-            }
-            KeyPart::Header(name) => FileKey(Arc::new(key::Header::new(name))),
-            KeyPart::Path => FileKey(Arc::new(key::Path)),
-            KeyPart::Method => FileKey(Arc::new(key::Method)),
-            KeyPart::Global => FileKey(Arc::new(key::Global)),
+            KeyPart::PeerIp => Arc::new(key::PeerIp::default()),
+            KeyPart::ClientIp => Arc::new(key::ClientIp::trusting(proxies.iter().copied())),
+            KeyPart::Header(name) => Arc::new(key::Header::new(name)),
+            KeyPart::Path => Arc::new(key::Path),
+            KeyPart::Method => Arc::new(key::Method),
+            KeyPart::Global => Arc::new(key::Global),
         }
     };
     let mut built = parts.iter().map(one);
     let first = built.next()?;
-    Some(built.fold(first, |chain, next| FileKey(Arc::new(chain.or(next)))))
+    Some(built.fold(first, |chain, next| Arc::new(chain.or(next))))
 }
 
 /// The table an error is in, as named in messages.
@@ -733,6 +717,7 @@ fn extent(table: &Spanned<LaxTable>) -> Range<usize> {
 mod tests {
     use super::*;
     use crate::rules::CompiledRule;
+    use http::request::Parts;
     use proptest::prelude::*;
 
     const EXAMPLE: &str = r#"[defaults]
