@@ -18,7 +18,7 @@ use crate::error::StoreError;
 use crate::key;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
-use crate::rules::{CompiledRule, Cost, Mode, RuleSet};
+use crate::rules::{CompiledRule, Mode, RuleSet};
 use crate::store::{Breaker, Check, MemoryStore, OnStoreError, Permit, QuietLog, Store};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
@@ -122,27 +122,6 @@ fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
-/// A request's cost under `rule`, or the 400 message when its cost header is not a number.
-fn cost(rule: &CompiledRule, parts: &Parts) -> Result<u32, String> {
-    let max = rule.max_cost;
-    match &rule.cost {
-        Cost::One => Ok(1),
-        Cost::Fn(f) => Ok(f(parts).clamp(1, max)),
-        Cost::Header(name) => match parts.headers.get(name) {
-            None => Ok(1),
-            Some(value) => value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|&n| n >= 1)
-                .map(|n| u32::try_from(n).unwrap_or(u32::MAX).min(max))
-                .ok_or_else(|| {
-                    format!("Bad Request: the {name} header must be a whole number from 1 to {max}")
-                }),
-        },
-    }
-}
-
 impl<S: Store> Limiter<S> {
     pub(crate) fn plan(&self, parts: &Parts) -> Plan {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
@@ -178,7 +157,7 @@ impl<S: Store> Limiter<S> {
                     }
                 },
             };
-            let cost = match cost(rule, parts) {
+            let cost = match rule.cost.of(parts, rule.max_cost) {
                 Ok(cost) => cost,
                 Err(message) => return Plan::Respond(bad_request(grpc, &message)),
             };

@@ -199,6 +199,7 @@ impl FromStr for Quota {
                 .split_once('=')
                 .ok_or_else(|| fail("options look like \"; burst=20\""))?;
             match name.trim() {
+                "burst" if quota.burst.is_some() => return Err(fail("burst is given twice")),
                 "burst" => {
                     let burst = value
                         .trim()
@@ -241,6 +242,12 @@ pub(crate) fn parse_period(s: &str) -> Result<Duration, String> {
             .parse()
             .map_err(|_| format!("period count {count:?} is too large"))?
     };
+    if unit.starts_with(['.', ',']) {
+        return Err(format!(
+            "period {s:?}: fractions are not allowed; use a whole number of a smaller unit \
+             (e.g. \"1500ms\" rather than \"1.5s\")"
+        ));
+    }
     let unit_us: u64 = match unit.trim() {
         "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => 1,
         "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1_000,
@@ -415,6 +422,23 @@ mod tests {
         assert!(e("100/50us").contains("one per microsecond"));
         assert!(e("1/0s").contains("longer than zero"));
         assert!(e("1/99999999999999999999day").contains("too large"));
+    }
+
+    #[test]
+    fn fractions_and_repeated_options_are_refused() {
+        let e = |s: &str| s.parse::<Quota>().unwrap_err().to_string();
+        assert_eq!(
+            e("1/1.5s"),
+            "invalid quota \"1/1.5s\": period \"1.5s\": fractions are not allowed; use a whole \
+             number of a smaller unit (e.g. \"1500ms\" rather than \"1.5s\")"
+        );
+        assert!(e("3/0,5min").contains("fractions are not allowed"));
+        assert!(e("1.5/s").contains("the limit must be a whole number"));
+        assert_eq!(
+            e("10/s; burst=20; burst=5"),
+            "invalid quota \"10/s; burst=20; burst=5\": burst is given twice"
+        );
+        assert!(e("10/s;burst=1;burst=1").contains("burst is given twice"));
     }
 
     #[test]

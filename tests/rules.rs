@@ -186,6 +186,42 @@ async fn cost_comes_from_a_header_clamped_and_checked() {
 }
 
 #[tokio::test]
+async fn a_cost_header_is_plain_digits_and_any_large_cost_is_clamped() {
+    let layer = RateLimitLayer::builder()
+        .key(key::Global)
+        .rule(
+            Rule::new("bulk", Quota::per_minute(10))
+                .algorithm(Algorithm::FixedWindow)
+                .cost_header("x-cost")
+                .max_cost(4),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(layer).await;
+    let client = support::client();
+    let url = format!("http://{addr}/");
+    for bad in ["+5", "-0", "0x3", "1e2"] {
+        let r = client.get(&url).header("x-cost", bad).send().await.unwrap();
+        assert_eq!(r.status(), 400, "x-cost: {bad:?}");
+        assert_eq!(
+            r.text().await.unwrap(),
+            "Bad Request: the x-cost header must be a whole number of at least 1 \
+             (costs above 4 count as 4)\n"
+        );
+    }
+    // 2^64 - 1 and larger are clamped to max_cost, as the message says: 10 - 4 - 4 = 2 left.
+    for huge in ["18446744073709551615", "123456789012345678901234567890"] {
+        let r = send(addr, Method::GET, "/", &[("x-cost", huge)]).await;
+        assert_eq!(r.status, 200, "x-cost: {huge}");
+    }
+    let r = send(addr, Method::GET, "/", &[]).await;
+    assert_eq!(
+        (r.status, r.ratelimit.unwrap().contains(";r=1;")),
+        (200, true)
+    );
+}
+
+#[tokio::test]
 async fn tiers_give_paid_keys_a_larger_quota() {
     let layer = RateLimitLayer::builder()
         .rule(

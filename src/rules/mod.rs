@@ -16,9 +16,11 @@ use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
 use crate::quota::{Policy, Quota};
 
+mod cost;
 mod file;
 pub(crate) mod reload;
 mod route;
+pub(crate) use cost::{Cost, CostFn};
 pub(crate) use file::parse as parse_file;
 pub(crate) use route::{parse_methods, Route};
 
@@ -56,32 +58,8 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// Computes a request's cost from its head.
-pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
 /// Picks the quota for a client key (tiers); `None` means the rule's own quota.
 pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
-
-/// Where a request's cost comes from.
-#[derive(Clone, Default)]
-pub(crate) enum Cost {
-    /// Every request costs 1.
-    #[default]
-    One,
-    /// A header with a whole number; anything else is a 400.
-    Header(HeaderName),
-    /// A closure.
-    Fn(CostFn),
-}
-
-impl fmt::Debug for Cost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Cost::One => f.write_str("One"),
-            Cost::Header(h) => f.debug_tuple("Header").field(h).finish(),
-            Cost::Fn(_) => f.write_str("Fn(..)"),
-        }
-    }
-}
 
 /// A named limit for the requests its methods and path match.
 ///
