@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
@@ -18,7 +17,7 @@ use crate::error::StoreError;
 use crate::key;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
-use crate::rules::{CompiledRule, Mode, RuleSet};
+use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
 use crate::store::{Breaker, Check, MemoryStore, OnStoreError, Permit, QuietLog, Store};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
@@ -51,7 +50,7 @@ pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 pub(crate) struct Limiter<S> {
     /// The rules in force; replaced whole when a rules file changes.
-    pub(crate) rules: Arc<ArcSwap<RuleSet>>,
+    pub(crate) rules: Arc<RuleSource>,
     pub(crate) skip: Option<SkipFn>,
     pub(crate) store: S,
     pub(crate) on_missing_key: OnMissingKey,
@@ -127,16 +126,13 @@ impl<S: Store> Limiter<S> {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             return Plan::Pass;
         }
-        let rules = self.rules.load_full();
-        if rules.skips.iter().any(|route| route.matches(parts)) {
+        let rules = self.rules.current();
+        if rules.skips(parts) {
             return Plan::Pass;
         }
         let grpc = is_grpc(parts);
         let mut checks = Vec::new();
-        for (index, rule) in rules.rules.iter().enumerate() {
-            if !rule.route.matches(parts) {
-                continue;
-            }
+        for (index, rule) in rules.matching(parts) {
             let (key, policy, quota) = match rule.key.extract(parts) {
                 Some(key) => {
                     let (policy, quota) = self.tier(rule, &key);
@@ -199,7 +195,7 @@ impl<S: Store> Limiter<S> {
     }
 
     pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
-        let rules = &pending.rules.rules;
+        let rules = pending.rules.rules();
         let checks: Vec<Check<'_>> = pending
             .checks
             .iter()
@@ -349,7 +345,7 @@ fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
 impl<S: fmt::Debug> fmt::Debug for Limiter<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("rules", &self.rules.load())
+            .field("rules", &self.rules)
             .field("store", &self.store)
             .field("on_missing_key", &self.on_missing_key)
             .field("headers", &self.headers)

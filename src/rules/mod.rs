@@ -18,11 +18,15 @@ use crate::quota::{Policy, Quota};
 
 mod cost;
 mod file;
-pub(crate) mod reload;
+mod index;
 mod route;
+mod set;
+mod source;
 pub(crate) use cost::{Cost, CostFn};
 pub(crate) use file::parse as parse_file;
 pub(crate) use route::{parse_methods, Route};
+pub(crate) use set::RuleSet;
+pub(crate) use source::RuleSource;
 
 /// How a rule treats a request over its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -409,40 +413,5 @@ impl fmt::Debug for CompiledRule {
             .field("cost", &self.cost)
             .field("max_cost", &self.max_cost)
             .finish_non_exhaustive()
-    }
-}
-
-/// Every rule of a layer and the routes it never limits; swapped whole on reload.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RuleSet {
-    pub(crate) rules: Vec<CompiledRule>,
-    pub(crate) skips: Vec<Route>,
-}
-
-impl RuleSet {
-    /// Compiles rules; names must be unique (they name store keys).
-    pub(crate) fn compile(
-        rules: &[Rule],
-        skips: Vec<Route>,
-        default_key: &Arc<dyn KeyExtractor>,
-        default_algorithm: Algorithm,
-    ) -> Result<Self, ConfigError> {
-        let mut compiled: Vec<CompiledRule> = Vec::with_capacity(rules.len());
-        for rule in rules {
-            if compiled.iter().any(|c| c.policy.name() == rule.name) {
-                return Err(ConfigError::of(
-                    ConfigErrorKind::Rule,
-                    format!(
-                        "two rules are named {:?}: rule names must be unique",
-                        rule.name
-                    ),
-                ));
-            }
-            compiled.push(rule.compile(default_key, default_algorithm)?);
-        }
-        Ok(Self {
-            rules: compiled,
-            skips,
-        })
     }
 }
