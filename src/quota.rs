@@ -271,6 +271,23 @@ pub(crate) fn parse_period(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| "the period is too long (at most 365 days)".into())
 }
 
+/// Checks a policy (or rule) name: 1–64 bytes of ASCII letters, digits, `-`, `_` or `.`,
+/// because it is written into store keys and response headers.
+pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if name_ok {
+        return Ok(());
+    }
+    Err(ConfigError::of(
+        ConfigErrorKind::Quota,
+        format!("invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"),
+    ))
+}
+
 /// A named quota with an algorithm: what the layer asks a store to enforce.
 ///
 /// The name is part of every store key and of the `RateLimit-Policy` header, so two policies
@@ -302,27 +319,15 @@ impl Policy {
         algorithm: Algorithm,
     ) -> Result<Self, ConfigError> {
         let name = name.into();
-        let name_ok = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !name_ok {
-            return Err(ConfigError::of(
-                ConfigErrorKind::Quota,
-                format!(
-                "invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"
-            ),
-            ));
-        }
+        check_policy_name(&name)?;
         quota.validate()?;
         let params = Params::new(&quota, algorithm);
         if params.burst.saturating_mul(params.interval) > MAX_BUCKET_SPAN_US {
             return Err(ConfigError::of(
                 ConfigErrorKind::Quota,
                 format!(
-                    "policy {name:?}: a burst of {} at one request per {}µs spans more than 100 \
-                 years; use a smaller burst or a shorter period",
+                    "a burst of {} at one request per {}µs spans more than 100 years; use a \
+                     smaller burst or a shorter period",
                     params.burst, params.interval
                 ),
             ));
@@ -331,9 +336,9 @@ impl Policy {
             return Err(ConfigError::of(
                 ConfigErrorKind::Quota,
                 format!(
-                "policy {name:?}: burst is not used by {algorithm} (only gcra, token_bucket and \
-                 leaky_bucket have a burst); remove it or pick one of those"
-            ),
+                    "burst is not used by {algorithm} (only gcra, token_bucket and leaky_bucket \
+                     have a burst); remove it or pick one of those"
+                ),
             ));
         }
         Ok(Self {

@@ -14,7 +14,7 @@ use http::{HeaderName, Method};
 use crate::algorithm::{Algorithm, Params};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
-use crate::quota::{Policy, Quota};
+use crate::quota::{check_policy_name, Policy, Quota};
 
 mod cost;
 mod file;
@@ -238,29 +238,51 @@ impl Rule {
         default_key: &Arc<dyn KeyExtractor>,
         default_algorithm: Algorithm,
     ) -> Result<CompiledRule, ConfigError> {
-        let context = |e: ConfigError| e.context(format!("rule {:?}", self.name));
+        self.check(default_key, default_algorithm)
+            .map_err(|(_, e)| e.context(format!("rule {:?}", self.name)))
+    }
+
+    /// [`compile`](Self::compile), with the setting an error is about, so a rules file can
+    /// point at it.
+    pub(crate) fn check(
+        &self,
+        default_key: &Arc<dyn KeyExtractor>,
+        default_algorithm: Algorithm,
+    ) -> Result<CompiledRule, (Setting, ConfigError)> {
+        let at = |setting: Setting| move |e: ConfigError| (setting, e);
+        check_policy_name(&self.name).map_err(at(Setting::Name))?;
+        self.quota.validate().map_err(at(Setting::Quota))?;
         let cost = match &self.cost {
             CostSpec::One => Cost::One,
             CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
             CostSpec::Header(name) => {
                 Cost::Header(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                    context(ConfigError::of(
-                        ConfigErrorKind::Rule,
-                        format!("cost_header {name:?} is not a valid header name"),
-                    ))
+                    let message = format!("cost_header {name:?} is not a valid header name");
+                    (
+                        Setting::CostHeader,
+                        ConfigError::of(ConfigErrorKind::Rule, message),
+                    )
                 })?)
             }
         };
         let algorithm = self.algorithm.unwrap_or(default_algorithm);
-        let route = Route::new(self.methods.clone(), self.path.as_deref()).map_err(context)?;
-        let shape = Shape::new(self.mode, algorithm, self.max_delay).map_err(context)?;
-        let policy = shape.policy(&self.name, self.quota).map_err(context)?;
+        let route =
+            Route::new(self.methods.clone(), self.path.as_deref()).map_err(at(Setting::Path))?;
+        let shape = Shape::new(self.mode, algorithm, self.max_delay).map_err(at(Setting::Mode))?;
+        // The quota is valid alone: what fails here is the quota with the algorithm, or in
+        // delay mode the queue that max_delay adds.
+        let policy = shape
+            .policy(&self.name, self.quota)
+            .map_err(at(match self.mode {
+                Mode::Delay => Setting::Mode,
+                _ => Setting::Quota,
+            }))?;
         let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
         if max_cost == 0 {
-            return Err(context(ConfigError::of(
-                ConfigErrorKind::Rule,
-                "max_cost must be at least 1",
-            )));
+            return Err((
+                Setting::MaxCost,
+                ConfigError::of(ConfigErrorKind::Rule, "max_cost must be at least 1"),
+            ));
         }
         Ok(CompiledRule {
             policy,
@@ -273,6 +295,17 @@ impl Rule {
             quota_for: self.quota_for.clone(),
         })
     }
+}
+
+/// A rule's setting, to say which one an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Setting {
+    Name,
+    Quota,
+    Path,
+    Mode,
+    CostHeader,
+    MaxCost,
 }
 
 impl fmt::Debug for Rule {
@@ -310,7 +343,8 @@ impl Shape {
             (Mode::Delay, None) => {
                 return Err(ConfigError::of(
                     ConfigErrorKind::Rule,
-                    "mode delay needs max_delay, the longest a request may wait (e.g. \"2s\")",
+                    "mode delay needs max_delay, the longest a request may wait (e.g. \
+                     max_delay = \"2s\")",
                 ))
             }
             (Mode::Delay, Some(d)) if d.is_zero() => {
