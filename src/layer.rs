@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use http::request::Parts;
 use http::{Method, Response};
 use tower_layer::Layer;
@@ -19,7 +18,7 @@ use crate::limiter::{DenyResponse, Limiter, OnMissingKey, SkipFn};
 use crate::quiet_log::QuietLog;
 use crate::quota::Quota;
 use crate::response::HeaderStyle;
-use crate::rules::{self, Route, Rule, RuleSet};
+use crate::rules::{Route, Rule, RuleSource};
 use crate::service::RateLimit;
 use crate::store::{
     CircuitBreaker, DenialCache, ErrorHook, MemoryStore, OnStoreError, Resilient, Store,
@@ -122,11 +121,45 @@ impl<S: Store> RateLimitLayer<S> {
         self.limiter.shadow_denials.load(Ordering::Relaxed)
     }
 
+    /// Reads the rules file again now and swaps in its rules, without waiting for the file
+    /// watcher (which looks every half second): e.g. on SIGHUP, or after writing the file
+    /// from a deployment script. If the file cannot be read, is not UTF-8, has no rule, or
+    /// does not parse or validate, the rules in force stay and the error says why (with the
+    /// file, line and column). Without a rules file it does nothing.
+    ///
+    /// It reads and parses on the calling thread; in async code with a large file, call it
+    /// from `tokio::task::spawn_blocking`.
+    ///
+    /// ```no_run
+    /// # #[cfg(unix)]
+    /// # async fn run() -> Result<(), tollgate::ConfigError> {
+    /// use tokio::signal::unix::{signal, SignalKind};
+    /// use tollgate::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::from_rules_file("rules.toml")?;
+    /// let handle = layer.clone();
+    /// tokio::spawn(async move {
+    ///     let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
+    ///     while hangups.recv().await.is_some() {
+    ///         match handle.reload_rules() {
+    ///             Ok(()) => tracing::info!("rules reloaded: {:?}", handle.rule_names()),
+    ///             Err(e) => tracing::error!("{e}; keeping the rules loaded before"),
+    ///         }
+    ///     }
+    /// });
+    /// // ... serve with `layer` ...
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reload_rules(&self) -> Result<(), ConfigError> {
+        self.limiter.rules.reload()
+    }
+
     /// The names of the rules in force (after the latest reload of a rules file).
     pub fn rule_names(&self) -> Vec<String> {
-        let rules = self.limiter.rules.load();
+        let rules = self.limiter.rules.current();
         rules
-            .rules
+            .rules()
             .iter()
             .map(|r| r.policy.name().to_owned())
             .collect()
@@ -233,7 +266,8 @@ impl<S> RateLimitLayerBuilder<S> {
     }
 
     /// Loads rules (and skips) from a TOML file at `build`, and reloads them within a second
-    /// of a change; a changed file that does not parse or validate is logged and ignored. The
+    /// of a change (or at once with [`RateLimitLayer::reload_rules`]); a changed file that
+    /// does not parse or validate, has no rule, or is not UTF-8 is logged and ignored. The
     /// file's rules come after the builder's own.
     pub fn rules_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.rules_file = Some(path.into());
@@ -388,30 +422,14 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             .into_iter()
             .map(|(methods, path)| Route::new(methods, Some(&path)).map_err(|e| e.context("skip")))
             .collect::<Result<Vec<_>, _>>()?;
-        let source = RuleSource {
-            code_rules,
+        let rules = RuleSource::load(
+            &code_rules,
             skips,
-            default_key: self.key.unwrap_or_else(|| Arc::new(key::PeerIp::default())),
-            default_algorithm: self.algorithm,
-            origin: self
-                .rules_file
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-        };
-        let file_text = match &self.rules_file {
-            Some(path) => Some(rules::reload::read(path)?),
-            None => None,
-        };
-        let rules = Arc::new(ArcSwap::from_pointee(source.compile(file_text.as_deref())?));
-        if let (Some(path), Some(text)) = (self.rules_file, file_text) {
-            rules::reload::watch(
-                path,
-                text,
-                &rules,
-                Box::new(move |text| source.compile(Some(text))),
-            );
-        }
+            self.key.unwrap_or_else(|| Arc::new(key::PeerIp::default())),
+            self.algorithm,
+            self.rules_file,
+        )?;
+        rules.watch();
         let store = Resilient::new(self.store)
             .timeout(self.store_timeout)
             .on_error(self.on_store_error)
@@ -432,29 +450,6 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                 shadow_denials: AtomicU64::new(0),
             }),
         })
-    }
-}
-
-/// Everything a rule set is built from, kept so a changed rules file can be compiled again.
-struct RuleSource {
-    code_rules: Vec<Rule>,
-    skips: Vec<Route>,
-    default_key: Arc<dyn KeyExtractor>,
-    default_algorithm: Algorithm,
-    origin: String,
-}
-
-impl RuleSource {
-    /// The code's rules and skips, then the file's.
-    fn compile(&self, file_text: Option<&str>) -> Result<RuleSet, ConfigError> {
-        let mut rules = self.code_rules.clone();
-        let mut skips = self.skips.clone();
-        if let Some(text) = file_text {
-            let file = rules::parse_file(text, &self.origin)?;
-            rules.extend(file.rules);
-            skips.extend(file.skips);
-        }
-        RuleSet::compile(&rules, skips, &self.default_key, self.default_algorithm)
     }
 }
 

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
@@ -19,7 +18,7 @@ use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
-use crate::rules::{CompiledRule, Cost, Mode, RuleSet};
+use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
 use crate::store::{Check, DenialCache, OnStoreError, Resilient, Store};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
@@ -49,7 +48,7 @@ pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
 pub(crate) struct Limiter<S> {
     /// The rules in force; replaced whole when a rules file changes.
-    pub(crate) rules: Arc<ArcSwap<RuleSet>>,
+    pub(crate) rules: Arc<RuleSource>,
     pub(crate) skip: Option<SkipFn>,
     /// The user's store inside the failure handling, behind the cache of denials.
     pub(crate) store: DenialCache<Resilient<S>>,
@@ -119,42 +118,18 @@ fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
-/// A request's cost under `rule`, or the 400 message when its cost header is not a number.
-fn cost(rule: &CompiledRule, parts: &Parts) -> Result<u32, String> {
-    let max = rule.max_cost;
-    match &rule.cost {
-        Cost::One => Ok(1),
-        Cost::Fn(f) => Ok(f(parts).clamp(1, max)),
-        Cost::Header(name) => match parts.headers.get(name) {
-            None => Ok(1),
-            Some(value) => value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|&n| n >= 1)
-                .map(|n| u32::try_from(n).unwrap_or(u32::MAX).min(max))
-                .ok_or_else(|| {
-                    format!("Bad Request: the {name} header must be a whole number from 1 to {max}")
-                }),
-        },
-    }
-}
-
 impl<S: Store> Limiter<S> {
     pub(crate) fn plan(&self, parts: &Parts) -> Plan {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             return Plan::Pass;
         }
-        let rules = self.rules.load_full();
-        if rules.skips.iter().any(|route| route.matches(parts)) {
+        let rules = self.rules.current();
+        if rules.skips(parts) {
             return Plan::Pass;
         }
         let grpc = is_grpc(parts);
         let mut checks = Vec::new();
-        for (index, rule) in rules.rules.iter().enumerate() {
-            if !rule.route.matches(parts) {
-                continue;
-            }
+        for (index, rule) in rules.matching(parts) {
             let (key, policy, quota) = match rule.key.extract(parts) {
                 Some(key) => {
                     let (policy, quota) = self.tier(rule, &key);
@@ -175,7 +150,7 @@ impl<S: Store> Limiter<S> {
                     }
                 },
             };
-            let cost = match cost(rule, parts) {
+            let cost = match rule.cost.of(parts, rule.max_cost) {
                 Ok(cost) => cost,
                 Err(message) => return Plan::Respond(bad_request(grpc, &message)),
             };
@@ -225,7 +200,7 @@ impl<S: Store> Limiter<S> {
                 .await
                 .map(|decision| self.verdict(&pending, [decision])),
             many => {
-                let rules = &pending.rules.rules;
+                let rules = pending.rules.rules();
                 let checks: Vec<Check<'_>> = many
                     .iter()
                     .map(|c| Check {
@@ -254,7 +229,7 @@ impl<S: Store> Limiter<S> {
 
     /// The response (or headers and wait) from the store's decisions, one per check.
     fn verdict(&self, pending: &Pending, decisions: impl IntoIterator<Item = Decision>) -> Verdict {
-        let rules = &pending.rules.rules;
+        let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
         let mut seen = Vec::with_capacity(pending.checks.len());
@@ -338,7 +313,7 @@ fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
 impl<S: fmt::Debug> fmt::Debug for Limiter<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("rules", &self.rules.load())
+            .field("rules", &self.rules)
             .field("store", &self.store)
             .field("on_missing_key", &self.on_missing_key)
             .field("headers", &self.headers)

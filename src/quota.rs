@@ -199,6 +199,7 @@ impl FromStr for Quota {
                 .split_once('=')
                 .ok_or_else(|| fail("options look like \"; burst=20\""))?;
             match name.trim() {
+                "burst" if quota.burst.is_some() => return Err(fail("burst is given twice")),
                 "burst" => {
                     let burst = value
                         .trim()
@@ -241,6 +242,12 @@ pub(crate) fn parse_period(s: &str) -> Result<Duration, String> {
             .parse()
             .map_err(|_| format!("period count {count:?} is too large"))?
     };
+    if unit.starts_with(['.', ',']) {
+        return Err(format!(
+            "period {s:?}: fractions are not allowed; use a whole number of a smaller unit \
+             (e.g. \"1500ms\" rather than \"1.5s\")"
+        ));
+    }
     let unit_us: u64 = match unit.trim() {
         "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => 1,
         "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1_000,
@@ -262,6 +269,23 @@ pub(crate) fn parse_period(s: &str) -> Result<Duration, String> {
         .checked_mul(unit_us)
         .map(Duration::from_micros)
         .ok_or_else(|| "the period is too long (at most 365 days)".into())
+}
+
+/// Checks a policy (or rule) name: 1–64 bytes of ASCII letters, digits, `-`, `_` or `.`,
+/// because it is written into store keys and response headers.
+pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if name_ok {
+        return Ok(());
+    }
+    Err(ConfigError::of(
+        ConfigErrorKind::Quota,
+        format!("invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"),
+    ))
 }
 
 /// A named quota with an algorithm: what the layer asks a store to enforce.
@@ -295,27 +319,15 @@ impl Policy {
         algorithm: Algorithm,
     ) -> Result<Self, ConfigError> {
         let name = name.into();
-        let name_ok = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !name_ok {
-            return Err(ConfigError::of(
-                ConfigErrorKind::Quota,
-                format!(
-                "invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"
-            ),
-            ));
-        }
+        check_policy_name(&name)?;
         quota.validate()?;
         let params = Params::new(&quota, algorithm);
         if params.burst.saturating_mul(params.interval) > MAX_BUCKET_SPAN_US {
             return Err(ConfigError::of(
                 ConfigErrorKind::Quota,
                 format!(
-                    "policy {name:?}: a burst of {} at one request per {}µs spans more than 100 \
-                 years; use a smaller burst or a shorter period",
+                    "a burst of {} at one request per {}µs spans more than 100 years; use a \
+                     smaller burst or a shorter period",
                     params.burst, params.interval
                 ),
             ));
@@ -324,9 +336,9 @@ impl Policy {
             return Err(ConfigError::of(
                 ConfigErrorKind::Quota,
                 format!(
-                "policy {name:?}: burst is not used by {algorithm} (only gcra, token_bucket and \
-                 leaky_bucket have a burst); remove it or pick one of those"
-            ),
+                    "burst is not used by {algorithm} (only gcra, token_bucket and leaky_bucket \
+                     have a burst); remove it or pick one of those"
+                ),
             ));
         }
         Ok(Self {
@@ -415,6 +427,23 @@ mod tests {
         assert!(e("100/50us").contains("one per microsecond"));
         assert!(e("1/0s").contains("longer than zero"));
         assert!(e("1/99999999999999999999day").contains("too large"));
+    }
+
+    #[test]
+    fn fractions_and_repeated_options_are_refused() {
+        let e = |s: &str| s.parse::<Quota>().unwrap_err().to_string();
+        assert_eq!(
+            e("1/1.5s"),
+            "invalid quota \"1/1.5s\": period \"1.5s\": fractions are not allowed; use a whole \
+             number of a smaller unit (e.g. \"1500ms\" rather than \"1.5s\")"
+        );
+        assert!(e("3/0,5min").contains("fractions are not allowed"));
+        assert!(e("1.5/s").contains("the limit must be a whole number"));
+        assert_eq!(
+            e("10/s; burst=20; burst=5"),
+            "invalid quota \"10/s; burst=20; burst=5\": burst is given twice"
+        );
+        assert!(e("10/s;burst=1;burst=1").contains("burst is given twice"));
     }
 
     #[test]

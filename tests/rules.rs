@@ -186,6 +186,42 @@ async fn cost_comes_from_a_header_clamped_and_checked() {
 }
 
 #[tokio::test]
+async fn a_cost_header_is_plain_digits_and_any_large_cost_is_clamped() {
+    let layer = RateLimitLayer::builder()
+        .key(key::Global)
+        .rule(
+            Rule::new("bulk", Quota::per_minute(10))
+                .algorithm(Algorithm::FixedWindow)
+                .cost_header("x-cost")
+                .max_cost(4),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(layer).await;
+    let client = support::client();
+    let url = format!("http://{addr}/");
+    for bad in ["+5", "-0", "0x3", "1e2"] {
+        let r = client.get(&url).header("x-cost", bad).send().await.unwrap();
+        assert_eq!(r.status(), 400, "x-cost: {bad:?}");
+        assert_eq!(
+            r.text().await.unwrap(),
+            "Bad Request: the x-cost header must be a whole number of at least 1 \
+             (costs above 4 count as 4)\n"
+        );
+    }
+    // 2^64 - 1 and larger are clamped to max_cost, as the message says: 10 - 4 - 4 = 2 left.
+    for huge in ["18446744073709551615", "123456789012345678901234567890"] {
+        let r = send(addr, Method::GET, "/", &[("x-cost", huge)]).await;
+        assert_eq!(r.status, 200, "x-cost: {huge}");
+    }
+    let r = send(addr, Method::GET, "/", &[]).await;
+    assert_eq!(
+        (r.status, r.ratelimit.unwrap().contains(";r=1;")),
+        (200, true)
+    );
+}
+
+#[tokio::test]
 async fn tiers_give_paid_keys_a_larger_quota() {
     let layer = RateLimitLayer::builder()
         .rule(
@@ -378,6 +414,123 @@ async fn a_rules_file_is_reloaded_and_a_broken_one_is_ignored() {
     assert_eq!(statuses(addr, Method::GET, "/api/items", 1).await, [429]);
     assert_eq!(statuses(addr, Method::GET, "/health", 1).await, [200]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A rules file in a directory of its own.
+fn rules_file(test: &str, text: &[u8]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(support::unique_prefix(test));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rules.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn api_rule(quota: &str) -> String {
+    format!("[defaults]\nkey = \"global\"\n\n[[rule]]\nname = \"api\"\npath = \"/api/*\"\nquota = \"{quota}\"\n")
+}
+
+#[tokio::test]
+async fn reload_rules_applies_a_changed_file_at_once() {
+    let path = rules_file("reload-now", api_rule("2/min").as_bytes());
+    let layer = RateLimitLayer::from_rules_file(&path).unwrap();
+    let handle = layer.clone();
+    let addr = serve(layer).await;
+    assert_eq!(
+        statuses(addr, Method::GET, "/api/items", 3).await,
+        [200, 200, 429]
+    );
+    // A new name, so a fresh window of state; no waiting for the watcher.
+    write(&path, &api_rule("4/min").replace("\"api\"", "\"api2\""));
+    handle.reload_rules().unwrap();
+    assert_eq!(handle.rule_names(), ["api2"]);
+    assert_eq!(
+        statuses(addr, Method::GET, "/api/items", 5).await,
+        [200, 200, 200, 200, 429]
+    );
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_rules_file_without_rules_is_refused_at_start_up() {
+    for text in ["", "# nothing here yet\n", "[[skip]]\npath = \"/health\"\n"] {
+        let path = rules_file("no-rules", text.as_bytes());
+        let e = RateLimitLayer::from_rules_file(&path).unwrap_err();
+        assert_eq!(e.kind(), tollgate::ConfigErrorKind::RulesFile);
+        let message = e.to_string();
+        assert!(
+            message.contains("rules.toml: the rules file has no [[rule]]"),
+            "{message}"
+        );
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_empty_or_non_utf8_file_at_reload_keeps_the_limits() {
+    let path = rules_file("emptied", api_rule("2/min").as_bytes());
+    let layer = RateLimitLayer::from_rules_file(&path).unwrap();
+    let handle = layer.clone();
+    let addr = serve(layer).await;
+    assert_eq!(
+        statuses(addr, Method::GET, "/api/items", 3).await,
+        [200, 200, 429]
+    );
+    for (bytes, why) in [
+        (&b""[..], "has no [[rule]]"),
+        (b"[[rule]]\nname = \"caf\xe9\"\n", "not UTF-8 text"),
+    ] {
+        std::fs::write(&path, bytes).unwrap();
+        let e = handle.reload_rules().unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+        // Nor does the watcher apply it.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(handle.rule_names(), ["api"]);
+        assert_eq!(
+            statuses(addr, Method::GET, "/api/items", 2).await,
+            [429, 429]
+        );
+    }
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_get_rule_counts_head_requests_unless_head_has_its_own() {
+    let layer = RateLimitLayer::builder()
+        .key(key::Global)
+        .rule(
+            Rule::new("items", Quota::per_minute(2))
+                .methods([Method::GET])
+                .path("/api/items"),
+        )
+        .rule(
+            Rule::new("export", Quota::per_minute(2))
+                .methods([Method::GET])
+                .path("/api/export"),
+        )
+        .rule(
+            Rule::new("export-head", Quota::per_minute(3))
+                .methods([Method::HEAD])
+                .path("/api/export"),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(layer).await;
+    // axum answers HEAD with the GET handler, so HEAD must not go around the GET limit.
+    assert_eq!(
+        statuses(addr, Method::HEAD, "/api/items", 2).await,
+        [200, 200]
+    );
+    assert_eq!(statuses(addr, Method::GET, "/api/items", 1).await, [429]);
+    assert_eq!(statuses(addr, Method::HEAD, "/api/items", 1).await, [429]);
+    // HEAD listed on its own: HEADs count there, and GET keeps its own two.
+    assert_eq!(
+        statuses(addr, Method::HEAD, "/api/export", 4).await,
+        [200, 200, 200, 429]
+    );
+    assert_eq!(
+        statuses(addr, Method::GET, "/api/export", 3).await,
+        [200, 200, 429]
+    );
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 //! It admits exactly what [`Gcra`](super::gcra::Gcra) admits (`last + T` is GCRA's `tat`). Its
 //! point is the layer's delay mode (`rules::Mode::Delay`): the queue is lengthened by the slots
 //! that fit in `max_delay`, and a request past the burst waits for its slot instead of being
-//! denied, so requests leave at a steady rate (see `rules::Shape`).
+//! denied, so requests leave at a steady rate (see `rules::DelayQueue`).
 //!
 //! A request whose cost is larger than the burst `B` can never be allowed: it is denied with
 //! `retry_after = None`.
@@ -67,7 +67,7 @@ impl LeakyBucket {
     /// denied decision.
     ///
     /// A model the tests check `reset_after` against; the layer's delay mode waits only past
-    /// the burst (`rules::Shape::delay`).
+    /// the burst (`rules::DelayQueue::release`).
     #[cfg(test)]
     pub(crate) fn delay(p: &Params, decision: &Decision, cost: u64) -> std::time::Duration {
         if !decision.allowed {

@@ -9,9 +9,9 @@ use super::KeyExtractor;
 /// Makes `f` an extractor whose [`describe`](KeyExtractor::describe) text can be set with
 /// [`FromFn::with_description`].
 ///
-/// Why: a bare closure is an extractor too, but it can only describe itself as "a client key";
-/// clients refused for lack of a key deserve to be told what to send. `from_fn` also helps
-/// the compiler see that the closure takes a reference.
+/// Closures are extractors only through `from_fn` (there is no blanket impl for `Fn`, so
+/// `Arc<dyn KeyExtractor>` can be one). Its description tells clients refused for lack of a
+/// key what to send; it also helps the compiler see that the closure takes a reference.
 ///
 /// ```
 /// use tollgate::key::{self, KeyExtractor};

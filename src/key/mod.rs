@@ -1,9 +1,10 @@
 //! Key extractors: how a request names its client.
 //!
 //! A [`KeyExtractor`] reads the request head and returns the client's key, or `None` when the
-//! request has none (the layer then follows its `OnMissingKey` setting). Closures
-//! `Fn(&http::request::Parts) -> Option<String>` are extractors too, and [`from_fn`] gives one
-//! a description for the `400` body.
+//! request has none (the layer then follows its `OnMissingKey` setting). [`from_fn`] makes a
+//! closure `Fn(&http::request::Parts) -> Option<String>` an extractor, with a description for
+//! the `400` body. An extractor chosen at run time can be an `Arc<dyn KeyExtractor>` or a
+//! `Box<dyn KeyExtractor>`.
 //!
 //! | Extractor | Key | Missing when |
 //! |---|---|---|
@@ -89,15 +90,38 @@ pub trait KeyExtractor: Send + Sync + 'static {
     }
 }
 
-impl<F> KeyExtractor for F
-where
-    F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
-{
+/// Extractors chosen at run time, e.g. from configuration: `Arc<dyn KeyExtractor>`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tollgate::key::{self, KeyExtractor};
+///
+/// let by_key = std::env::var("LIMIT_BY").is_ok_and(|v| v == "api-key");
+/// let key: Arc<dyn KeyExtractor> = if by_key {
+///     Arc::new(key::Header::new("x-api-key"))
+/// } else {
+///     Arc::new(key::PeerIp::default())
+/// };
+/// let fallback = key.or(key::Global);
+/// # let _ = fallback;
+/// ```
+impl<K: KeyExtractor + ?Sized> KeyExtractor for std::sync::Arc<K> {
     fn extract(&self, req: &Parts) -> Option<String> {
-        self(req)
+        (**self).extract(req)
     }
 
     fn describe(&self) -> String {
-        "a client key".to_owned()
+        (**self).describe()
+    }
+}
+
+/// Extractors chosen at run time: `Box<dyn KeyExtractor>`.
+impl<K: KeyExtractor + ?Sized> KeyExtractor for Box<K> {
+    fn extract(&self, req: &Parts) -> Option<String> {
+        (**self).extract(req)
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
     }
 }

@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn neither_is_none() {
-        let key = (|_: &Parts| None).or(|_: &Parts| None);
+        let key = crate::key::from_fn(|_| None).or(crate::key::from_fn(|_| None));
         assert_eq!(key.extract(&request(None)), None);
         assert_eq!(
             format!("{key:?}"),
@@ -127,7 +127,7 @@ mod tests {
     }
 
     fn constant(key: Option<String>) -> impl KeyExtractor {
-        move |_: &Parts| key.clone()
+        crate::key::from_fn(move |_: &Parts| key.clone())
     }
 
     proptest! {

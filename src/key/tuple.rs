@@ -80,7 +80,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn constant(key: Option<String>) -> impl KeyExtractor {
-        move |_: &Parts| key.clone()
+        crate::key::from_fn(move |_: &Parts| key.clone())
     }
 
     fn request() -> Parts {

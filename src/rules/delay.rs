@@ -30,7 +30,8 @@ impl DelayQueue {
         let fail = |message: String| Err(ConfigError::of(ConfigErrorKind::Rule, message));
         let Some(max_delay) = max_delay else {
             return fail(
-                "mode delay needs max_delay, the longest a request may wait (e.g. \"2s\")".into(),
+                "mode delay needs max_delay, the longest a request may wait (e.g. max_delay = \"2s\")"
+                    .into(),
             );
         };
         if max_delay.is_zero() {

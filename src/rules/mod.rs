@@ -14,15 +14,21 @@ use http::{HeaderName, Method};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
-use crate::quota::{Policy, Quota};
+use crate::quota::{check_policy_name, Policy, Quota};
 
+mod cost;
 mod delay;
 mod file;
-pub(crate) mod reload;
+mod index;
 mod route;
+mod set;
+mod source;
+pub(crate) use cost::{Cost, CostFn};
 pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
 pub(crate) use route::{parse_methods, Route};
+pub(crate) use set::RuleSet;
+pub(crate) use source::RuleSource;
 
 /// How a rule treats a request over its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,32 +64,8 @@ impl std::str::FromStr for Mode {
     }
 }
 
-/// Computes a request's cost from its head.
-pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
 /// Picks the quota for a client key (tiers); `None` means the rule's own quota.
 pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
-
-/// Where a request's cost comes from.
-#[derive(Clone, Default)]
-pub(crate) enum Cost {
-    /// Every request costs 1.
-    #[default]
-    One,
-    /// A header with a whole number; anything else is a 400.
-    Header(HeaderName),
-    /// A closure.
-    Fn(CostFn),
-}
-
-impl fmt::Debug for Cost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Cost::One => f.write_str("One"),
-            Cost::Header(h) => f.debug_tuple("Header").field(h).finish(),
-            Cost::Fn(_) => f.write_str("Fn(..)"),
-        }
-    }
-}
 
 /// A named limit for the requests its methods and path match.
 ///
@@ -258,38 +240,58 @@ impl Rule {
         default_key: &Arc<dyn KeyExtractor>,
         default_algorithm: Algorithm,
     ) -> Result<CompiledRule, ConfigError> {
-        let context = |e: ConfigError| e.context(format!("rule {:?}", self.name));
+        self.check(default_key, default_algorithm)
+            .map_err(|(_, e)| e.context(format!("rule {:?}", self.name)))
+    }
+
+    /// [`compile`](Self::compile), with the setting an error is about, so a rules file can
+    /// point at it.
+    pub(crate) fn check(
+        &self,
+        default_key: &Arc<dyn KeyExtractor>,
+        default_algorithm: Algorithm,
+    ) -> Result<CompiledRule, (Setting, ConfigError)> {
+        let at = |setting: Setting| move |e: ConfigError| (setting, e);
+        check_policy_name(&self.name).map_err(at(Setting::Name))?;
+        self.quota.validate().map_err(at(Setting::Quota))?;
         let cost = match &self.cost {
             CostSpec::One => Cost::One,
             CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
             CostSpec::Header(name) => {
                 Cost::Header(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                    context(ConfigError::of(
-                        ConfigErrorKind::Rule,
-                        format!("cost_header {name:?} is not a valid header name"),
-                    ))
+                    let message = format!("cost_header {name:?} is not a valid header name");
+                    (
+                        Setting::CostHeader,
+                        ConfigError::of(ConfigErrorKind::Rule, message),
+                    )
                 })?)
             }
         };
         let algorithm = self.algorithm.unwrap_or(default_algorithm);
-        let route = Route::new(self.methods.clone(), self.path.as_deref()).map_err(context)?;
+        let route =
+            Route::new(self.methods.clone(), self.path.as_deref()).map_err(at(Setting::Path))?;
+        // max_delay is ignored outside delay mode, so a rule switches modes by its mode alone.
         let delay = match self.mode {
-            Mode::Delay => Some(DelayQueue::new(algorithm, self.max_delay).map_err(context)?),
-            // max_delay is ignored outside delay mode, so a rule switches modes by its mode
-            // alone.
+            Mode::Delay => {
+                Some(DelayQueue::new(algorithm, self.max_delay).map_err(at(Setting::Mode))?)
+            }
             _ => None,
         };
+        // The quota is valid alone: what fails here is the quota with the algorithm, or in
+        // delay mode the queue that max_delay adds.
         let policy = match &delay {
-            Some(queue) => queue.policy(&self.name, self.quota),
-            None => Policy::new(self.name.as_str(), self.quota, algorithm),
-        }
-        .map_err(context)?;
+            Some(queue) => queue
+                .policy(&self.name, self.quota)
+                .map_err(at(Setting::Mode))?,
+            None => Policy::new(self.name.as_str(), self.quota, algorithm)
+                .map_err(at(Setting::Quota))?,
+        };
         let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
         if max_cost == 0 {
-            return Err(context(ConfigError::of(
-                ConfigErrorKind::Rule,
-                "max_cost must be at least 1",
-            )));
+            return Err((
+                Setting::MaxCost,
+                ConfigError::of(ConfigErrorKind::Rule, "max_cost must be at least 1"),
+            ));
         }
         Ok(CompiledRule {
             policy,
@@ -303,6 +305,17 @@ impl Rule {
             quota_for: self.quota_for.clone(),
         })
     }
+}
+
+/// A rule's setting, to say which one an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Setting {
+    Name,
+    Quota,
+    Path,
+    Mode,
+    CostHeader,
+    MaxCost,
 }
 
 impl fmt::Debug for Rule {
@@ -358,40 +371,5 @@ impl fmt::Debug for CompiledRule {
             .field("cost", &self.cost)
             .field("max_cost", &self.max_cost)
             .finish_non_exhaustive()
-    }
-}
-
-/// Every rule of a layer and the routes it never limits; swapped whole on reload.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RuleSet {
-    pub(crate) rules: Vec<CompiledRule>,
-    pub(crate) skips: Vec<Route>,
-}
-
-impl RuleSet {
-    /// Compiles rules; names must be unique (they name store keys).
-    pub(crate) fn compile(
-        rules: &[Rule],
-        skips: Vec<Route>,
-        default_key: &Arc<dyn KeyExtractor>,
-        default_algorithm: Algorithm,
-    ) -> Result<Self, ConfigError> {
-        let mut compiled: Vec<CompiledRule> = Vec::with_capacity(rules.len());
-        for rule in rules {
-            if compiled.iter().any(|c| c.policy.name() == rule.name) {
-                return Err(ConfigError::of(
-                    ConfigErrorKind::Rule,
-                    format!(
-                        "two rules are named {:?}: rule names must be unique",
-                        rule.name
-                    ),
-                ));
-            }
-            compiled.push(rule.compile(default_key, default_algorithm)?);
-        }
-        Ok(Self {
-            rules: compiled,
-            skips,
-        })
     }
 }

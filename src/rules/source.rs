@@ -1,0 +1,370 @@
+//! Where the rules in force come from: the code's rules and skips, then a rules file's. The
+//! file is read again when it changes, or when the user asks (e.g. on SIGHUP), and its rules
+//! replace the old ones whole. A file that cannot be used is reported and the last good rules
+//! stay.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use super::{parse_file, CompiledRule, Route, Rule, RuleSet};
+use crate::algorithm::Algorithm;
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::key::KeyExtractor;
+
+/// How often the file is looked at: changes apply within this (plus the read).
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The rules in force and everything they are built from.
+pub(crate) struct RuleSource {
+    /// The code's rules, compiled once; they come before the file's.
+    code_rules: Vec<CompiledRule>,
+    code_skips: Vec<Route>,
+    /// For the file's rules: they set both, so these only matter to the code's rules.
+    default_key: Arc<dyn KeyExtractor>,
+    default_algorithm: Algorithm,
+    file: Option<PathBuf>,
+    current: ArcSwap<RuleSet>,
+    /// The file's bytes as last read, so the watcher acts on changes only. Held while the
+    /// file is read and applied, so reloads run one at a time.
+    last_read: Mutex<Vec<u8>>,
+}
+
+impl RuleSource {
+    /// Compiles the code's rules and loads the file, if any. Any problem is an error here, at
+    /// start-up.
+    pub(crate) fn load(
+        code_rules: &[Rule],
+        code_skips: Vec<Route>,
+        default_key: Arc<dyn KeyExtractor>,
+        default_algorithm: Algorithm,
+        file: Option<PathBuf>,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let code_rules = code_rules
+            .iter()
+            .map(|rule| rule.compile(&default_key, default_algorithm))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut source = Self {
+            code_rules,
+            code_skips,
+            default_key,
+            default_algorithm,
+            file,
+            current: ArcSwap::default(),
+            last_read: Mutex::default(),
+        };
+        let bytes = match &source.file {
+            Some(path) => read(path)?,
+            None => Vec::new(),
+        };
+        let first = source.build(source.file.as_ref().map(|_| bytes.as_slice()))?;
+        source.current = ArcSwap::from_pointee(first);
+        source.last_read = Mutex::new(bytes);
+        Ok(Arc::new(source))
+    }
+
+    /// Watches the rules file, if any, on a thread of its own (so it needs no async runtime)
+    /// until the source is dropped with the layer and its services. Polling, not filesystem
+    /// events: it sees editors that replace the file, network filesystems and Kubernetes
+    /// ConfigMap symlink swaps alike.
+    pub(crate) fn watch(self: &Arc<Self>) {
+        if self.file.is_none() {
+            return;
+        }
+        let source = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("tollgate-rules-reload".into())
+            .spawn(move || loop {
+                std::thread::sleep(POLL_INTERVAL);
+                let Some(source) = source.upgrade() else {
+                    return;
+                };
+                source.poll();
+            });
+        if let Err(e) = spawned {
+            tracing::error!(target: "tollgate", "cannot watch the rules file for changes: {e}");
+        }
+    }
+
+    /// The rules in force.
+    pub(crate) fn current(&self) -> Arc<RuleSet> {
+        self.current.load_full()
+    }
+
+    /// Reads the rules file now and swaps in its rules; on error the rules in force stay.
+    /// Without a rules file there is nothing to read.
+    pub(crate) fn reload(&self) -> Result<(), ConfigError> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let mut last_read = self
+            .last_read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let bytes = read(path)?;
+        self.replace(bytes, &mut last_read)
+    }
+
+    /// The watcher's look at the file: a change is applied, or logged when it cannot be.
+    fn poll(&self) {
+        let Some(path) = &self.file else { return };
+        let mut last_read = self
+            .last_read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Mid-save, or removed: keep the rules and look again.
+        let Ok(bytes) = std::fs::read(path) else {
+            return;
+        };
+        if bytes == *last_read {
+            return;
+        }
+        match self.replace(bytes, &mut last_read) {
+            Ok(()) => tracing::info!(target: "tollgate", "reloaded rules from {}", path.display()),
+            Err(e) => tracing::error!(target: "tollgate", "{e}; keeping the rules loaded before"),
+        }
+    }
+
+    /// Builds the rules from the file's new `bytes` and swaps them in; `bytes` become the last
+    /// read either way, so a broken file is reported once, not on every look.
+    fn replace(&self, bytes: Vec<u8>, last_read: &mut Vec<u8>) -> Result<(), ConfigError> {
+        let built = self.build(Some(&bytes));
+        *last_read = bytes;
+        self.current.store(Arc::new(built?));
+        Ok(())
+    }
+
+    /// The code's rules and skips, then the file's.
+    fn build(&self, file: Option<&[u8]>) -> Result<RuleSet, ConfigError> {
+        let mut rules = self.code_rules.clone();
+        let mut skips = self.code_skips.clone();
+        if let Some(bytes) = file {
+            let origin = self.origin();
+            let fail = |why: String| {
+                ConfigError::of(ConfigErrorKind::RulesFile, format!("{origin}: {why}"))
+            };
+            let text = std::str::from_utf8(bytes)
+                .map_err(|e| fail(format!("the rules file is not UTF-8 text ({e})")))?;
+            let file = parse_file(text, &origin)?;
+            if file.rules.is_empty() {
+                return Err(fail(
+                    "the rules file has no [[rule]]; an empty file would lift every limit, so \
+                     it is refused (write at least one rule, e.g. [[rule]] name = \"all\" \
+                     quota = \"100/min\")"
+                        .into(),
+                ));
+            }
+            for rule in &file.rules {
+                rules.push(rule.compile(&self.default_key, self.default_algorithm)?);
+            }
+            skips.extend(file.skips);
+        }
+        RuleSet::new(rules, skips)
+    }
+
+    /// The file's name in error messages.
+    fn origin(&self) -> String {
+        self.file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for RuleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuleSource")
+            .field("file", &self.file)
+            .field("current", &self.current.load())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the rules file.
+fn read(path: &PathBuf) -> Result<Vec<u8>, ConfigError> {
+    std::fs::read(path).map_err(|e| {
+        ConfigError::of(
+            ConfigErrorKind::RulesFile,
+            format!("cannot read rules file {}: {e}", path.display()),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::key;
+    use crate::Quota;
+
+    /// A rules file in a directory of its own, removed at the end.
+    struct TempFile(PathBuf);
+
+    impl TempFile {
+        fn new(test: &str, bytes: &[u8]) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("tollgate-source-{test}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = Self(dir.join("rules.toml"));
+            file.write(bytes);
+            file
+        }
+
+        fn write(&self, bytes: &[u8]) {
+            std::fs::write(&self.0, bytes).unwrap();
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    fn load(file: &TempFile) -> Result<Arc<RuleSource>, ConfigError> {
+        RuleSource::load(
+            &[Rule::new("code", Quota::per_second(1))],
+            Vec::new(),
+            Arc::new(key::Global),
+            Algorithm::Gcra,
+            Some(file.0.clone()),
+        )
+    }
+
+    fn names(source: &RuleSource) -> Vec<String> {
+        let current = source.current();
+        current
+            .rules()
+            .iter()
+            .map(|r| r.policy.name().to_owned())
+            .collect()
+    }
+
+    /// Log lines written while `f` runs on this thread.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().write(buf)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = lines.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    const ONE_RULE: &[u8] = b"[[rule]]\nname = \"file\"\nquota = \"5/min\"\n";
+
+    #[test]
+    fn the_code_rules_come_first_then_the_file() {
+        let file = TempFile::new("order", ONE_RULE);
+        assert_eq!(names(&load(&file).unwrap()), ["code", "file"]);
+    }
+
+    #[test]
+    fn a_file_without_rules_is_refused_at_start_up() {
+        for (name, text) in [
+            ("empty", &b""[..]),
+            ("comment", b"# limits come later\n"),
+            ("skips-only", b"[[skip]]\npath = \"/health\"\n"),
+            ("defaults-only", b"[defaults]\nquota = \"1/s\"\n"),
+        ] {
+            let file = TempFile::new(name, text);
+            let e = load(&file).unwrap_err();
+            assert_eq!(e.kind(), ConfigErrorKind::RulesFile);
+            let message = e.to_string();
+            assert!(
+                message.starts_with(&format!("{}: ", file.0.display())),
+                "{message}"
+            );
+            assert!(message.contains("has no [[rule]]"), "{message}");
+            assert!(message.contains("lift every limit"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_refused_at_start_up() {
+        let file = TempFile::new("latin1", b"[[rule]]\nname = \"caf\xe9\"\nquota = \"1/s\"\n");
+        let message = load(&file).unwrap_err().to_string();
+        assert!(
+            message.contains("rules.toml: the rules file is not UTF-8 text"),
+            "{message}"
+        );
+        assert!(message.contains("from index 20"), "{message}");
+    }
+
+    #[test]
+    fn an_unusable_change_is_logged_once_and_the_rules_stay() {
+        let file = TempFile::new("unusable", ONE_RULE);
+        let source = load(&file).unwrap();
+        for (bytes, expected) in [
+            (&b""[..], "has no [[rule]]"),
+            (b"\xff\xfe[[rule]]\n", "is not UTF-8 text"),
+            (
+                b"[[rule]]\nname = \"x\"\nquota = \"1/fortnight\"\n",
+                "fortnight",
+            ),
+        ] {
+            file.write(bytes);
+            let log = logged(|| source.poll());
+            assert!(log.contains(expected), "{log:?}");
+            assert!(log.contains("keeping the rules loaded before"), "{log:?}");
+            assert!(log.contains("ERROR"), "{log:?}");
+            assert_eq!(names(&source), ["code", "file"]);
+            // The same bytes again are not news.
+            assert_eq!(logged(|| source.poll()), "");
+            // Asked to reload, the source says why it cannot.
+            let e = source.reload().unwrap_err().to_string();
+            assert!(e.contains(expected), "{e}");
+            assert_eq!(names(&source), ["code", "file"]);
+        }
+        file.write(b"[[rule]]\nname = \"new\"\nquota = \"5/min\"\n");
+        let log = logged(|| source.poll());
+        assert!(log.contains("reloaded rules from"), "{log:?}");
+        assert_eq!(names(&source), ["code", "new"]);
+    }
+
+    #[test]
+    fn reload_reads_the_file_now() {
+        let file = TempFile::new("now", ONE_RULE);
+        let source = load(&file).unwrap();
+        file.write(b"[[rule]]\nname = \"now\"\nquota = \"5/min\"\n");
+        source.reload().unwrap();
+        assert_eq!(names(&source), ["code", "now"]);
+        // A missing file is an error, and the rules stay.
+        std::fs::remove_file(&file.0).unwrap();
+        let e = source.reload().unwrap_err().to_string();
+        assert!(e.contains("cannot read rules file"), "{e}");
+        assert_eq!(names(&source), ["code", "now"]);
+    }
+
+    #[test]
+    fn without_a_file_reload_does_nothing() {
+        let source = RuleSource::load(
+            &[Rule::new("code", Quota::per_second(1))],
+            Vec::new(),
+            Arc::new(key::Global),
+            Algorithm::Gcra,
+            None,
+        )
+        .unwrap();
+        source.reload().unwrap();
+        assert_eq!(names(&source), ["code"]);
+    }
+}
