@@ -13,50 +13,25 @@
 -- ARGV[3]  B: burst, the queue's capacity in slots
 -- ARGV[4]  T: µs between slots (ceil(P / L))
 -- ARGV[5]  cost in slots, >= 1
--- ARGV[6]  now, µs since the Unix epoch, or "" to use the server clock (redis TIME)
+-- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
--- Calls: TIME (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not in a dry run).
+-- Calls: the server's clock (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not in a dry run).
 -- A denial writes nothing. The TTL is ceil((last + T - now) / 1000) ms: until the queue is empty.
 --
 -- By hand, 10/s with burst 20 (T = 100000 µs), cost 1, server time:
---   redis-cli EVAL "$(cat lua/leaky_bucket.lua)" 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
---   redis-cli SCRIPT LOAD "$(cat lua/leaky_bucket.lua)"    # prints the sha, then:
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/leaky_bucket.lua)" 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/leaky_bucket.lua)"    # prints the sha, then:
 --   redis-cli EVALSHA <sha> 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
---
--- Numbers are Lua doubles: exact for integers up to 2^53, which covers now + B*T for any
--- sensible quota.
 
 local burst = tonumber(ARGV[3])
 local t = math.max(tonumber(ARGV[4]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
 local dry = ARGV[7] == '1'
-local now
-if ARGV[6] == '' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[6])
-end
-
--- floor(a / b) for integers a >= 0, b >= 1: a / b in doubles can round up to the next integer.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
--- Integers as strings: tostring() would keep only 14 significant digits.
-local function str(n)
-  return string.format('%.17g', n)
-end
+local now = now_us(ARGV[6])
 
 local capacity = burst * t
 -- (B - 1)*T: the latest a slot may lie from now.
@@ -81,6 +56,6 @@ if finish > last_offset then
   return deny(finish - last_offset)
 end
 if not dry then
-  redis.call('SET', KEYS[1], str(now + finish), 'PX', str(idiv(finish + t + 999, 1000)))
+  redis.call('SET', KEYS[1], int(now + finish), 'PX', int(idiv(finish + t + 999, 1000)))
 end
 return {1, idiv(last_offset - finish, t), finish + t, -1}

@@ -100,8 +100,8 @@ impl RedisStore {
             prefix: DEFAULT_PREFIX.into(),
             clock: None,
             shared: Arc::new(Shared {
-                scripts: Algorithm::ALL.map(|a| LuaScript::new(script_source(a))),
-                stacked: LuaScript::new(LazyLock::force(&STACKED_SOURCE).as_str()),
+                scripts: ALGORITHM_SOURCES.each_ref().map(|s| LuaScript::new(s.as_str())),
+                stacked: LuaScript::new(STACKED_SOURCE.as_str()),
                 connection: Mutex::new(None),
             }),
         }
@@ -220,14 +220,23 @@ impl LuaScript {
     }
 }
 
-/// The script a stacked decision runs: each algorithm's script wrapped as a function of its
-/// own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order), then
-/// `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
+/// What every script needs (the server clock, exact integer helpers), written once in
+/// `lua/prelude.lua` and put in front of each script: the only Lua that reads `TIME`.
+const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+
+/// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
+/// `lua/<algorithm>.lua`. Assembled once per process.
+static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
+    LazyLock::new(|| Algorithm::ALL.map(|a| format!("{PRELUDE}\n{}", script_source(a))));
+
+/// The script a stacked decision runs: the prelude, then each algorithm's script wrapped as a
+/// function of its own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order),
+/// then `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
 /// the one its single decisions run: a script's body is valid as a Lua 5.1 function body
 /// (its locals become the function's, and each `return` ends its block), and `ALGORITHMS` is a
 /// local because Redis forbids scripts to create globals. Assembled once per process.
 static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
-    let mut source = String::from("local ALGORITHMS = {}\n");
+    let mut source = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
         // The newline before `end`: a last line that is a comment would swallow it.
         let _ = write!(
@@ -250,7 +259,7 @@ fn algorithm_index(algorithm: Algorithm) -> usize {
         .unwrap_or_default()
 }
 
-/// The Lua source of an algorithm's script.
+/// The Lua source of an algorithm's script (without the prelude).
 fn script_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         Algorithm::Gcra => include_str!("../../lua/gcra.lua"),
