@@ -30,7 +30,10 @@ const SCRIPTS: [(&str, &str); 7] = [
         "fixed_window_from_first",
         include_str!("../lua/fixed_window_from_first.lua"),
     ),
-    ("sliding_window_log", include_str!("../lua/sliding_window_log.lua")),
+    (
+        "sliding_window_log",
+        include_str!("../lua/sliding_window_log.lua"),
+    ),
     ("sliding_window", include_str!("../lua/sliding_window.lua")),
 ];
 

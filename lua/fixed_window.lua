@@ -12,7 +12,7 @@
 -- Calls: the server's clock (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
 -- nothing is written on deny.
 -- By hand:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/fixed_window.lua)" 1 rl:api:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/fixed_window.lua)" 1 rl:api:fw:{alice} 10 60000000 10 6000000 1 ""
 --   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/fixed_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/fixed_window.rs.
 
@@ -24,13 +24,13 @@ local dry = ARGV[7] == '1'
 local now = now_us(ARGV[6])
 
 local start, count = 0, 0
--- pcall: a key of another type (another algorithm's state) counts as no history.
-local raw = redis.pcall('GET', key)
-if type(raw) == 'string' then
+local raw = redis.call('GET', key)
+if raw then
   local s, c = string.match(raw, '^w(%d+):(%d+)$')
-  if s then
-    start, count = tonumber(s), tonumber(c)
+  if not s then
+    unreadable(key)
   end
+  start, count = tonumber(s), tonumber(c)
 end
 
 local aligned = now - now % period

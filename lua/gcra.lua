@@ -33,7 +33,14 @@ local cost = math.max(tonumber(ARGV[5]), 1)
 local now = now_us(ARGV[6])
 
 local capacity = burst * t
-local tat = tonumber(redis.call('GET', KEYS[1])) or 0
+local tat = redis.call('GET', KEYS[1])
+if not tat then
+  tat = 0
+elseif string.find(tat, '^%d+$') then
+  tat = tonumber(tat)
+else
+  unreadable(KEYS[1])
+end
 -- max(tat, now) - now: the part of the bucket in use now.
 local backlog = math.max(tat - now, 0)
 

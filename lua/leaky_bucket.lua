@@ -23,9 +23,9 @@
 -- A denial writes nothing. The TTL is ceil((last + T - now) / 1000) ms: until the queue is empty.
 --
 -- By hand, 10/s with burst 20 (T = 100000 µs), cost 1, server time:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/leaky_bucket.lua)" 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/leaky_bucket.lua)" 1 'tollgate:api:lb:{10.0.0.1}' 10 1000000 20 100000 1 ''
 --   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/leaky_bucket.lua)"    # prints the sha, then:
---   redis-cli EVALSHA <sha> 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli EVALSHA <sha> 1 'tollgate:api:lb:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
 local burst = tonumber(ARGV[3])
 local t = math.max(tonumber(ARGV[4]), 1)
@@ -38,9 +38,12 @@ local capacity = burst * t
 local last_offset = (burst - 1) * t
 -- start - now: how long the queue ahead of a new request takes to drain.
 local backlog = 0
-local last = tonumber(redis.call('GET', KEYS[1]))
+local last = redis.call('GET', KEYS[1])
 if last then
-  backlog = math.max(last + t - now, 0)
+  if not string.find(last, '^%d+$') then
+    unreadable(KEYS[1])
+  end
+  backlog = math.max(tonumber(last) + t - now, 0)
 end
 
 local function deny(retry_after)

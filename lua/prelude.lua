@@ -33,3 +33,10 @@ local function idiv(a, b)
   end
   return q
 end
+
+-- Stops the script at a value it cannot read (another program's data at a tollgate key, or a
+-- corrupt value), which is never overwritten. The store reports the error as this key's
+-- problem, not Redis's (StoreError::KeyState).
+local function unreadable(key)
+  error('tollgate: cannot read the state at ' .. key)
+end

@@ -14,7 +14,7 @@
 -- Calls: the server's clock (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
 -- nothing is written on deny.
 -- By hand:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/sliding_window.lua)" 1 rl:api:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/sliding_window.lua)" 1 rl:api:sw:{alice} 10 60000000 10 6000000 1 ""
 --   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/sliding_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/sliding_window.rs: the estimate is computed with the
 -- same double operations in the same order, so both agree bit for bit.
@@ -27,13 +27,13 @@ local dry = ARGV[7] == '1'
 local now = now_us(ARGV[6])
 
 local start, prev, curr = 0, 0, 0
--- pcall: a key of another type (another algorithm's state) counts as no history.
-local raw = redis.pcall('GET', key)
-if type(raw) == 'string' then
+local raw = redis.call('GET', key)
+if raw then
   local s, p, c = string.match(raw, '^s(%d+):(%d+):(%d+)$')
-  if s then
-    start, prev, curr = tonumber(s), tonumber(p), tonumber(c)
+  if not s then
+    unreadable(key)
   end
+  start, prev, curr = tonumber(s), tonumber(p), tonumber(c)
 end
 
 -- The window holding t, its counts, and how far into it t is. A clock that went back (before

@@ -11,7 +11,7 @@
 -- so each algorithm's script runs unchanged as a function of its own KEYS and ARGV.
 --
 -- KEYS     one state key per check (as for that algorithm's own script); all keys of one
---          client share a hash tag, so the call also works on Redis Cluster.
+--          client share a hash tag (so, on Redis Cluster, one slot).
 -- ARGV[1]  now in µs, or "" to read the server's clock once for every check
 -- then 7 values per check i (ARGV[2 + 7*(i-1)] onwards):
 --          algorithm index (1-based, Algorithm::ALL order), L, P, B, T, cost (>= 1),

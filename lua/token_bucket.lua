@@ -35,16 +35,14 @@ local capacity = burst * t
 local credit, pending, updated_at = capacity, 0, now
 local value = redis.call('GET', KEYS[1])
 if value then
-  local sep = string.find(value, ':', 1, true)
-  if sep then
-    local stored = tonumber(string.sub(value, 1, sep - 1))
-    local at = tonumber(string.sub(value, sep + 1))
-    if stored and at then
-      credit = math.min(stored + math.max(now - at, 0), capacity)
-      pending = math.max(at - now, 0)
-      updated_at = math.max(at, now)
-    end
+  local stored, at = string.match(value, '^(%d+):(%d+)$')
+  if not stored then
+    unreadable(KEYS[1])
   end
+  stored, at = tonumber(stored), tonumber(at)
+  credit = math.min(stored + math.max(now - at, 0), capacity)
+  pending = math.max(at - now, 0)
+  updated_at = math.max(at, now)
 end
 
 local need = cost * t

@@ -21,7 +21,7 @@ use crate::store::{Check, Store};
 /// below this; this bound is for code that calls the store directly.
 const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The default key prefix: keys look like `tollgate:<policy>:{<client key>}`.
+/// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
 const DEFAULT_PREFIX: &str = "tollgate";
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
@@ -32,8 +32,14 @@ const DEFAULT_PREFIX: &str = "tollgate";
 /// `lua/stacked.lua` assembled into one. Time comes from the Redis server's `TIME`, so app
 /// servers with skewed clocks agree, unless a [`Clock`] is given.
 ///
-/// Keys are `<prefix>:<policy>:{<client key>}`: one hash slot per client, so it works on
-/// Redis Cluster. Every key carries a TTL no longer than its state matters.
+/// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
+/// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
+/// is left alone and its decisions fail with [`StoreError::KeyState`].
+///
+/// It talks to one standalone Redis (or a proxy in front of one): [`from_url`](Self::from_url)
+/// and [`from_pool`](Self::from_pool) take a standalone connection pool, and Redis Cluster is
+/// not supported yet. The keys are laid out for it already: the client key is the hash tag, so
+/// one client's keys (under every policy) share a hash slot.
 ///
 /// Building a store never connects: the app starts while Redis is down, and the first
 /// decision connects.
@@ -100,7 +106,9 @@ impl RedisStore {
             prefix: DEFAULT_PREFIX.into(),
             clock: None,
             shared: Arc::new(Shared {
-                scripts: ALGORITHM_SOURCES.each_ref().map(|s| LuaScript::new(s.as_str())),
+                scripts: ALGORITHM_SOURCES
+                    .each_ref()
+                    .map(|s| LuaScript::new(s.as_str())),
                 stacked: LuaScript::new(STACKED_SOURCE.as_str()),
                 connection: Mutex::new(None),
             }),
@@ -129,12 +137,24 @@ impl RedisStore {
         &self.pool
     }
 
-    /// The Redis key that holds `client_key`'s state under `policy`.
+    /// The Redis key that holds `client_key`'s state under `policy`:
+    /// `<prefix>:<policy name>:<algorithm>:{<client key>}`.
+    ///
+    /// The algorithm part is short (`gcra`, `tb`, `lb`, `fw`, `fwf`, `swl`, `sw`) and keeps
+    /// algorithms apart: when a policy's algorithm changes, its clients start afresh instead
+    /// of meeting state the new algorithm cannot read. The client key is the hash tag, last and
+    /// alone, so that one client's keys share a hash slot.
     ///
     /// `client_key` is used as given; the layer has already replaced long or odd keys by a
     /// digest.
     pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
-        format!("{}:{}:{{{}}}", self.prefix, policy.name(), client_key)
+        format!(
+            "{}:{}:{}:{{{}}}",
+            self.prefix,
+            policy.name(),
+            key_part(policy.algorithm()),
+            client_key
+        )
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
@@ -166,7 +186,7 @@ impl RedisStore {
         let mut connection = self.connection().await?;
         script.run(&mut connection, keys, args).await.map_err(|e| {
             self.drop_connection_after(&e);
-            StoreError::backend(e)
+            store_error(e)
         })
     }
 
@@ -180,6 +200,25 @@ impl RedisStore {
         {
             *lock(&self.shared.connection) = None;
         }
+    }
+}
+
+/// Sorts a failed script call: an error about one key's data is that request's problem
+/// ([`StoreError::KeyState`], which the circuit breaker does not count); anything else
+/// (I/O, a dropped or refused connection, a timeout, `NOSCRIPT` again after loading, a server
+/// that is loading, read-only, out of memory or busy) is the store failing
+/// ([`StoreError::Backend`]).
+///
+/// Data errors are `WRONGTYPE` (the key holds another type) and `ERR`s raised while the script
+/// ran (their text names `user_script`): a value it cannot read (see `unreadable` in
+/// `lua/prelude.lua`), a Lua runtime error on bad state, or a command refusing a value.
+fn store_error(error: redis::RedisError) -> StoreError {
+    let raised_by_script =
+        || error.code() == Some("ERR") && error.detail().is_some_and(|d| d.contains("user_script"));
+    if error.code() == Some("WRONGTYPE") || raised_by_script() {
+        StoreError::key_state(error)
+    } else {
+        StoreError::backend(error)
     }
 }
 
@@ -259,6 +298,19 @@ fn algorithm_index(algorithm: Algorithm) -> usize {
         .unwrap_or_default()
 }
 
+/// The algorithm's part of a state key: short, since every tracked client pays for it.
+fn key_part(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::Gcra => "gcra",
+        Algorithm::TokenBucket => "tb",
+        Algorithm::LeakyBucket => "lb",
+        Algorithm::FixedWindow => "fw",
+        Algorithm::FixedWindowFromFirst => "fwf",
+        Algorithm::SlidingWindowLog => "swl",
+        Algorithm::SlidingWindow => "sw",
+    }
+}
+
 /// The Lua source of an algorithm's script (without the prelude).
 fn script_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
@@ -326,11 +378,10 @@ impl Store for RedisStore {
     /// dry, and stores the allowed ones only if no blocking check was denied. A single check
     /// runs its algorithm's own script, as [`check`](Self::check) does.
     ///
-    /// All the keys of one stacked decision go to one script call. On a standalone Redis that
-    /// is always atomic. On Redis Cluster a script may only touch keys of one hash slot: the
-    /// keys of one client share the hash tag `{<client key>}`, so checks of one client key
-    /// under several policies work there; checks of different client keys in one decision
-    /// would need a standalone Redis (the cluster answers `CROSSSLOT`).
+    /// All the keys of one stacked decision go to one script call, which on a standalone Redis
+    /// is always atomic. (On a Redis Cluster, once supported, a script may only touch keys of
+    /// one hash slot: checks of one client key under several policies share the hash tag
+    /// `{<client key>}` and would work; checks of different client keys would not.)
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
             [] => return Ok(Vec::new()),
