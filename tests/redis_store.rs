@@ -12,7 +12,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tollgate::store::Check;
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, Algorithm, ManualClock, Policy, Quota, RateLimitLayer, Store, StoreError};
+use tollgate::{
+    key, Algorithm, ConfigErrorKind, ManualClock, Policy, Quota, RateLimitLayer, Store, StoreError,
+};
 
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {
@@ -419,4 +421,27 @@ async fn a_sliding_window_log_request_of_any_cost_is_one_member() {
     );
     let zcard: u64 = redis::cmd("ZCARD").arg(&other).query(&mut conn).unwrap();
     assert_eq!(zcard, 2);
+}
+
+#[test]
+fn redis_passwords_are_never_printed() {
+    for url in [
+        "redis://admin:hunter2@127.0.0.1:notaport/0",
+        "redis://admin:hunter2@127.0.0.1:6379/notadb",
+        "rediss://:hunter2@[::1:6379",
+        "nosuchscheme://admin:hunter2@host",
+    ] {
+        let e = RedisStore::from_url(url).unwrap_err();
+        assert_eq!(e.kind(), ConfigErrorKind::Store, "{url}");
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("***"), "{shown}");
+    }
+    let store = RedisStore::from_url("redis://admin:hunter2@127.0.0.1:6379/0").unwrap();
+    let shown = format!("{store:?} {:?}", store.pool());
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(
+        shown.contains("redis://admin:***@127.0.0.1:6379/0"),
+        "{shown}"
+    );
 }

@@ -16,6 +16,9 @@ use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::{Check, Store};
 
+mod redact;
+use redact::Secrets;
+
 /// How long getting, connecting or checking a pooled connection may take in a pool made by
 /// `from_url`. The layer's own `store_timeout` (50 ms by default) bounds each decision well
 /// below this; this bound is for code that calls the store directly.
@@ -58,6 +61,8 @@ const DEFAULT_PREFIX: &str = "tollgate";
 #[derive(Clone)]
 pub struct RedisStore {
     pool: Pool,
+    /// The URL given to `from_url`, credentials redacted, for `Debug`.
+    url: Option<Arc<str>>,
     prefix: Arc<str>,
     clock: Option<Arc<dyn Clock>>,
     shared: Arc<Shared>,
@@ -78,8 +83,10 @@ struct Shared {
 impl RedisStore {
     /// A store on a new connection pool for `url` (`redis://host:port/db`, `rediss://…`).
     ///
-    /// Fails only when the URL cannot be parsed; Redis need not be up.
+    /// Fails only when the URL cannot be parsed; Redis need not be up. The error, like
+    /// everything the store prints, shows the URL with its password replaced by `***`.
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
+        let secrets = Secrets::of(url);
         let mut config = deadpool_redis::Config::from_url(url);
         config.pool = Some(PoolConfig {
             timeouts: Timeouts {
@@ -92,10 +99,17 @@ impl RedisStore {
         let pool = config.create_pool(Some(Runtime::Tokio1)).map_err(|e| {
             ConfigError::of(
                 ConfigErrorKind::Store,
-                format!("invalid Redis URL {url:?}: {e}"),
+                format!(
+                    "invalid Redis URL {:?}: {}",
+                    secrets.redact(url),
+                    secrets.redact(&e.to_string())
+                ),
             )
         })?;
-        Ok(Self::from_pool(pool))
+        Ok(Self {
+            url: Some(secrets.redact(url).into()),
+            ..Self::from_pool(pool)
+        })
     }
 
     /// A store on an existing deadpool-redis pool (e.g. one the app also uses); the pool's
@@ -103,6 +117,7 @@ impl RedisStore {
     pub fn from_pool(pool: Pool) -> Self {
         Self {
             pool,
+            url: None,
             prefix: DEFAULT_PREFIX.into(),
             clock: None,
             shared: Arc::new(Shared {
@@ -425,6 +440,7 @@ impl Store for RedisStore {
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
+            .field("url", &self.url)
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
             .field("pool", &self.pool.status())
