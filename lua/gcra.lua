@@ -1,4 +1,6 @@
 -- GCRA (generic cell rate algorithm): one decision, exactly as src/algorithm/gcra.rs makes it.
+-- It serves the leaky bucket too, which decides exactly alike (see src/algorithm/gcra.rs): the
+-- queue's last slot is TAT - T.
 --
 -- KEYS[1]  the client's state key. Value: the TAT (theoretical arrival time, µs) as a decimal
 --          string; a missing key is a client with no history (a full bucket).

@@ -6,7 +6,8 @@
 --   local ALGORITHMS = {}
 --   ALGORITHMS[1] = function(KEYS, ARGV) <lua/gcra.lua> end
 --   ... one per algorithm, 1-based in Algorithm::ALL order: gcra, token_bucket, leaky_bucket,
---   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window ...
+--   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window (leaky_bucket
+--   runs GCRA's engine: ALGORITHMS[3] = ALGORITHMS[1]) ...
 --   <this file>
 -- so each algorithm's script runs unchanged as a function of its own KEYS and ARGV.
 --

@@ -284,7 +284,8 @@ static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
     LazyLock::new(|| Algorithm::ALL.map(|a| format!("{PRELUDE}\n{}", script_source(a))));
 
 /// The script a stacked decision runs: the prelude, then each algorithm's script wrapped as a
-/// function of its own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order),
+/// function of its own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order;
+/// names that share a script share the function),
 /// then `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
 /// the one its single decisions run: a script's body is valid as a Lua 5.1 function body
 /// (its locals become the function's, and each `return` ends its block), and `ALGORITHMS` is a
@@ -292,13 +293,20 @@ static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
 static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
     let mut source = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
-        // The newline before `end`: a last line that is a comment would swallow it.
-        let _ = write!(
-            source,
-            "ALGORITHMS[{}] = function(KEYS, ARGV)\n{}\nend\n",
-            i + 1,
-            script_source(algorithm)
-        );
+        let body = script_source(algorithm);
+        let first = Algorithm::ALL
+            .iter()
+            .position(|a| script_source(*a) == body);
+        let _ = match first {
+            // Two names, one engine: the function is written once.
+            Some(j) if j < i => writeln!(source, "ALGORITHMS[{}] = ALGORITHMS[{}]", i + 1, j + 1),
+            // The newline before `end`: a last line that is a comment would swallow it.
+            _ => write!(
+                source,
+                "ALGORITHMS[{}] = function(KEYS, ARGV)\n{body}\nend\n",
+                i + 1
+            ),
+        };
     }
     source.push_str(include_str!("../../lua/stacked.lua"));
     source
@@ -329,9 +337,9 @@ fn key_part(algorithm: Algorithm) -> &'static str {
 /// The Lua source of an algorithm's script (without the prelude).
 fn script_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::Gcra => include_str!("../../lua/gcra.lua"),
+        // The leaky bucket decides exactly as GCRA, and runs its engine: see src/algorithm/gcra.rs.
+        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("../../lua/gcra.lua"),
         Algorithm::TokenBucket => include_str!("../../lua/token_bucket.lua"),
-        Algorithm::LeakyBucket => include_str!("../../lua/leaky_bucket.lua"),
         Algorithm::FixedWindow => include_str!("../../lua/fixed_window.lua"),
         Algorithm::FixedWindowFromFirst => include_str!("../../lua/fixed_window_from_first.lua"),
         Algorithm::SlidingWindowLog => include_str!("../../lua/sliding_window_log.lua"),
