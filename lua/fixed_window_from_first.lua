@@ -4,16 +4,16 @@
 --          in µs; cost allowed in it), always with a TTL that ends with the window.
 -- ARGV[1]  L, the limit per window          ARGV[2]  P, the window length in µs
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
--- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" to use the server's TIME
+-- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
--- Calls: TIME (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
+-- Calls: the server's clock (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
 -- nothing is written on deny.
 -- By hand:
---   redis-cli EVAL "$(cat lua/fixed_window_from_first.lua)" 1 rl:api:{alice} 10 60000000 10 6000000 1 ""
---   redis-cli SCRIPT LOAD "$(cat lua/fixed_window_from_first.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/fixed_window_from_first.lua)" 1 rl:api:fwf:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/fixed_window_from_first.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/fixed_window_from_first.rs.
 
 local key = KEYS[1]
@@ -21,27 +21,16 @@ local limit = tonumber(ARGV[1])
 local period = math.max(tonumber(ARGV[2]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
 local dry = ARGV[7] == '1'
-local now
-if ARGV[6] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[6])
-end
-
--- Integers up to 2^53 as exact decimal strings (tostring would use %.14g).
-local function int(x)
-  return string.format('%.0f', x)
-end
+local now = now_us(ARGV[6])
 
 local start, count = 0, 0
--- pcall: a key of another type (another algorithm's state) counts as no history.
-local raw = redis.pcall('GET', key)
-if type(raw) == 'string' then
+local raw = redis.call('GET', key)
+if raw then
   local s, c = string.match(raw, '^f(%d+):(%d+)$')
-  if s then
-    start, count = tonumber(s), tonumber(c)
+  if not s then
+    unreadable(key)
   end
+  start, count = tonumber(s), tonumber(c)
 end
 
 -- A new key, or the first request after the window ended, opens a window now. A clock that

@@ -1,26 +1,30 @@
 -- tollgate: sliding window log (the exact log of allowed requests in the last P), one decision
 -- per call.
 --
--- KEYS[1]  the client's state key: a sorted set with one member per unit of allowed cost, scored
---          by the time (µs) it was allowed. Members are "<µs>" for the first unit logged at a
---          time and "<µs>:<n>" for the n-th, so they stay unique however many requests share a
---          microsecond. At most L members; the key's TTL ends when its newest member expires
---          (rounded up to whole ms, and at least 2 ms).
+-- KEYS[1]  the client's state key: a sorted set with one member per distinct µs at which cost
+--          was allowed, scored by that µs. A member is "<end>:<cost>": the cost allowed then,
+--          and the running total of cost logged through it (mod 2^52), so the count is one
+--          subtraction and the member that frees enough room is found by binary search. A
+--          request of any cost is one member (or adds to the member of its µs). At most L
+--          members; the key's TTL ends when its newest member expires (rounded up to whole ms,
+--          and at least 2 ms).
 -- ARGV[1]  L, the limit per period          ARGV[2]  P, the period in µs
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
--- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" to use the server's TIME
+-- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
--- Calls: TIME (only when ARGV[6] is ""), ZRANGE (newest), then, when the key exists,
--- ZREMRANGEBYSCORE (trim expired members) and ZCARD. Allow: ZCOUNT (only when the newest
--- member has this very µs), ZADD (one per 500 units of cost), PEXPIRE; a dry run skips these
--- four. Deny: one ZRANGE to find when enough members expire (none when cost > L). A deny, like a
--- dry run, only trims expired members (which decides nothing: they no longer count).
+-- Calls, each O(log n) for n members: the server's clock (only when ARGV[6] is ""), ZRANGE
+-- (newest), then, when the key exists, ZREMRANGEBYSCORE (trims expired members: each member
+-- is trimmed once) and ZRANGE (oldest). Allow: ZREM (only when the newest member has this very
+-- µs, to add to it), ZADD, PEXPIRE; a dry run skips these. Deny: ZCARD and a binary search of
+-- ZRANGE calls over the first `need` members to find when enough cost expires (none when the
+-- oldest member suffices, or cost > L). A deny, like a dry run, only trims expired members
+-- (which decides nothing: they no longer count).
 -- By hand:
---   redis-cli EVAL "$(cat lua/sliding_window_log.lua)" 1 rl:api:{alice} 10 60000000 10 6000000 1 ""
---   redis-cli SCRIPT LOAD "$(cat lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/sliding_window_log.lua)" 1 rl:api:swl:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/sliding_window_log.rs.
 
 local key = KEYS[1]
@@ -28,38 +32,43 @@ local limit = tonumber(ARGV[1])
 local period = math.max(tonumber(ARGV[2]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
 local dry = ARGV[7] == '1'
-local now
-if ARGV[6] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[6])
+local now = now_us(ARGV[6])
+
+-- Running totals wrap here; only differences less than L (< 2^32) apart are taken, so exact.
+local WRAP = 2 ^ 52
+
+-- The member at `rank` (0 oldest, -1 newest): its µs, running total and cost, or nil.
+local function member(rank)
+  local m = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
+  if not m[1] then
+    return nil
+  end
+  local total, c = string.match(m[1], '^(%d+):(%d+)$')
+  if not total then
+    unreadable(key)
+  end
+  return tonumber(m[2]), tonumber(total), tonumber(c), m[1]
 end
 
--- Integers up to 2^53 as exact decimal strings (tostring would use %.14g).
-local function int(x)
-  return string.format('%.0f', x)
-end
-
--- pcall: a key of another type (another algorithm's state) counts as no history; it is
--- replaced on the next allowed request.
-local top = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-local foreign = top.err ~= nil
-local newest = nil
-if not foreign and top[2] then
-  newest = tonumber(top[2])
-end
--- A clock that went back is treated as standing at the newest entry: the log stays sorted.
+local newest, newest_end, newest_cost, newest_member = member(-1)
+-- A clock that went back is treated as standing at the newest member: the log stays sorted.
 local at = now
 if newest and newest > at then
   at = newest
 end
 
--- A member logged at t counts while at < t + P.
-local count = 0
+-- A member logged at t counts while at < t + P. base: the running total before the oldest.
+local count, base = 0, 0
 if newest then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
-  count = redis.call('ZCARD', key)
+  if newest + period > at then
+    local _, oldest_end, oldest_cost = member(0)
+    base = (oldest_end - oldest_cost) % WRAP
+    count = (newest_end - base) % WRAP
+  else
+    -- All expired: the key is gone, and totals start again from 0.
+    newest = nil
+  end
 end
 
 if count + cost <= limit then
@@ -67,31 +76,14 @@ if count + cost <= limit then
   if dry then
     return reply
   end
-  -- Members at this µs were numbered 0..first-1 (members of one score expire together).
-  local first = 0
+  -- The running total through this request; the member of this µs, if any, takes its cost too.
+  local total = (base + count + cost) % WRAP
+  local logged = cost
   if newest == at then
-    first = redis.call('ZCOUNT', key, int(at), int(at))
+    redis.call('ZREM', key, newest_member)
+    logged = newest_cost + cost
   end
-  if foreign then
-    redis.call('DEL', key)
-  end
-  local stamp = int(at)
-  local args = {}
-  for n = first, first + cost - 1 do
-    args[#args + 1] = stamp
-    if n == 0 then
-      args[#args + 1] = stamp
-    else
-      args[#args + 1] = stamp .. ':' .. int(n)
-    end
-    if #args >= 1000 then -- unpack() is limited to a few thousand values
-      redis.call('ZADD', key, unpack(args))
-      args = {}
-    end
-  end
-  if #args > 0 then
-    redis.call('ZADD', key, unpack(args))
-  end
+  redis.call('ZADD', key, int(at), int(total) .. ':' .. int(logged))
   -- At least 2 ms, not 1: PEXPIRE deletes the key at once when its deadline is not after the
   -- server's ms clock, which for 1 ms happens whenever a ms tick falls inside the command
   -- (Redis 7.0: about 1 in 7,000 calls). SET ... PX has no such check.
@@ -100,13 +92,24 @@ if count + cost <= limit then
   return reply
 end
 
--- The oldest members must expire until count - freed + cost <= L: the need-th oldest completes
--- that at its time + P, and nothing is freed before it.
 local retry_after = -1
 if cost <= limit then
+  -- The oldest members must expire until count - freed + cost <= L: the first member whose
+  -- running total reaches base + need completes that at its time + P, and nothing is freed
+  -- before it. Each member holds at least 1, so it is among the first `need` (and the last
+  -- member, at count >= need, always qualifies).
   local need = count + cost - limit
-  local entry = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
-  retry_after = tonumber(entry[2]) + period - now
+  local lo, hi = 0, math.min(need, redis.call('ZCARD', key)) - 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local _, mid_end = member(mid)
+    if (mid_end - base) % WRAP >= need then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  retry_after = member(lo) + period - now
 end
 local reset_after = 0
 if count > 0 then

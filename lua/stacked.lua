@@ -2,16 +2,18 @@
 --
 -- This file alone is not runnable: RedisStore assembles the script that EVALSHA runs, at
 -- construction, as
+--   <lua/prelude.lua>
 --   local ALGORITHMS = {}
 --   ALGORITHMS[1] = function(KEYS, ARGV) <lua/gcra.lua> end
 --   ... one per algorithm, 1-based in Algorithm::ALL order: gcra, token_bucket, leaky_bucket,
---   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window ...
+--   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window (leaky_bucket
+--   runs GCRA's engine: ALGORITHMS[3] = ALGORITHMS[1]) ...
 --   <this file>
 -- so each algorithm's script runs unchanged as a function of its own KEYS and ARGV.
 --
 -- KEYS     one state key per check (as for that algorithm's own script); all keys of one
---          client share a hash tag, so the call also works on Redis Cluster.
--- ARGV[1]  now in µs, or "" to read the server's TIME once for every check
+--          client share a hash tag (so, on Redis Cluster, one slot).
+-- ARGV[1]  now in µs, or "" to read the server's clock once for every check
 -- then 7 values per check i (ARGV[2 + 7*(i-1)] onwards):
 --          algorithm index (1-based, Algorithm::ALL order), L, P, B, T, cost (>= 1),
 --          blocking ("1": a denial blocks the request; "0": shadow mode, never blocks)
@@ -34,15 +36,8 @@ if #ARGV ~= 1 + 7 * n then
   return redis.error_reply('tollgate stacked: expected 1 + 7 * ' .. n .. ' arguments, got ' .. #ARGV)
 end
 
-local now
-if ARGV[1] == '' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[1])
-end
--- The exact integer: tostring() keeps only 14 significant digits, and a µs timestamp has 16.
-local now_arg = string.format('%.0f', now)
+-- Every check decides at this one instant, passed on as an exact decimal string.
+local now_arg = int(now_us(ARGV[1]))
 
 -- Keys named by more than one check.
 local seen, repeated = {}, {}

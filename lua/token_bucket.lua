@@ -10,66 +10,39 @@
 -- ARGV[3]  B: burst, the bucket capacity in tokens
 -- ARGV[4]  T: µs per token (ceil(P / L))
 -- ARGV[5]  cost in tokens, >= 1
--- ARGV[6]  now, µs since the Unix epoch, or "" to use the server clock (redis TIME)
+-- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
--- Calls: TIME (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not in a dry run).
+-- Calls: the server's clock (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not
+-- in a dry run).
 -- A denial writes nothing. The TTL is ceil(time until the bucket is full / 1000) ms.
 --
--- By hand, 10/s with burst 20 (T = 100000 µs), cost 1, server time:
---   redis-cli EVAL "$(cat lua/token_bucket.lua)" 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
---   redis-cli SCRIPT LOAD "$(cat lua/token_bucket.lua)"    # prints the sha, then:
---   redis-cli EVALSHA <sha> 1 'tollgate:api:{10.0.0.1}' 10 1000000 20 100000 1 ''
---
--- Numbers are Lua doubles: exact for integers up to 2^53, which covers now + B*T for any
--- sensible quota.
+-- By hand (after lua/prelude.lua, which defines now_us, int and idiv), 10/s with burst 20
+-- (T = 100000 µs), cost 1, server time:
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/token_bucket.lua)" 1 'tollgate:api:tb:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
 local burst = tonumber(ARGV[3])
 local t = math.max(tonumber(ARGV[4]), 1)
 local cost = math.max(tonumber(ARGV[5]), 1)
 local dry = ARGV[7] == '1'
-local now
-if ARGV[6] == '' then
-  local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-else
-  now = tonumber(ARGV[6])
-end
-
--- floor(a / b) for integers a >= 0, b >= 1: a / b in doubles can round up to the next integer.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
--- Integers as strings: tostring() would keep only 14 significant digits.
-local function str(n)
-  return string.format('%.17g', n)
-end
+local now = now_us(ARGV[6])
 
 local capacity = burst * t
 -- pending: how far now lies before updated_at (a clock that went back); refill starts then.
 local credit, pending, updated_at = capacity, 0, now
 local value = redis.call('GET', KEYS[1])
 if value then
-  local sep = string.find(value, ':', 1, true)
-  if sep then
-    local stored = tonumber(string.sub(value, 1, sep - 1))
-    local at = tonumber(string.sub(value, sep + 1))
-    if stored and at then
-      credit = math.min(stored + math.max(now - at, 0), capacity)
-      pending = math.max(at - now, 0)
-      updated_at = math.max(at, now)
-    end
+  local stored, at = string.match(value, '^(%d+):(%d+)$')
+  if not stored then
+    unreadable(KEYS[1])
   end
+  stored, at = tonumber(stored), tonumber(at)
+  credit = math.min(stored + math.max(now - at, 0), capacity)
+  pending = math.max(at - now, 0)
+  updated_at = math.max(at, now)
 end
 
 local need = cost * t
@@ -83,7 +56,7 @@ end
 credit = credit - need
 local reset_after = capacity - credit + pending
 if not dry then
-  redis.call('SET', KEYS[1], str(credit) .. ':' .. str(updated_at), 'PX',
-    str(idiv(reset_after + 999, 1000)))
+  redis.call('SET', KEYS[1], int(credit) .. ':' .. int(updated_at), 'PX',
+    int(idiv(reset_after + 999, 1000)))
 end
 return {1, idiv(credit, t), reset_after, -1}

@@ -10,8 +10,11 @@ use axum::Router;
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tollgate::store::Check;
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, Algorithm, ManualClock, Policy, Quota, RateLimitLayer, Store};
+use tollgate::{
+    key, Algorithm, ConfigErrorKind, ManualClock, Policy, Quota, RateLimitLayer, Store, StoreError,
+};
 
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {
@@ -27,6 +30,10 @@ fn quotas(algorithm: Algorithm) -> Vec<Quota> {
     ) {
         quotas.push(Quota::per_second(10).burst(20));
         quotas.push(Quota::new(4, Duration::from_secs(3)).burst(1));
+    }
+    if algorithm == Algorithm::SlidingWindowLog {
+        // Enough entries in the log for the search of a denied request's retry to take steps.
+        quotas.push(Quota::new(60, Duration::from_millis(400)));
     }
     quotas
 }
@@ -235,10 +242,197 @@ async fn keys_share_a_hash_tag_and_odd_client_keys_are_digested() {
         .unwrap();
     keys.sort();
     assert_eq!(keys.len(), 3);
-    assert!(keys.contains(&format!("{prefix}:default:{{plain-key}}")));
+    assert!(keys.contains(&format!("{prefix}:default:gcra:{{plain-key}}")));
     for k in keys.iter().filter(|k| !k.contains("plain-key")) {
         let tag = k.split_once('{').unwrap().1;
         assert_eq!(tag.len(), 33 + 1, "{k}: digest '#'+32 hex then '}}'");
         assert!(!tag[..33].contains(['{', '}']));
     }
+}
+
+#[tokio::test]
+async fn changing_a_policys_algorithm_starts_its_clients_afresh() {
+    let url = support::shared_redis_url();
+    let store = RedisStore::from_url(&url)
+        .unwrap()
+        .prefix(support::unique_prefix("switch"));
+    // One policy name and one client; the algorithm changes as on a rules reload, through all
+    // seven and back to the first.
+    let policies = Algorithm::ALL.map(|a| Policy::new("api", Quota::per_minute(2), a).unwrap());
+    for policy in &policies {
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let d = store.check("client", policy, 1).await.unwrap();
+            seen.push((d.allowed, d.remaining));
+        }
+        assert_eq!(
+            seen,
+            [(true, 1), (true, 0), (false, 0)],
+            "{}",
+            policy.algorithm()
+        );
+    }
+    // Each algorithm kept its own state: the first one's quota is still spent.
+    let d = store.check("client", &policies[0], 1).await.unwrap();
+    assert!(!d.allowed);
+    let stacked = [Check::new("client", &policies[1], 1); 2];
+    let ds = store.check_many(&stacked).await.unwrap();
+    assert!(ds.iter().all(|d| !d.allowed));
+}
+
+/// `Err(StoreError::KeyState)`, or a panic saying what came instead.
+fn assert_key_state(result: Result<impl std::fmt::Debug, StoreError>, what: &str) {
+    match result {
+        Err(StoreError::KeyState(e)) => assert!(!e.to_string().is_empty()),
+        other => panic!("{what}: expected StoreError::KeyState, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn state_the_store_cannot_read_is_that_keys_problem_and_is_left_alone() {
+    let url = support::shared_redis_url();
+    let store = RedisStore::from_url(&url)
+        .unwrap()
+        .prefix(support::unique_prefix("unreadable"));
+    let mut conn = support::redis_connection(&url);
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::new("p", Quota::per_minute(5), algorithm).unwrap();
+        let key = store.state_key(&policy, "k");
+        // Another type than the script keeps (WRONGTYPE), then a value of its type that is
+        // not its state.
+        let other_type = if algorithm == Algorithm::SlidingWindowLog {
+            redis::cmd("SET").arg(&key).arg("5").clone()
+        } else {
+            redis::cmd("ZADD").arg(&key).arg(1).arg("5").clone()
+        };
+        let garbage = if algorithm == Algorithm::SlidingWindowLog {
+            redis::cmd("ZADD").arg(&key).arg(1).arg("garbage").clone()
+        } else {
+            redis::cmd("SET").arg(&key).arg("garbage").clone()
+        };
+        for (what, write) in [("another type", other_type), ("garbage", garbage)] {
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+            let _: () = write.query(&mut conn).unwrap();
+            let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut conn).unwrap();
+            let what = format!("{algorithm}, {what}");
+            assert_key_state(store.check("k", &policy, 1).await, &what);
+            // Stacked with a healthy limit: the whole decision fails the same way.
+            let healthy = Policy::new("healthy", Quota::per_minute(5), algorithm).unwrap();
+            let checks =
+                [("k", &healthy), ("k", &policy)].map(|(key, policy)| Check::new(key, policy, 1));
+            assert_key_state(store.check_many(&checks).await, &format!("{what}, stacked"));
+            // Never overwritten: it may be another program's data.
+            let after: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut conn).unwrap();
+            assert_eq!(after, dump, "{what}");
+        }
+        let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+        assert!(store.check("k", &policy, 1).await.unwrap().allowed);
+    }
+}
+
+/// `INFO memory`'s `used_memory`, bytes.
+fn used_memory(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap()
+}
+
+/// `INFO commandstats` server time of one command, µs in total.
+fn command_usec(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix("usec=")))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_sliding_window_log_request_of_any_cost_is_one_member() {
+    // A server of its own, so that nothing else moves its memory.
+    let server = support::RedisServer::start();
+    let store = RedisStore::from_url(&server.url()).unwrap();
+    let mut conn = support::redis_connection(&server.url());
+    let policy = Policy::new(
+        "upload",
+        Quota::per_hour(1_000_000),
+        Algorithm::SlidingWindowLog,
+    )
+    .unwrap();
+    let key = store.state_key(&policy, "k");
+    store.check("warm-up", &policy, 1).await.unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let before = used_memory(&mut conn);
+
+    let started = Instant::now();
+    let d = store.check("k", &policy, 1_000_000).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!((d.allowed, d.remaining), (true, 0));
+    let zcard: u64 = redis::cmd("ZCARD").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(zcard, 1);
+    let server_usec = command_usec(&mut conn, "evalsha");
+    let grew = used_memory(&mut conn).saturating_sub(before);
+    println!(
+        "cost 1,000,000: {server_usec} µs of Redis server time, {:.2} ms round trip, \
+         used_memory +{grew} bytes, ZCARD {zcard}",
+        took.as_secs_f64() * 1e3
+    );
+    assert!(grew < 20_000_000, "used_memory grew by {grew} bytes");
+    assert!(server_usec < 20_000, "the script ran {server_usec} µs");
+
+    // The log is exact all the same: full for the hour, then denied until that member expires.
+    let d = store.check("k", &policy, 1).await.unwrap();
+    assert!(!d.allowed);
+    let retry = d.retry_after.unwrap();
+    assert!(retry > Duration::from_secs(3_599) && retry <= Duration::from_secs(3_600));
+    // Requests in one µs share a member; a few more requests, a few more members.
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let store = store.with_clock(clock.clone());
+    let other = store.state_key(&policy, "other");
+    for cost in [400_000, 300_000, 200_000] {
+        assert!(store.check("other", &policy, cost).await.unwrap().allowed);
+    }
+    clock.advance(Duration::from_micros(1));
+    let d = store.check("other", &policy, 100_001).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (false, 100_000));
+    assert_eq!(
+        d.retry_after,
+        Some(Duration::from_secs(3_600) - Duration::from_micros(1))
+    );
+    assert!(
+        store
+            .check("other", &policy, 100_000)
+            .await
+            .unwrap()
+            .allowed
+    );
+    let zcard: u64 = redis::cmd("ZCARD").arg(&other).query(&mut conn).unwrap();
+    assert_eq!(zcard, 2);
+}
+
+#[test]
+fn redis_passwords_are_never_printed() {
+    for url in [
+        "redis://admin:hunter2@127.0.0.1:notaport/0",
+        "redis://admin:hunter2@127.0.0.1:6379/notadb",
+        "rediss://:hunter2@[::1:6379",
+        "nosuchscheme://admin:hunter2@host",
+    ] {
+        let e = RedisStore::from_url(url).unwrap_err();
+        assert_eq!(e.kind(), ConfigErrorKind::Store, "{url}");
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("***"), "{shown}");
+    }
+    let store = RedisStore::from_url("redis://admin:hunter2@127.0.0.1:6379/0").unwrap();
+    let shown = format!("{store:?} {:?}", store.pool());
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(
+        shown.contains("redis://admin:***@127.0.0.1:6379/0"),
+        "{shown}"
+    );
 }

@@ -7,6 +7,18 @@
 //!
 //! A request whose cost is larger than the burst `B` can never be allowed: it is denied with
 //! `retry_after = None`.
+//!
+//! # The leaky bucket is this engine
+//!
+//! `Algorithm::LeakyBucket` is a queue that drains one slot every `T`: a request of cost `c`
+//! takes `c` consecutive slots, the first at `start = max(now, last + T)`, the last at
+//! `end = start + (c − 1)·T`, and is allowed iff `end − now ≤ (B − 1)·T`, after which
+//! `last = end`. With `tat = last + T` that is GCRA step for step: `end + T = max(tat, now) + c·T`
+//! is GCRA's `new`, the test is `new − now ≤ B·T`, and `remaining`, `reset_after` and
+//! `retry_after` come out the same, a clock that goes back included. So both names run this
+//! state machine (and `lua/gcra.lua`), each under its own keys. What the leaky bucket adds is
+//! the layer's delay mode: an allowed request waits until `start` (`reset_after − c·T` from its
+//! decision), so requests leave at a steady rate.
 
 use super::Params;
 use crate::decision::Decision;
@@ -55,8 +67,33 @@ mod tests {
 
     use std::time::Duration;
 
+    use proptest::prelude::*;
+
+    use super::super::test_support::delay;
+    use super::super::tests::{history, params, start};
     use super::*;
     use crate::{Algorithm, Quota};
+
+    proptest! {
+        #[test]
+        fn a_leaky_buckets_delay_is_the_wait_for_its_first_slot(
+            p in params(Algorithm::LeakyBucket),
+            start in start(),
+            steps in history(true),
+        ) {
+            let mut s = Gcra::default();
+            let mut now = start;
+            for step in steps {
+                now = step.next(now, &p, Algorithm::LeakyBucket);
+                let cost = step.cost(&p);
+                // The first slot is at `max(now, last + T)`, and `last + T` is the TAT.
+                let first_slot = s.tat.max(now);
+                let d = s.check(&p, now, cost);
+                let wait = if d.allowed { first_slot - now } else { 0 };
+                prop_assert_eq!(delay(&p, &d, cost), Duration::from_micros(wait));
+            }
+        }
+    }
 
     #[test]
     fn interval_is_rounded_up() {

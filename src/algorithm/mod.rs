@@ -14,7 +14,6 @@ use crate::quota::Quota;
 mod fixed_window;
 mod fixed_window_from_first;
 mod gcra;
-mod leaky_bucket;
 mod sliding_window;
 mod sliding_window_log;
 mod token_bucket;
@@ -35,8 +34,8 @@ pub enum Algorithm {
     Gcra,
     /// A bucket of `burst` tokens refilled continuously at `limit` per `period`.
     TokenBucket,
-    /// A queue drained at a steady rate; admits what GCRA admits, and in the layer's delay mode
-    /// an allowed request waits for its slot.
+    /// A queue drained at a steady rate; admits what GCRA admits (it runs GCRA's engine), and in
+    /// the layer's delay mode an allowed request waits for its slot.
     LeakyBucket,
     /// `limit` requests per window aligned to the epoch; up to `2 × limit` around a boundary.
     FixedWindow,
@@ -142,7 +141,8 @@ impl Params {
 pub(crate) enum State {
     Gcra(gcra::Gcra),
     TokenBucket(token_bucket::TokenBucket),
-    LeakyBucket(leaky_bucket::LeakyBucket),
+    /// The GCRA engine: see `gcra`'s docs.
+    LeakyBucket(gcra::Gcra),
     FixedWindow(fixed_window::FixedWindow),
     FixedWindowFromFirst(fixed_window_from_first::FixedWindowFromFirst),
     SlidingWindowLog(sliding_window_log::SlidingWindowLog),

@@ -9,8 +9,7 @@ mod buckets {
     use proptest::prelude::*;
 
     use super::super::gcra::Gcra;
-    use super::super::leaky_bucket::LeakyBucket;
-    use super::super::test_support::{decide, setup, spend_burst, BUCKETS};
+    use super::super::test_support::{decide, delay, setup, spend_burst, BUCKETS};
     use super::super::tests::{history, params, start};
     use super::super::token_bucket::TokenBucket;
     use super::super::{Algorithm, Params, State};
@@ -161,7 +160,7 @@ mod buckets {
                 for cost in [0, 1, 7, 20, 21, u64::MAX] {
                     let d = check_raw(&mut s, &p, now, cost);
                     assert!(d.remaining <= 20, "{a}");
-                    let _ = LeakyBucket::delay(&p, &d, cost);
+                    let _ = delay(&p, &d, cost);
                 }
                 let _ = s.expires_at(&p);
             }
@@ -180,11 +179,21 @@ mod buckets {
     }
 
     /// The three bucket algorithms side by side.
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone)]
     struct Buckets {
         gcra: Gcra,
         token: TokenBucket,
-        leaky: LeakyBucket,
+        leaky: State,
+    }
+
+    impl Default for Buckets {
+        fn default() -> Self {
+            Self {
+                gcra: Gcra::default(),
+                token: TokenBucket::default(),
+                leaky: State::new(Algorithm::LeakyBucket),
+            }
+        }
     }
 
     proptest! {

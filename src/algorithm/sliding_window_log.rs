@@ -6,9 +6,16 @@
 //! length `P`.
 //!
 //! The price is memory: the log keeps one entry per distinct microsecond with an allowed request,
-//! up to `L` entries per key (and the Redis script keeps one sorted-set member per unit of cost,
-//! up to `L` members). Prefer GCRA or the sliding window counter for large limits. A request whose
+//! up to `L` entries per key (the Redis script keeps one sorted-set member per entry). A
+//! request's cost is a number in its entry, never one entry per unit, so a request of any cost
+//! costs the same. Prefer GCRA or the sliding window counter for large limits. A request whose
 //! cost is larger than `L` can never be allowed: it is denied with `retry_after = None`.
+//!
+//! Each entry keeps the running total of cost logged up to and including it (`end`), so the
+//! count is one subtraction and the entry that frees enough room for a denied request is found
+//! by binary search: O(log n) per decision, as in Redis. Running totals wrap (`u64` here, 2^52
+//! in Lua); only differences of totals less than `L` apart are ever taken, so wrapping changes
+//! nothing.
 
 use std::collections::VecDeque;
 
@@ -18,38 +25,53 @@ use crate::decision::Decision;
 /// One key's log. `Default` (empty) is a key with no history.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct SlidingWindowLog {
-    /// `(time µs, cost)` of allowed requests, oldest first, one entry per distinct time.
-    entries: VecDeque<(u64, u64)>,
-    /// The sum of the costs in `entries`.
-    total: u64,
+    /// Allowed requests, oldest first, one entry per distinct time.
+    entries: VecDeque<Entry>,
+    /// The running total before the oldest entry: the count is `newest.end − base`.
+    base: u64,
+}
+
+/// The requests allowed at one microsecond.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Entry {
+    /// When, µs.
+    at: u64,
+    /// The running total of cost logged up to and including this entry (wrapping).
+    end: u64,
 }
 
 impl SlidingWindowLog {
     /// Decides a request of `cost` at `now`; logs it only when allowed. Drops expired entries.
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
         let period = p.period.max(1);
-        let newest = self.entries.back().map(|&(t, _)| t);
+        let newest = self.entries.back().map(|e| e.at);
         // A clock that went back is treated as standing at the newest entry: the log stays sorted.
         let at = now.max(newest.unwrap_or(0));
         // Expired entries go on every call, as in the Redis script; they decide nothing.
-        while let Some(&(t, c)) = self.entries.front() {
-            if t.saturating_add(period) > at {
+        while let Some(&oldest) = self.entries.front() {
+            if oldest.at.saturating_add(period) > at {
                 break;
             }
             self.entries.pop_front();
-            self.total = self.total.saturating_sub(c);
+            self.base = oldest.end;
         }
-        let count = self.total;
+        if self.entries.is_empty() {
+            // As a new key: Redis deletes a sorted set once its last member goes.
+            self.base = 0;
+        }
+        let count = self.count();
         if count.saturating_add(cost) <= p.limit {
             match self.entries.back_mut() {
-                Some((t, c)) if *t == at => *c = c.saturating_add(cost),
-                _ => self.entries.push_back((at, cost)),
+                Some(e) if e.at == at => e.end = e.end.wrapping_add(cost),
+                _ => {
+                    let end = self.total().wrapping_add(cost);
+                    self.entries.push_back(Entry { at, end });
+                }
             }
-            self.total = count.saturating_add(cost);
             return Decision::from_micros(
                 true,
                 p.burst,
-                p.limit - self.total,
+                p.limit - count - cost,
                 at.saturating_add(period).saturating_sub(now),
                 None,
             );
@@ -58,12 +80,12 @@ impl SlidingWindowLog {
             // The oldest entries must expire until `count − freed + cost ≤ L`; the entry that
             // completes that expires at `t + P`, and nothing is freed before it.
             let need = count.saturating_add(cost) - p.limit;
-            let mut freed = 0u64;
-            let ready = self.entries.iter().find(|&&(_, c)| {
-                freed = freed.saturating_add(c);
-                freed >= need
-            });
-            ready.map(|&(t, _)| t.saturating_add(period).saturating_sub(now))
+            let ready = self
+                .entries
+                .partition_point(|e| e.end.wrapping_sub(self.base) < need);
+            self.entries
+                .get(ready)
+                .map(|e| e.at.saturating_add(period).saturating_sub(now))
         } else {
             None
         };
@@ -80,11 +102,21 @@ impl SlidingWindowLog {
         )
     }
 
+    /// The cost logged in the entries kept.
+    fn count(&self) -> u64 {
+        self.total().wrapping_sub(self.base)
+    }
+
+    /// The running total through the newest entry.
+    fn total(&self) -> u64 {
+        self.entries.back().map_or(self.base, |e| e.end)
+    }
+
     /// Once the newest entry has expired the log is empty in effect.
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         self.entries
             .back()
-            .map_or(0, |&(t, _)| t.saturating_add(p.period.max(1)))
+            .map_or(0, |e| e.at.saturating_add(p.period.max(1)))
     }
 }
 
@@ -102,21 +134,27 @@ mod tests {
     impl SlidingWindowLog {
         /// The log as a denied request at `now` leaves it: without the expired entries.
         pub(in crate::algorithm) fn without_expired(&self, p: &Params, now: u64) -> Self {
-            let at = now.max(self.entries.back().map_or(0, |&(t, _)| t));
-            let entries: VecDeque<_> = (self.entries.iter().copied())
-                .filter(|&(t, _)| t + p.period > at)
-                .collect();
-            let total = entries.iter().map(|&(_, c)| c).sum();
-            Self { entries, total }
+            let at = now.max(self.entries.back().map_or(0, |e| e.at));
+            let mut log = self.clone();
+            while log.entries.front().is_some_and(|e| e.at + p.period <= at) {
+                log.base = log.entries.pop_front().map_or(log.base, |e| e.end);
+            }
+            if log.entries.is_empty() {
+                log.base = 0;
+            }
+            log
         }
 
-        /// One entry per time, oldest first, no empty entry, `total` their sum and within `L`.
+        /// One entry per time, oldest first, each holding some cost, and their count within `L`.
         pub(in crate::algorithm) fn is_well_formed(&self, p: &Params) -> bool {
-            let times = self.entries.iter().map(|&(t, _)| t);
+            let times = self.entries.iter().map(|e| e.at);
+            let ends = self.entries.iter().map(|e| e.end.wrapping_sub(self.base));
             times.clone().zip(times.skip(1)).all(|(a, b)| a < b)
-                && self.entries.iter().all(|&(_, c)| c > 0)
-                && self.total == self.entries.iter().map(|&(_, c)| c).sum::<u64>()
-                && self.total <= p.limit
+                && std::iter::once(0)
+                    .chain(ends.clone())
+                    .zip(ends)
+                    .all(|(a, b)| a < b)
+                && self.count() <= p.limit
         }
     }
 

@@ -1,8 +1,9 @@
 //! What the algorithm tests share: a memory store on a manual clock, and short ways to write the
 //! decisions they expect.
 
-use super::leaky_bucket::LeakyBucket;
-use super::Algorithm;
+use std::time::Duration;
+
+use super::{Algorithm, Params};
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 use crate::quota::{Policy, Quota};
@@ -60,7 +61,7 @@ pub(super) fn decide(
         d.remaining,
         d.reset_after.as_micros() as u64,
         d.retry_after.map(|r| r.as_micros() as u64),
-        LeakyBucket::delay(policy.params(), &d, u64::from(cost)).as_micros() as u64,
+        delay(policy.params(), &d, u64::from(cost)).as_micros() as u64,
     )
 }
 
@@ -74,4 +75,19 @@ pub(super) fn spend_burst(store: &MemoryStore, policy: &Policy, burst: u64, t: u
     }
     let expected = (false, 0, burst * t, Some(t), 0);
     assert_eq!(decide(store, policy, 1), expected, "{a}");
+}
+
+/// How long an allowed leaky-bucket request of `cost` waits for its first slot (`start − now`),
+/// from its decision alone, so it works the same whatever store made it.
+///
+/// After an allowed request `reset_after = end + T − now = start + c·T − now`. Zero for a
+/// denied decision. A model the tests check `reset_after` against; the layer's delay mode
+/// waits only past the burst.
+pub(super) fn delay(p: &Params, decision: &Decision, cost: u64) -> Duration {
+    if !decision.allowed {
+        return Duration::ZERO;
+    }
+    let held = cost.max(1).saturating_mul(p.interval.max(1));
+    let reset_after = u64::try_from(decision.reset_after.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(reset_after.saturating_sub(held))
 }

@@ -16,12 +16,15 @@ use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::{Check, Store};
 
+mod redact;
+use redact::Secrets;
+
 /// How long getting, connecting or checking a pooled connection may take in a pool made by
 /// `from_url`. The layer's own `store_timeout` (50 ms by default) bounds each decision well
 /// below this; this bound is for code that calls the store directly.
 const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The default key prefix: keys look like `tollgate:<policy>:{<client key>}`.
+/// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
 const DEFAULT_PREFIX: &str = "tollgate";
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
@@ -32,8 +35,14 @@ const DEFAULT_PREFIX: &str = "tollgate";
 /// `lua/stacked.lua` assembled into one. Time comes from the Redis server's `TIME`, so app
 /// servers with skewed clocks agree, unless a [`Clock`] is given.
 ///
-/// Keys are `<prefix>:<policy>:{<client key>}`: one hash slot per client, so it works on
-/// Redis Cluster. Every key carries a TTL no longer than its state matters.
+/// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
+/// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
+/// is left alone and its decisions fail with [`StoreError::KeyState`].
+///
+/// It talks to one standalone Redis (or a proxy in front of one): [`from_url`](Self::from_url)
+/// and [`from_pool`](Self::from_pool) take a standalone connection pool, and Redis Cluster is
+/// not supported yet. The keys are laid out for it already: the client key is the hash tag, so
+/// one client's keys (under every policy) share a hash slot.
 ///
 /// Building a store never connects: the app starts while Redis is down, and the first
 /// decision connects.
@@ -52,6 +61,8 @@ const DEFAULT_PREFIX: &str = "tollgate";
 #[derive(Clone)]
 pub struct RedisStore {
     pool: Pool,
+    /// The URL given to `from_url`, credentials redacted, for `Debug`.
+    url: Option<Arc<str>>,
     prefix: Arc<str>,
     clock: Option<Arc<dyn Clock>>,
     shared: Arc<Shared>,
@@ -72,8 +83,10 @@ struct Shared {
 impl RedisStore {
     /// A store on a new connection pool for `url` (`redis://host:port/db`, `rediss://…`).
     ///
-    /// Fails only when the URL cannot be parsed; Redis need not be up.
+    /// Fails only when the URL cannot be parsed; Redis need not be up. The error, like
+    /// everything the store prints, shows the URL with its password replaced by `***`.
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
+        let secrets = Secrets::of(url);
         let mut config = deadpool_redis::Config::from_url(url);
         config.pool = Some(PoolConfig {
             timeouts: Timeouts {
@@ -86,10 +99,17 @@ impl RedisStore {
         let pool = config.create_pool(Some(Runtime::Tokio1)).map_err(|e| {
             ConfigError::of(
                 ConfigErrorKind::Store,
-                format!("invalid Redis URL {url:?}: {e}"),
+                format!(
+                    "invalid Redis URL {:?}: {}",
+                    secrets.redact(url),
+                    secrets.redact(&e.to_string())
+                ),
             )
         })?;
-        Ok(Self::from_pool(pool))
+        Ok(Self {
+            url: Some(secrets.redact(url).into()),
+            ..Self::from_pool(pool)
+        })
     }
 
     /// A store on an existing deadpool-redis pool (e.g. one the app also uses); the pool's
@@ -97,11 +117,14 @@ impl RedisStore {
     pub fn from_pool(pool: Pool) -> Self {
         Self {
             pool,
+            url: None,
             prefix: DEFAULT_PREFIX.into(),
             clock: None,
             shared: Arc::new(Shared {
-                scripts: Algorithm::ALL.map(|a| LuaScript::new(script_source(a))),
-                stacked: LuaScript::new(LazyLock::force(&STACKED_SOURCE).as_str()),
+                scripts: ALGORITHM_SOURCES
+                    .each_ref()
+                    .map(|s| LuaScript::new(s.as_str())),
+                stacked: LuaScript::new(STACKED_SOURCE.as_str()),
                 connection: Mutex::new(None),
             }),
         }
@@ -129,12 +152,24 @@ impl RedisStore {
         &self.pool
     }
 
-    /// The Redis key that holds `client_key`'s state under `policy`.
+    /// The Redis key that holds `client_key`'s state under `policy`:
+    /// `<prefix>:<policy name>:<algorithm>:{<client key>}`.
+    ///
+    /// The algorithm part is short (`gcra`, `tb`, `lb`, `fw`, `fwf`, `swl`, `sw`) and keeps
+    /// algorithms apart: when a policy's algorithm changes, its clients start afresh instead
+    /// of meeting state the new algorithm cannot read. The client key is the hash tag, last and
+    /// alone, so that one client's keys share a hash slot.
     ///
     /// `client_key` is used as given; the layer has already replaced long or odd keys by a
     /// digest.
     pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
-        format!("{}:{}:{{{}}}", self.prefix, policy.name(), client_key)
+        format!(
+            "{}:{}:{}:{{{}}}",
+            self.prefix,
+            policy.name(),
+            key_part(policy.algorithm()),
+            client_key
+        )
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
@@ -166,7 +201,7 @@ impl RedisStore {
         let mut connection = self.connection().await?;
         script.run(&mut connection, keys, args).await.map_err(|e| {
             self.drop_connection_after(&e);
-            StoreError::backend(e)
+            store_error(e)
         })
     }
 
@@ -180,6 +215,25 @@ impl RedisStore {
         {
             *lock(&self.shared.connection) = None;
         }
+    }
+}
+
+/// Sorts a failed script call: an error about one key's data is that request's problem
+/// ([`StoreError::KeyState`], which the circuit breaker does not count); anything else
+/// (I/O, a dropped or refused connection, a timeout, `NOSCRIPT` again after loading, a server
+/// that is loading, read-only, out of memory or busy) is the store failing
+/// ([`StoreError::Backend`]).
+///
+/// Data errors are `WRONGTYPE` (the key holds another type) and `ERR`s raised while the script
+/// ran (their text names `user_script`): a value it cannot read (see `unreadable` in
+/// `lua/prelude.lua`), a Lua runtime error on bad state, or a command refusing a value.
+fn store_error(error: redis::RedisError) -> StoreError {
+    let raised_by_script =
+        || error.code() == Some("ERR") && error.detail().is_some_and(|d| d.contains("user_script"));
+    if error.code() == Some("WRONGTYPE") || raised_by_script() {
+        StoreError::key_state(error)
+    } else {
+        StoreError::backend(error)
     }
 }
 
@@ -220,22 +274,39 @@ impl LuaScript {
     }
 }
 
-/// The script a stacked decision runs: each algorithm's script wrapped as a function of its
-/// own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order), then
-/// `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
+/// What every script needs (the server clock, exact integer helpers), written once in
+/// `lua/prelude.lua` and put in front of each script: the only Lua that reads `TIME`.
+const PRELUDE: &str = include_str!("../../lua/prelude.lua");
+
+/// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
+/// `lua/<algorithm>.lua`. Assembled once per process.
+static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
+    LazyLock::new(|| Algorithm::ALL.map(|a| format!("{PRELUDE}\n{}", script_source(a))));
+
+/// The script a stacked decision runs: the prelude, then each algorithm's script wrapped as a
+/// function of its own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order;
+/// names that share a script share the function),
+/// then `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
 /// the one its single decisions run: a script's body is valid as a Lua 5.1 function body
 /// (its locals become the function's, and each `return` ends its block), and `ALGORITHMS` is a
 /// local because Redis forbids scripts to create globals. Assembled once per process.
 static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
-    let mut source = String::from("local ALGORITHMS = {}\n");
+    let mut source = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
-        // The newline before `end`: a last line that is a comment would swallow it.
-        let _ = write!(
-            source,
-            "ALGORITHMS[{}] = function(KEYS, ARGV)\n{}\nend\n",
-            i + 1,
-            script_source(algorithm)
-        );
+        let body = script_source(algorithm);
+        let first = Algorithm::ALL
+            .iter()
+            .position(|a| script_source(*a) == body);
+        let _ = match first {
+            // Two names, one engine: the function is written once.
+            Some(j) if j < i => writeln!(source, "ALGORITHMS[{}] = ALGORITHMS[{}]", i + 1, j + 1),
+            // The newline before `end`: a last line that is a comment would swallow it.
+            _ => write!(
+                source,
+                "ALGORITHMS[{}] = function(KEYS, ARGV)\n{body}\nend\n",
+                i + 1
+            ),
+        };
     }
     source.push_str(include_str!("../../lua/stacked.lua"));
     source
@@ -250,12 +321,25 @@ fn algorithm_index(algorithm: Algorithm) -> usize {
         .unwrap_or_default()
 }
 
-/// The Lua source of an algorithm's script.
+/// The algorithm's part of a state key: short, since every tracked client pays for it.
+fn key_part(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::Gcra => "gcra",
+        Algorithm::TokenBucket => "tb",
+        Algorithm::LeakyBucket => "lb",
+        Algorithm::FixedWindow => "fw",
+        Algorithm::FixedWindowFromFirst => "fwf",
+        Algorithm::SlidingWindowLog => "swl",
+        Algorithm::SlidingWindow => "sw",
+    }
+}
+
+/// The Lua source of an algorithm's script (without the prelude).
 fn script_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
-        Algorithm::Gcra => include_str!("../../lua/gcra.lua"),
+        // The leaky bucket decides exactly as GCRA, and runs its engine: see src/algorithm/gcra.rs.
+        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("../../lua/gcra.lua"),
         Algorithm::TokenBucket => include_str!("../../lua/token_bucket.lua"),
-        Algorithm::LeakyBucket => include_str!("../../lua/leaky_bucket.lua"),
         Algorithm::FixedWindow => include_str!("../../lua/fixed_window.lua"),
         Algorithm::FixedWindowFromFirst => include_str!("../../lua/fixed_window_from_first.lua"),
         Algorithm::SlidingWindowLog => include_str!("../../lua/sliding_window_log.lua"),
@@ -317,11 +401,10 @@ impl Store for RedisStore {
     /// dry, and stores the allowed ones only if no blocking check was denied. A single check
     /// runs its algorithm's own script, as [`check`](Self::check) does.
     ///
-    /// All the keys of one stacked decision go to one script call. On a standalone Redis that
-    /// is always atomic. On Redis Cluster a script may only touch keys of one hash slot: the
-    /// keys of one client share the hash tag `{<client key>}`, so checks of one client key
-    /// under several policies work there; checks of different client keys in one decision
-    /// would need a standalone Redis (the cluster answers `CROSSSLOT`).
+    /// All the keys of one stacked decision go to one script call, which on a standalone Redis
+    /// is always atomic. (On a Redis Cluster, once supported, a script may only touch keys of
+    /// one hash slot: checks of one client key under several policies share the hash tag
+    /// `{<client key>}` and would work; checks of different client keys would not.)
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
             [] => return Ok(Vec::new()),
@@ -369,6 +452,7 @@ impl Store for RedisStore {
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
+            .field("url", &self.url)
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
             .field("pool", &self.pool.status())

@@ -1,4 +1,4 @@
-//! Run with `cargo run --release --example outage_latency` (needs `redis-server` on the PATH).
+//! Run with `cargo bench --bench outage_latency` (needs `redis-server` on the PATH).
 //!
 //! Measures what a Redis outage costs each request: it starts a private redis-server, serves an
 //! axum app limited through it, then hangs Redis with SIGSTOP and times requests over loopback
@@ -24,6 +24,8 @@ async fn main() {
         .args([
             "--port",
             &port.to_string(),
+            "--bind",
+            "127.0.0.1",
             "--save",
             "",
             "--appendonly",
