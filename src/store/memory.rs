@@ -444,6 +444,40 @@ mod tests {
         assert!(!store.check_now("hot", &hot, 1).allowed);
     }
 
+    #[test]
+    fn a_rounded_up_interval_makes_a_second_burst_one_period_later_wait_2_us() {
+        // 3/s: T = ceil(1 s / 3) = 333,334 µs, so a full bucket of 3 refills in 1,000,002 µs,
+        // 2 µs later than the exact rate. README states these figures.
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+        ] {
+            let clock = ManualClock::new(1_000_000_000);
+            let store = MemoryStore::with_clock(clock.clone());
+            let p = Policy::new("p", "3/s".parse().unwrap(), algorithm).unwrap();
+            for _ in 0..3 {
+                assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+            }
+            assert!(!store.check_now("k", &p, 1).allowed, "{algorithm}");
+            // One period after the burst, a second burst of 3 loses its last request by 2 µs.
+            clock.advance(Duration::from_secs(1));
+            assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+            assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+            let third = store.check_now("k", &p, 1);
+            assert!(!third.allowed, "{algorithm}");
+            assert_eq!(
+                third.retry_after,
+                Some(Duration::from_micros(2)),
+                "{algorithm}"
+            );
+            clock.advance(Duration::from_micros(1));
+            assert!(!store.check_now("k", &p, 1).allowed, "{algorithm}");
+            clock.advance(Duration::from_micros(1));
+            assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+        }
+    }
+
     /// Room in every shard's table, in keys.
     fn capacity(store: &MemoryStore) -> usize {
         store
