@@ -43,6 +43,12 @@ echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $TOLLGATE_
 cargo fmt --all -- --check
 cargo clippy --all-targets --all-features -- -D warnings
 cargo check --no-default-features
+cargo check --no-default-features --features axum
 cargo check --no-default-features --features tonic
+# Without default features, neither axum nor tonic is compiled in.
+if cargo tree --no-default-features -e normal --prefix none | grep -E '^(axum|tonic)[- ]'; then
+    echo "cargo tree --no-default-features lists axum or tonic (above)" >&2
+    exit 1
+fi
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
 cargo test --all-features

@@ -47,7 +47,16 @@
 //! # Feature Flags
 //!
 //! - `redis` (default): [`store::RedisStore`], through deadpool-redis.
-//! - `tonic`: [`key::PeerIp`] also reads the peer address tonic's server records.
+//! - `axum` (default): [`key::PeerIp`] (and [`key::ClientIp`]) read the peer address axum
+//!   records as `ConnectInfo<SocketAddr>`. Nothing else needs axum: the layer serves any
+//!   `Service<http::Request<B>>`, axum's routers included, without it.
+//! - `tonic`: [`key::PeerIp`] also reads the peer address tonic's server records
+//!   (`TcpConnectInfo`), and `RateLimit` passes tonic's `NamedService` through.
+//!
+//! Without `axum` and `tonic`, [`key::PeerIp`] reads a bare `SocketAddr` request extension,
+//! which your own server or middleware can insert. `cargo build --no-default-features` builds
+//! neither axum, tonic nor the Redis client.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,

@@ -13,6 +13,7 @@ use crate::quota::Policy;
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum HeaderStyle {
     /// IETF draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy: "name";q=100;w=60`
     /// and `RateLimit: "name";r=42;t=17`. The default.
@@ -175,13 +176,7 @@ mod tests {
     }
 
     fn decision(remaining: u64, reset_ms: u64) -> Decision {
-        Decision {
-            allowed: true,
-            limit: 100,
-            remaining,
-            reset_after: Duration::from_millis(reset_ms),
-            retry_after: None,
-        }
+        Decision::allowed(100, remaining, Duration::from_millis(reset_ms))
     }
 
     #[test]
@@ -220,11 +215,12 @@ mod tests {
 
     #[test]
     fn grpc_denial_is_trailers_only_with_pushback() {
-        let d = Decision {
-            allowed: false,
-            retry_after: Some(Duration::from_micros(1_500_001)),
-            ..decision(0, 2_000)
-        };
+        let d = Decision::denied(
+            100,
+            0,
+            Duration::from_millis(2_000),
+            Some(Duration::from_micros(1_500_001)),
+        );
         let r = too_many_requests(&d, true);
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(r.headers()["grpc-status"], "8");
@@ -235,11 +231,12 @@ mod tests {
 
     #[test]
     fn http_denial_rounds_retry_after_up() {
-        let d = Decision {
-            allowed: false,
-            retry_after: Some(Duration::from_millis(100)),
-            ..decision(0, 2_000)
-        };
+        let d = Decision::denied(
+            100,
+            0,
+            Duration::from_millis(2_000),
+            Some(Duration::from_millis(100)),
+        );
         let r = too_many_requests(&d, false);
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()["retry-after"], "1");

@@ -7,7 +7,8 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::Router;
 use reqwest::StatusCode;
-use tollgate::key;
+use tollgate::key::{self, KeyExtractor};
+use tollgate::rules::Rule;
 use tollgate::{Algorithm, HeaderStyle, OnMissingKey, Quota, RateLimitLayer};
 
 fn routes() -> Router {
@@ -98,6 +99,49 @@ async fn keys_are_isolated() {
     assert_eq!(statuses(&url, 3, Some("alice")).await, [200, 200, 429]);
     assert_eq!(statuses(&url, 3, Some("bob")).await, [200, 200, 429]);
     assert_eq!(statuses(&url, 1, Some("alice")).await, [429]);
+}
+
+/// README's remedy for unchecked header keys: a validated key or the IP, and a per-IP rule.
+#[tokio::test]
+async fn random_api_keys_get_no_fresh_buckets_with_validated_keys_and_a_per_ip_rule() {
+    let random_keys = |n: usize| (0..n).map(|i| format!("random-{i}")).collect::<Vec<_>>();
+    async fn send(url: &str, keys: &[String]) -> Vec<u16> {
+        let client = support::client();
+        let mut out = Vec::new();
+        for k in keys {
+            let r = client.get(url).header("x-api-key", k).send().await.unwrap();
+            out.push(r.status().as_u16());
+        }
+        out
+    }
+
+    // Unchecked: every random key is a fresh bucket, so nothing is ever denied.
+    let layer = RateLimitLayer::new(Quota::per_minute(3), key::Header::new("x-api-key"));
+    let addr = support::serve(routes().layer(layer)).await;
+    assert_eq!(
+        send(&format!("http://{addr}/"), &random_keys(10)).await,
+        [200; 10]
+    );
+
+    let issued = ["k-alice".to_owned()];
+    let api_key = key::from_fn(move |req| {
+        let key = req.headers.get("x-api-key")?.to_str().ok()?;
+        issued.iter().any(|k| k == key).then(|| key.to_owned())
+    });
+    let layer = RateLimitLayer::builder()
+        .rule(Rule::new("per-key", Quota::per_minute(3)).key(api_key.or(key::PeerIp::default())))
+        .rule(Rule::new("per-ip", Quota::per_minute(5)).key(key::PeerIp::default()))
+        .build()
+        .unwrap();
+    let addr = support::serve(routes().layer(layer)).await;
+    let url = format!("http://{addr}/");
+    // Unknown keys share the IP's bucket of the per-key rule: 3 pass.
+    let mut expected = vec![429; 10];
+    expected[..3].fill(200);
+    assert_eq!(send(&url, &random_keys(10)).await, expected);
+    // The issued key has its own bucket, but the per-IP rule has 2 left for this address.
+    let alice = vec!["k-alice".to_owned(); 3];
+    assert_eq!(send(&url, &alice).await, [200, 200, 429]);
 }
 
 #[tokio::test]

@@ -5,7 +5,6 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::extract::ConnectInfo;
 use http::request::Parts;
 
 use super::KeyExtractor;
@@ -27,11 +26,17 @@ pub(crate) const DEFAULT_IPV6_PREFIX: u8 = 64;
 /// each request, so IPv6 addresses are grouped by a prefix, `/64` by default: the key is the
 /// network, e.g. `2001:db8:1:2::/64`.
 ///
-/// The address is read from the request extensions: axum's `ConnectInfo<SocketAddr>`, a bare
-/// `SocketAddr`, or (with the `tonic` feature) tonic's `TcpConnectInfo`. axum records it only
-/// when the router is served with
-/// `into_make_service_with_connect_info::<SocketAddr>()`; without it there is no key, and one
-/// error is logged per process.
+/// The address is read from the request extensions, the first of these found:
+///
+/// | extension | read |
+/// |---|---|
+/// | axum's `ConnectInfo<SocketAddr>` | with the `axum` feature (on by default) |
+/// | a bare `SocketAddr` (e.g. inserted by your own hyper server or middleware) | always |
+/// | tonic's `TcpConnectInfo` | with the `tonic` feature |
+///
+/// axum records `ConnectInfo` only when the router is served with
+/// `into_make_service_with_connect_info::<SocketAddr>()`; without it (or without the `axum`
+/// feature) there is no key, and one error is logged per process.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -97,7 +102,11 @@ pub(crate) fn peer_ip(req: &Parts) -> Option<IpAddr> {
 }
 
 fn peer_socket_addr(req: &Parts) -> Option<SocketAddr> {
-    if let Some(ConnectInfo(addr)) = req.extensions.get::<ConnectInfo<SocketAddr>>() {
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) = req
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
         return Some(*addr);
     }
     if let Some(addr) = req.extensions.get::<SocketAddr>() {
@@ -119,9 +128,11 @@ fn report_missing_peer() {
     if !MISSING_PEER_REPORTED.swap(true, Ordering::Relaxed) {
         tracing::error!(
             "tollgate: the request carries no peer address, so PeerIp/ClientIp find no key \
-             (the layer then follows its missing-key setting). With axum, serve the router with \
+             (the layer then follows its missing-key setting). With axum, keep tollgate's `axum` \
+             feature on and serve the router with \
              `router.into_make_service_with_connect_info::<SocketAddr>()`; with tonic, enable \
-             tollgate's `tonic` feature. This error is logged once per process."
+             tollgate's `tonic` feature; otherwise insert the peer's `SocketAddr` as a request \
+             extension. This error is logged once per process."
         );
     }
 }
@@ -144,6 +155,7 @@ pub(crate) fn ip_key(ip: IpAddr, ipv6_prefix: u8) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::extract::ConnectInfo;
 
     fn request_with<T: Clone + Send + Sync + 'static>(ext: T) -> Parts {
         http::Request::builder()
@@ -158,6 +170,7 @@ mod tests {
         s.parse().unwrap()
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn reads_axum_connect_info() {
         let req = request_with(ConnectInfo(addr("203.0.113.7:5000")));

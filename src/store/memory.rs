@@ -16,8 +16,10 @@ use crate::store::{Check, Store};
 ///
 /// Each decision locks one shard for a few hundred nanoseconds; there is no global lock.
 /// Expired state is swept as the store is used (a shard is swept once it has seen as many
-/// decisions as it holds keys), so memory follows the keys that are live, not every key ever
-/// seen. [`max_keys`](Self::max_keys) caps it outright.
+/// decisions as it holds keys, or on its next decision once every key its last sweep kept has
+/// expired), so memory follows the keys that are live, not every key ever seen. A shard whose
+/// table has far more room than live keys (after a flood of random keys) gives the room back.
+/// [`max_keys`](Self::max_keys) caps it outright.
 ///
 /// Clones share the same state.
 ///
@@ -40,13 +42,27 @@ struct Inner {
     max_keys_per_shard: Option<usize>,
 }
 
-#[derive(Default)]
 struct Shard {
     entries: HashMap<String, Tracked>,
     /// Decisions since this shard was last swept.
     since_sweep: usize,
     /// Keys left by the last sweep: the next sweep comes after as many decisions.
     kept_by_sweep: usize,
+    /// Or at this time (µs), when every key the last sweep kept has expired, so that a shard
+    /// that held a flood is emptied soon after the flood's keys expire, not only after as many
+    /// decisions again. `u64::MAX` when the last sweep kept nothing.
+    sweep_by: u64,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            since_sweep: 0,
+            kept_by_sweep: 0,
+            sweep_by: u64::MAX,
+        }
+    }
 }
 
 struct Tracked {
@@ -56,6 +72,14 @@ struct Tracked {
 
 /// A shard is swept after at least this many decisions, however few keys it holds.
 const MIN_SWEEP_INTERVAL: usize = 64;
+/// A shard is swept for the time at most this often (µs): a key the last sweep kept may have
+/// been renewed since, and then the sweep frees nothing.
+const MIN_SWEEP_GAP_US: u64 = 1_000_000;
+/// A table with more than this many times as much room as keys is shrunk, to twice its keys.
+/// In between (a table shrinks below a quarter full and grows when full) it never thrashes.
+const SHRINK_WHEN_ROOM_PER_KEY: usize = 4;
+/// Tables with room for fewer keys are left as they are: too small to matter.
+const MIN_SHRINK_CAPACITY: usize = 1_024;
 
 impl MemoryStore {
     /// A store on the system clock.
@@ -281,19 +305,41 @@ impl Tracked {
 }
 
 /// Counts one decision in `shard` and sweeps expired state once the shard has seen as many
-/// decisions as its last sweep kept keys. A sweep costs O(keys), so this is O(1) per decision,
-/// and the shard holds at most its live keys plus one sweep interval of new ones.
+/// decisions as its last sweep kept keys, or once all those keys have expired. A sweep costs
+/// O(keys), so this is O(1) per decision (a sweep for the time frees every key it visits, bar
+/// renewed ones, at most once a second), and the shard holds at most its live keys plus one
+/// sweep interval of new ones.
 fn count_decision(shard: &mut Shard, now: u64) {
     shard.since_sweep += 1;
-    if shard.since_sweep >= shard.kept_by_sweep.max(MIN_SWEEP_INTERVAL) {
+    if shard.since_sweep >= shard.kept_by_sweep.max(MIN_SWEEP_INTERVAL) || now >= shard.sweep_by {
         sweep(shard, now);
     }
 }
 
 fn sweep(shard: &mut Shard, now: u64) {
-    shard.entries.retain(|_, t| t.expires_at > now);
+    let mut last_expiry = None;
+    shard.entries.retain(|_, t| {
+        let live = t.expires_at > now;
+        if live {
+            last_expiry = last_expiry.max(Some(t.expires_at));
+        }
+        live
+    });
     shard.since_sweep = 0;
     shard.kept_by_sweep = shard.entries.len();
+    shard.sweep_by = last_expiry.map_or(u64::MAX, |last| {
+        last.max(now.saturating_add(MIN_SWEEP_GAP_US))
+    });
+    shrink_if_roomy(&mut shard.entries);
+}
+
+/// Gives back a table's room once it holds far fewer keys than it has room for (a flood of
+/// random keys has come and gone): `retain` alone keeps the table at its peak size.
+fn shrink_if_roomy(entries: &mut HashMap<String, Tracked>) {
+    let room = entries.capacity();
+    if room > MIN_SHRINK_CAPACITY && room > SHRINK_WHEN_ROOM_PER_KEY * entries.len() {
+        entries.shrink_to(2 * entries.len());
+    }
 }
 
 /// Sweeps a full shard; if nothing had expired, forgets one key.
@@ -396,6 +442,100 @@ mod tests {
             store.check_now("hot", &hot, 1);
         }
         assert!(!store.check_now("hot", &hot, 1).allowed);
+    }
+
+    #[test]
+    fn a_rounded_up_interval_makes_a_second_burst_one_period_later_wait_2_us() {
+        // 3/s: T = ceil(1 s / 3) = 333,334 µs, so a full bucket of 3 refills in 1,000,002 µs,
+        // 2 µs later than the exact rate. README states these figures.
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+        ] {
+            let clock = ManualClock::new(1_000_000_000);
+            let store = MemoryStore::with_clock(clock.clone());
+            let p = Policy::new("p", "3/s".parse().unwrap(), algorithm).unwrap();
+            for _ in 0..3 {
+                assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+            }
+            assert!(!store.check_now("k", &p, 1).allowed, "{algorithm}");
+            // One period after the burst, a second burst of 3 loses its last request by 2 µs.
+            clock.advance(Duration::from_secs(1));
+            assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+            assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+            let third = store.check_now("k", &p, 1);
+            assert!(!third.allowed, "{algorithm}");
+            assert_eq!(
+                third.retry_after,
+                Some(Duration::from_micros(2)),
+                "{algorithm}"
+            );
+            clock.advance(Duration::from_micros(1));
+            assert!(!store.check_now("k", &p, 1).allowed, "{algorithm}");
+            clock.advance(Duration::from_micros(1));
+            assert!(store.check_now("k", &p, 1).allowed, "{algorithm}");
+        }
+    }
+
+    /// Room in every shard's table, in keys.
+    fn capacity(store: &MemoryStore) -> usize {
+        store
+            .inner
+            .shards
+            .iter()
+            .map(|s| lock(s).entries.capacity())
+            .sum()
+    }
+
+    #[test]
+    fn a_flood_of_keys_gives_its_room_back_once_expired() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new("p", "5/10s".parse().unwrap(), Algorithm::Gcra).unwrap();
+        for i in 0..200_000 {
+            assert!(store.check_now(&format!("flood-{i}"), &policy, 1).allowed);
+        }
+        let peak = capacity(&store);
+        assert!(peak >= 200_000, "room for {peak} keys");
+
+        // Every flood key has expired (5/10s keeps at most 10 s of state). One decision per
+        // shard is far fewer than the keys each holds, yet sweeps it: every key its last sweep
+        // kept has expired.
+        clock.advance(Duration::from_secs(10));
+        let now = store.inner.clock.now();
+        for shard in store.inner.shards.iter() {
+            count_decision(&mut lock(shard), now);
+        }
+        assert_eq!(store.len(), 0);
+        let after = capacity(&store);
+        assert!(
+            after <= store.inner.shards.len() * MIN_SHRINK_CAPACITY,
+            "room for {after} keys after the flood (peak {peak})"
+        );
+    }
+
+    #[test]
+    fn a_roomy_table_shrinks_to_twice_its_keys_and_then_holds_its_size() {
+        let tracked = || Tracked {
+            state: State::new(Algorithm::Gcra),
+            expires_at: u64::MAX,
+        };
+        let mut entries: HashMap<String, Tracked> =
+            (0..10_000).map(|i| (i.to_string(), tracked())).collect();
+        let full = entries.capacity();
+        entries.retain(|k, _| k.parse::<usize>().unwrap() < 1_000);
+        shrink_if_roomy(&mut entries);
+        let shrunk = entries.capacity();
+        assert!(
+            (2_000..full / 2).contains(&shrunk),
+            "room for {shrunk} keys, was {full}"
+        );
+        // No thrash: the same keys again change nothing, and twice as many fit without growing.
+        shrink_if_roomy(&mut entries);
+        assert_eq!(entries.capacity(), shrunk);
+        entries.extend((0..1_000).map(|i| (format!("new-{i}"), tracked())));
+        assert_eq!(entries.capacity(), shrunk);
     }
 
     fn check<'a>(key: &'a str, policy: &'a Policy, blocking: bool) -> Check<'a> {

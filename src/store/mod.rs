@@ -107,6 +107,7 @@ pub trait Store: Send + Sync + 'static {
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
 
 mod boxed;
