@@ -78,6 +78,7 @@ where
 /// Lets `Server::builder().add_service(layer.layer(svc))` limit one gRPC service: the wrapped
 /// service keeps its route (`/package.Service/...`).
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl<Svc: tonic::server::NamedService, S> tonic::server::NamedService for RateLimit<Svc, S> {
     const NAME: &'static str = Svc::NAME;
 }
