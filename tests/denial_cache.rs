@@ -94,6 +94,8 @@ async fn a_flooded_key_stops_reaching_redis() {
         .quota(Quota::per_minute(5))
         .key(key::Global)
         .store(RedisStore::from_url(&server.url()).unwrap())
+        // Not about timeouts: a loaded machine must not make a request fail open.
+        .store_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
     let addr = support::serve(
@@ -131,6 +133,7 @@ async fn the_cache_can_be_turned_off() {
         .key(key::Global)
         .store(RedisStore::from_url(&server.url()).unwrap())
         .denial_cache(false)
+        .store_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
     let addr = support::serve(

@@ -216,6 +216,8 @@ async fn one_killed_connection_under_load_costs_almost_nothing() {
         .key(key::Global)
         .store(RedisStore::from_url(&redis.url()).unwrap())
         .on_store_error(OnStoreError::Deny)
+        // Not about timeouts: a loaded machine must not turn slow answers into 503s.
+        .store_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
     let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
