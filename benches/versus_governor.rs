@@ -45,16 +45,6 @@ const LASTING: Quota = Quota::per_day(10_000);
 /// A quota the denied cases exhaust once, before measuring: one request per hour.
 const STINGY: Quota = Quota::per_hour(1);
 
-/// Short runs so the whole file takes about a minute and a half.
-fn short<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
-    let mut group = c.benchmark_group(name);
-    group
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(30);
-    group
-}
-
 /// A governor quota with the same semantics as a tollgate GCRA quota: one cell every
 /// `period / limit`, a bucket of `capacity` cells.
 fn governor_quota(quota: Quota) -> GovernorQuota {
@@ -71,7 +61,7 @@ fn keys() -> Vec<String> {
 fn decision(c: &mut Criterion) {
     let keys = keys();
     let hot = "client".to_owned();
-    let mut group = short(c, "decision");
+    let mut group = c.benchmark_group("decision");
     {
         let store = MemoryStore::new();
         let policy = Policy::new("bench", GENEROUS, Algorithm::Gcra).unwrap();
@@ -226,7 +216,7 @@ fn layer(c: &mut Criterion) {
         .iter()
         .map(|k| HeaderValue::from_str(k).unwrap())
         .collect();
-    let mut group = short(c, "layer");
+    let mut group = c.benchmark_group("layer");
 
     let hot = [HeaderValue::from_static("bench-client")];
     bench_requests(
@@ -293,5 +283,19 @@ fn layer(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decision, layer);
+/// Short runs, and no plots (drawing them takes longer than measuring), so the whole file takes
+/// about a minute and a half.
+fn short() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30)
+        .without_plots()
+}
+
+criterion_group! {
+    name = benches;
+    config = short();
+    targets = decision, layer
+}
 criterion_main!(benches);

@@ -8,13 +8,13 @@
 # wrk and redis-server are installed from Debian's packages when missing. Every process started
 # here is stopped on exit. Too slow and noisy for scripts/test.sh: run it by hand.
 #
-# BENCH_SECONDS (default 4) is the length of each measured wrk run; BENCH_ROUNDS (default 3)
-# how many times every setup is measured, interleaved, reporting the median.
+# BENCH_SECONDS (default 3) is the length of each measured wrk run; BENCH_ROUNDS (default 5)
+# how many times every setup is measured, interleaved, reporting the median (about 4 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${BENCH_SECONDS:-4}
-rounds=${BENCH_ROUNDS:-3}
+seconds=${BENCH_SECONDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 connections=32
 threads=2
 random_quota="1000000/1s"
@@ -150,7 +150,7 @@ for round in $(seq 1 "$rounds"); do
         IFS='|' read -r traffic_name script quota <<<"$traffic"
         for setup in "${setups[@]}"; do
             IFS='|' read -r setup_name binary environment <<<"$setup"
-            echo "round $round/$rounds: $traffic_name, $setup_name" >&2
+            printf 'round %s/%s: %s, %s: ' "$round" "$rounds" "$traffic_name" "$setup_name" >&2
             port=$(free_port)
             # shellcheck disable=SC2086 # the environment is a list of words
             start_server "$binary" PORT="$port" ${environment//QUOTA/$quota}
@@ -169,6 +169,7 @@ for round in $(seq 1 "$rounds"); do
                 echo "$report" >&2
                 exit 1
             fi
+            echo "$rps requests/s, $requests requests, ${non_2xx:-0} not 2xx" >&2
             printf '%s|%s|%s|%s|%s|%s|%s|%s|%s\n' "$traffic_name" "$setup_name" "$round" \
                 "$rps" "$requests" "${non_2xx:-0}" "$calls" "$evalsha" "$usec" >>"$results"
         done
