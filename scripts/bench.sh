@@ -32,11 +32,12 @@ install_missing() {
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-# A port nothing answers on.
+# A port nothing answers on, below Linux's range for outgoing connections (32768 and up), so
+# wrk's own connections never take it between this check and the server's bind.
 free_port() {
     local candidate
     for _ in $(seq 1 50); do
-        candidate=$((20000 + RANDOM % 40000))
+        candidate=$((20000 + RANDOM % 12000))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
             echo "$candidate"
             return
@@ -52,6 +53,7 @@ bin="${CARGO_TARGET_DIR:-target}/release/examples"
 
 work=$(mktemp -d)
 server_pid=""
+server_port=""
 cleanup() {
     if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
     if [ -f "$work/redis.pid" ]; then kill "$(cat "$work/redis.pid")" 2>/dev/null || true; fi
@@ -89,16 +91,23 @@ cat >"$work/flood.lua" <<'LUA'
 wrk.headers["x-api-key"] = "flooder"
 LUA
 
-# Starts a server (an example binary with the given environment) and waits until it listens.
+# Starts a server (an example binary with the given environment) on a free port, sets
+# $server_port, and waits until it listens. Tries another port if another process took this one.
 start_server() {
     local binary=$1
     shift
-    : >"$work/server.log"
-    env RUST_LOG=warn "$@" "$bin/$binary" >"$work/server.log" 2>&1 &
-    server_pid=$!
-    for _ in $(seq 1 100); do
-        grep -q "listening on" "$work/server.log" && return
-        sleep 0.1
+    for _ in 1 2 3; do
+        server_port=$(free_port)
+        : >"$work/server.log"
+        env RUST_LOG=warn PORT="$server_port" "$@" "$bin/$binary" >"$work/server.log" 2>&1 &
+        server_pid=$!
+        for _ in $(seq 1 100); do
+            grep -q "listening on" "$work/server.log" && return
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        stop_server
+        grep -q "Address already in use" "$work/server.log" || break
     done
     echo "$binary did not start:" >&2
     cat "$work/server.log" >&2
@@ -151,12 +160,11 @@ for round in $(seq 1 "$rounds"); do
         for setup in "${setups[@]}"; do
             IFS='|' read -r setup_name binary environment <<<"$setup"
             printf 'round %s/%s: %s, %s: ' "$round" "$rounds" "$traffic_name" "$setup_name" >&2
-            port=$(free_port)
             # shellcheck disable=SC2086 # the environment is a list of words
-            start_server "$binary" PORT="$port" ${environment//QUOTA/$quota}
-            run_wrk 1 "$script" "$port" >/dev/null # warm up (and use up the flooded quota)
+            start_server "$binary" ${environment//QUOTA/$quota}
+            run_wrk 1 "$script" "$server_port" >/dev/null # warm up (and use up the flooded quota)
             redis_stat config resetstat
-            report=$(run_wrk "$seconds" "$script" "$port")
+            report=$(run_wrk "$seconds" "$script" "$server_port")
             read -r calls evalsha usec <<<"$(redis_counts)"
             stop_server
             rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$report")
