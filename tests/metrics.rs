@@ -183,3 +183,68 @@ async fn a_store_that_cannot_decide_counts_store_errors() {
         3.0
     );
 }
+
+/// Captures what a `tracing` subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Each decision runs in a `rate_limit` span at debug with the rules that applied and the
+/// outcome. (A current-thread runtime and the service called directly, so the subscriber set
+/// for this thread sees every decision.)
+#[tokio::test]
+async fn each_decision_is_traced_with_its_rules_and_outcome() {
+    use tower::{Layer, ServiceExt};
+
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let layer = RateLimitLayer::builder()
+        .key(key::Global)
+        .rule(Rule::new("t_all", Quota::per_minute(1)))
+        .rule(Rule::new("t_api", Quota::per_minute(5)).path("/api"))
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let request = || http::Request::get("/api").body(()).unwrap();
+    let first = service.clone().oneshot(request()).await.unwrap();
+    let second = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 429)
+    );
+
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let decisions: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("rate limit decision"))
+        .collect();
+    assert_eq!(decisions.len(), 2, "{text}");
+    assert!(
+        decisions[0].contains("rate_limit{rules=\"t_all,t_api\" outcome=\"proceed\"}"),
+        "{text}"
+    );
+    assert!(
+        decisions[1].contains("rate_limit{rules=\"t_all,t_api\" outcome=\"denied\"}"),
+        "{text}"
+    );
+    assert!(decisions.iter().all(|l| l.contains("DEBUG")), "{text}");
+}
