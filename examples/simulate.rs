@@ -8,8 +8,8 @@
 //!
 //! Flags (or environment variables):
 //!
-//! - `--pattern` (`PATTERN`): `burst` (default; two bursts of twice the limit, one period
-//!   apart), `steady` (twice the allowed rate, evenly spaced) or `boundary` (the limit just
+//! - `--pattern` (`PATTERN`): `burst` (default; bursts of twice the limit at a quarter, three
+//!   quarters and one and a half periods), `steady` (twice the allowed rate, evenly spaced) or `boundary` (the limit just
 //!   before a window boundary and again just after it).
 //! - `--quota` (`QUOTA`): a quota such as `5/10s` (the default) or `10/min; burst=3`. A burst
 //!   is given to the three bucket algorithms only (the window algorithms have none).
@@ -56,7 +56,7 @@ pub fn render_from(pattern: &str, quota: &str) -> Result<String, ConfigError> {
 /// Which requests a client sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {
-    /// Twice the limit at once, and again one period later.
+    /// Twice the limit at once, at a quarter, three quarters and one and a half periods.
     Burst,
     /// Twice the allowed rate, evenly spaced, for three periods.
     Steady,
