@@ -14,12 +14,16 @@
 //! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
 //!   `RULES_FILE=examples/rules.toml`), and apply changes to it while running.
 //!
+//! `GET /metrics` answers the limiter's metrics (`tollgate_requests_total` and the others) as
+//! Prometheus text; it is never rate limited.
+//!
 //! A bad value exits with status 2 and says what is wrong.
 
 use std::net::SocketAddr;
 
 use axum::routing::{get, post};
 use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tollgate::key;
 use tollgate::store::{BoxStore, MemoryStore, RedisStore};
 use tollgate::{Algorithm, ConfigError, OnStoreError, Quota, RateLimitLayer};
@@ -31,7 +35,23 @@ async fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let app = match app() {
+    let metrics = match PrometheusBuilder::new().install_recorder() {
+        Ok(metrics) => metrics,
+        Err(e) => {
+            eprintln!("error: cannot record metrics: {e}");
+            std::process::exit(2);
+        }
+    };
+    // Histograms are summarised as they are rendered; upkeep keeps their memory bounded
+    // between scrapes.
+    let upkeep = metrics.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    let app = match app(metrics) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("error: {e}");
@@ -56,19 +76,20 @@ async fn main() {
     .expect("server");
 }
 
-fn routes() -> Router {
+fn routes(metrics: PrometheusHandle) -> Router {
     Router::new()
+        .route("/metrics", get(move || async move { metrics.render() }))
         .route("/", get(|| async { "Hello from tollgate!\n" }))
         .route("/health", get(|| async { "ok\n" }))
         .route("/api/items", get(|| async { "[\"apple\", \"pear\"]\n" }))
         .route("/login", post(|| async { "logged in\n" }))
 }
 
-fn app() -> Result<Router, ConfigError> {
+fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     let rules_file = std::env::var("RULES_FILE").ok();
     let rate_limit = env_or("RATE_LIMIT", "5/10s");
     if rate_limit == "off" && rules_file.is_none() {
-        return Ok(routes());
+        return Ok(routes(metrics));
     }
     let algorithm: Algorithm = env_or("ALGORITHM", "gcra")
         .parse()
@@ -80,6 +101,7 @@ fn app() -> Result<Router, ConfigError> {
     let builder = RateLimitLayer::builder()
         .algorithm(algorithm)
         .key(client)
+        .skip_path("/metrics")
         .on_store_error(on_store_error);
     let builder = match rules_file {
         // The file's rules (watched for changes) replace RATE_LIMIT.
@@ -91,7 +113,7 @@ fn app() -> Result<Router, ConfigError> {
             builder.name("quickstart").quota(quota)
         }
     };
-    Ok(routes().layer(builder.store(store()?).build()?))
+    Ok(routes(metrics).layer(builder.store(store()?).build()?))
 }
 
 /// Redis when `REDIS_URL` is set, else memory: one store type either way.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use http::{Method, Response};
+use http::Response;
 use tower_layer::Layer;
 
 use crate::algorithm::Algorithm;
@@ -18,7 +18,7 @@ use crate::limiter::{DenyResponse, Limiter, OnMissingKey, SkipFn};
 use crate::quiet_log::QuietLog;
 use crate::quota::Quota;
 use crate::response::HeaderStyle;
-use crate::rules::{Route, Rule, RuleSource};
+use crate::rules::{Rule, RuleSource, SkipSpec};
 use crate::service::RateLimit;
 use crate::store::{
     CircuitBreaker, DenialCache, ErrorHook, MemoryStore, OnStoreError, Resilient, Store,
@@ -213,7 +213,7 @@ pub struct RateLimitLayerBuilder<S = MemoryStore> {
     name: String,
     key: Option<Arc<dyn KeyExtractor>>,
     rules: Vec<Rule>,
-    skip_routes: Vec<(Vec<Method>, String)>,
+    skip_routes: Vec<SkipSpec>,
     skip: Option<SkipFn>,
     rules_file: Option<PathBuf>,
     store: S,
@@ -276,7 +276,48 @@ impl<S> RateLimitLayerBuilder<S> {
 
     /// Never limits requests to this path pattern (exact, `"/prefix/*"`), e.g. health checks.
     pub fn skip_path(mut self, pattern: impl Into<String>) -> Self {
-        self.skip_routes.push((Vec::new(), pattern.into()));
+        self.skip_routes.push(SkipSpec::Path(pattern.into()));
+        self
+    }
+
+    /// Never limits the clients whose key, as the layer's [`key`](Self::key) reads it, is one
+    /// of `keys` (an allow-list, e.g. internal services' API keys).
+    pub fn skip_keys<K: Into<String>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
+        let keys = keys.into_iter().map(Into::into).collect();
+        self.skip_routes.push(SkipSpec::Keys(keys));
+        self
+    }
+
+    /// Never limits requests whose peer address is in one of `cidrs` (an allow-list of
+    /// networks). Behind proxies, use [`skip_client_cidrs`](Self::skip_client_cidrs).
+    ///
+    /// ```
+    /// use tollgate::{key, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota(Quota::per_minute(100))
+    ///     .skip_cidrs(["10.0.0.0/8".parse().unwrap()])
+    ///     .skip_keys(["internal-batch"])
+    ///     .build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn skip_cidrs(mut self, cidrs: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
+        self.skip_routes
+            .push(SkipSpec::Cidrs(None, cidrs.into_iter().collect()));
+        self
+    }
+
+    /// Never limits requests whose client address, as `client_ip` reads it through its
+    /// trusted proxies, is in one of `cidrs`.
+    pub fn skip_client_cidrs(
+        mut self,
+        client_ip: key::ClientIp,
+        cidrs: impl IntoIterator<Item = ipnet::IpNet>,
+    ) -> Self {
+        self.skip_routes.push(SkipSpec::Cidrs(
+            Some(client_ip),
+            cidrs.into_iter().collect(),
+        ));
         self
     }
 
@@ -417,15 +458,14 @@ impl<S: Store> RateLimitLayerBuilder<S> {
                  a .rules_file(..)",
             ));
         }
-        let skips = self
-            .skip_routes
-            .into_iter()
-            .map(|(methods, path)| Route::new(methods, Some(&path)).map_err(|e| e.context("skip")))
+        let default_key = self.key.unwrap_or_else(|| Arc::new(key::PeerIp::default()));
+        let skips = (self.skip_routes.into_iter())
+            .map(|skip| skip.build(&default_key))
             .collect::<Result<Vec<_>, _>>()?;
         let rules = RuleSource::load(
             &code_rules,
             skips,
-            self.key.unwrap_or_else(|| Arc::new(key::PeerIp::default())),
+            default_key,
             self.algorithm,
             self.rules_file,
         )?;

@@ -52,6 +52,8 @@
 //!   `Service<http::Request<B>>`, axum's routers included, without it.
 //! - `tonic`: [`key::PeerIp`] also reads the peer address tonic's server records
 //!   (`TcpConnectInfo`), and `RateLimit` passes tonic's `NamedService` through.
+//! - `metrics`: counters, a histogram and a gauge through the `metrics` facade
+//!   (`tollgate_requests_total{rule, outcome}` and others; see the README's Metrics section).
 //!
 //! Without `axum` and `tonic`, [`key::PeerIp`] reads a bare `SocketAddr` request extension,
 //! which your own server or middleware can insert. `cargo build --no-default-features` builds
@@ -80,6 +82,7 @@ mod response;
 pub mod rules;
 mod service;
 pub mod store;
+mod telemetry;
 
 pub use algorithm::Algorithm;
 pub use body::ResponseBody;

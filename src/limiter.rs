@@ -12,6 +12,7 @@ use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
+use tracing::Instrument;
 
 use crate::decision::Decision;
 use crate::key;
@@ -20,6 +21,7 @@ use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
 use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
 use crate::store::{Check, DenialCache, OnStoreError, Resilient, Store};
+use crate::telemetry::{self, Outcome};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
 /// no peer address because the server was not set up to provide one).
@@ -121,10 +123,12 @@ fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
 impl<S: Store> Limiter<S> {
     pub(crate) fn plan(&self, parts: &Parts) -> Plan {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
+            telemetry::request(telemetry::NO_RULE, Outcome::Skipped);
             return Plan::Pass;
         }
         let rules = self.rules.current();
         if rules.skips(parts) {
+            telemetry::request(telemetry::NO_RULE, Outcome::Skipped);
             return Plan::Pass;
         }
         let grpc = is_grpc(parts);
@@ -136,7 +140,10 @@ impl<S: Store> Limiter<S> {
                     (key::sanitize(key), policy, quota)
                 }
                 None => match self.on_missing_key {
-                    OnMissingKey::Skip => continue,
+                    OnMissingKey::Skip => {
+                        telemetry::request(rule.policy.name(), Outcome::Skipped);
+                        continue;
+                    }
                     // Not sanitized, so no client's key can equal it.
                     OnMissingKey::Shared => {
                         (ANONYMOUS_KEY.to_owned(), rule.policy.clone(), rule.quota)
@@ -192,13 +199,47 @@ impl<S: Store> Limiter<S> {
     }
 
     pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
+        let span = tracing::debug_span!(
+            target: "tollgate",
+            "rate_limit",
+            rules = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        if !span.is_disabled() {
+            let rules = pending.rules.rules();
+            let names: Vec<&str> = pending
+                .checks
+                .iter()
+                .map(|c| rules[c.rule].policy.name())
+                .collect();
+            span.record("rules", names.join(",").as_str());
+        }
+        let verdict = self.ask_store(&pending).instrument(span.clone()).await;
+        if !span.is_disabled() {
+            let outcome = match &verdict {
+                Verdict::Proceed { .. } => "proceed",
+                Verdict::Respond(response)
+                    if response.status() == StatusCode::TOO_MANY_REQUESTS =>
+                {
+                    "denied"
+                }
+                Verdict::Respond(_) => "unavailable",
+            };
+            span.record("outcome", outcome);
+            span.in_scope(|| tracing::debug!(target: "tollgate", outcome, "rate limit decision"));
+        }
+        verdict
+    }
+
+    /// Asks the store about every check and turns its answer into a verdict.
+    async fn ask_store(&self, pending: &Pending) -> Verdict {
         let decided = match pending.checks.as_slice() {
             // One limit, the common case: no list of checks to build.
             [one] => self
                 .store
                 .check(&one.key, &one.policy, one.cost)
                 .await
-                .map(|decision| self.verdict(&pending, [decision])),
+                .map(|decision| self.verdict(pending, [decision])),
             many => {
                 let rules = pending.rules.rules();
                 let checks: Vec<Check<'_>> = many
@@ -211,9 +252,15 @@ impl<S: Store> Limiter<S> {
                     })
                     .collect();
                 let decided = self.store.check_many(&checks).await;
-                decided.map(|decisions| self.verdict(&pending, decisions))
+                decided.map(|decisions| self.verdict(pending, decisions))
             }
         };
+        if decided.is_err() {
+            let rules = pending.rules.rules();
+            for check in &pending.checks {
+                telemetry::request(rules[check.rule].policy.name(), Outcome::StoreError);
+            }
+        }
         match decided {
             Ok(verdict) => verdict,
             Err(_) if self.on_store_error == OnStoreError::Deny => {
@@ -243,10 +290,14 @@ impl<S: Store> Limiter<S> {
                 }
                 None => decision,
             };
-            if !decision.allowed {
+            if decision.allowed {
+                telemetry::request(rule.policy.name(), Outcome::Allowed);
+            } else {
                 if rule.mode == Mode::Shadow {
+                    telemetry::request(rule.policy.name(), Outcome::ShadowDenied);
                     self.shadow_denied(rule.policy.name(), &planned.key);
                 } else {
+                    telemetry::request(rule.policy.name(), Outcome::Denied);
                     denial = Some(match denial {
                         Some(worst) if later(&worst, &decision) => worst,
                         _ => decision,

@@ -26,10 +26,11 @@
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
 //! `max_cost`, `mode`, `max_delay`, `trusted_proxies` (networks whose forwarding headers
 //! `client_ip` believes). A rule also has `name` (required), `methods` and `path`; a skip has
-//! `path` (required) and `methods`. A `max_delay` or `trusted_proxies` from `[defaults]` applies
-//! `path` (required) and `methods`. A `max_delay` or `trusted_proxies` from `[defaults]` applies
-//! only to the rules that use it (delay mode, a `client_ip` key). On a rule, `trusted_proxies`
-//! without a `client_ip` key is an error; `max_delay` outside delay mode is ignored, so a rule
+//! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
+//! peer's networks, or the client's when `[defaults] key` reads `client_ip`), at least one of
+//! `path`, `keys` and `cidrs`, and takes a request when all it sets hold. A `max_delay` or
+//! `trusted_proxies` from `[defaults]` applies only to the rules that use it (delay mode, a
+//! `client_ip` key). On a rule, `trusted_proxies` without a `client_ip` key is an error; `max_delay` outside delay mode is ignored, so a rule
 //! switches modes by its `mode` line alone.
 //!
 //! Every value is read by its type while the file is deserialized, so toml reports where a bad
@@ -45,7 +46,7 @@ use serde::Deserialize;
 use toml::de::DeTable;
 use toml::Spanned;
 
-use super::{Mode, Route, Rule, Setting};
+use super::{Mode, Route, Rule, Setting, Skip};
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
@@ -64,8 +65,8 @@ use value::{Cidr, Header, KeySpec, MaxCost, MaxDelay, Method, Text};
 pub(crate) struct RulesFile {
     /// The rules, in file order, each with its algorithm and key set.
     pub(crate) rules: Vec<Rule>,
-    /// Routes never limited.
-    pub(crate) skips: Vec<Route>,
+    /// Requests never limited.
+    pub(crate) skips: Vec<Skip>,
 }
 
 /// Parses and fully validates a rules file; `origin` (the path) starts every error message.
@@ -82,7 +83,7 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<RulesFile, ConfigError> 
         .map_err(|e| src.shape_error(&e))?;
     let defaults = doc.defaults.map(Spanned::into_inner).unwrap_or_default();
     let skips = (doc.skip.into_iter().enumerate())
-        .map(|(i, skip)| build_skip(&src, i + 1, skip))
+        .map(|(i, skip)| build_skip(&src, i + 1, skip, &defaults))
         .collect::<Result<_, _>>()?;
     let mut names = HashMap::with_capacity(doc.rule.len());
     let rules = (doc.rule.into_iter().enumerate())
@@ -143,6 +144,10 @@ struct RuleDoc {
 struct SkipDoc {
     path: Option<Spanned<String>>,
     methods: Option<List<Method>>,
+    /// Client keys (as `[defaults] key` reads them) never limited.
+    keys: Option<Spanned<Vec<String>>>,
+    /// Networks whose clients are never limited.
+    cidrs: Option<List<Cidr>>,
 }
 
 /// Builds an error at a span, for a field, with a message.
@@ -257,8 +262,16 @@ fn build_rule(
     Ok(rule)
 }
 
-/// Checks one `[[skip]]` and builds its route.
-fn build_skip(src: &Source<'_>, index: usize, doc: Spanned<SkipDoc>) -> Result<Route, ConfigError> {
+/// Checks one `[[skip]]` and builds it: its route (any path when it has `keys` or `cidrs`
+/// and no `path`), its keys read by `[defaults] key`, and its networks matched against the
+/// peer's address, or the client's through `[defaults] trusted_proxies` when `[defaults] key`
+/// reads `client_ip`.
+fn build_skip(
+    src: &Source<'_>,
+    index: usize,
+    doc: Spanned<SkipDoc>,
+    defaults: &Settings,
+) -> Result<Skip, ConfigError> {
     let header = doc.span();
     let doc = doc.into_inner();
     let scope = Scope::Skip(index);
@@ -266,14 +279,54 @@ fn build_skip(src: &Source<'_>, index: usize, doc: Spanned<SkipDoc>) -> Result<R
         src.error(span, Some(&scope), Some(field), message)
     };
     let methods = method_list(doc.methods.as_ref(), &fail)?;
-    let Some(path) = doc.path else {
+    if doc.path.is_none() && doc.keys.is_none() && doc.cidrs.is_none() {
         return Err(fail(
             header,
             "path",
-            &"missing: every [[skip]] needs a path, e.g. path = \"/health\"",
+            &"missing: every [[skip]] needs a path, keys or cidrs, e.g. path = \"/health\"",
         ));
-    };
-    Route::new(methods, Some(path.get_ref())).map_err(|e| fail(path.span(), "path", &e))
+    }
+    let path = doc.path.as_ref().map(|p| p.get_ref().as_str());
+    let route = Route::new(methods, path).map_err(|e| {
+        let span = doc.path.as_ref().map_or(header.clone(), Spanned::span);
+        fail(span, "path", &e)
+    })?;
+    let mut skip = Skip::route(route);
+    let key = defaults
+        .key
+        .as_ref()
+        .map_or_else(KeySpec::peer_ip, |k| k.0.clone());
+    let proxies: Vec<_> = (defaults.trusted_proxies.as_ref())
+        .map(|list| list.get_ref().iter().map(|c| c.0 .0).collect())
+        .unwrap_or_default();
+    if let Some(keys) = doc.keys {
+        if keys.get_ref().iter().any(String::is_empty) || keys.get_ref().is_empty() {
+            return Err(fail(
+                keys.span(),
+                "keys",
+                &"an empty list or an empty key: list the client keys never limited, e.g. \
+                  keys = [\"internal-batch\"]",
+            ));
+        }
+        skip = skip.keys(
+            key.extractor(&proxies),
+            keys.into_inner().into_iter().collect(),
+        );
+    }
+    if let Some(cidrs) = doc.cidrs {
+        if cidrs.get_ref().is_empty() {
+            return Err(fail(
+                cidrs.span(),
+                "cidrs",
+                &"empty list: list the networks never limited, e.g. cidrs = [\"10.0.0.0/8\"]",
+            ));
+        }
+        let client_ip = key
+            .uses_client_ip()
+            .then(|| crate::key::ClientIp::trusting(proxies.iter().copied()));
+        skip = skip.cidrs(client_ip, cidrs.get_ref().iter().map(|c| c.0 .0).collect());
+    }
+    Ok(skip)
 }
 
 /// The methods of `methods = [...]`. Absent means any method; an empty list is refused

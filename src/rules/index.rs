@@ -36,11 +36,13 @@ impl RouteIndex {
 
     /// The positions, in order, of the routes in `routes` that take the request (see [`Route`]
     /// for HEAD).
+    #[cfg(test)]
     pub(crate) fn matching(&self, routes: &[Route], parts: &Parts) -> Vec<usize> {
         self.matching_by(|position| &routes[position], parts)
     }
 
-    /// [`matching`](Self::matching) for routes held inside other values.
+    /// The positions, in order, of the routes that take the request (see [`Route`] for HEAD),
+    /// for routes held inside other values (`route` gives the one at a position).
     pub(crate) fn matching_by<'r>(
         &self,
         route: impl Fn(usize) -> &'r Route,

@@ -22,12 +22,14 @@ mod file;
 mod index;
 mod route;
 mod set;
+mod skip;
 mod source;
 pub(crate) use cost::{Cost, CostFn};
 pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
 pub(crate) use route::{parse_methods, Route};
 pub(crate) use set::RuleSet;
+pub(crate) use skip::{Skip, SkipSpec};
 pub(crate) use source::RuleSource;
 
 /// How a rule treats a request over its limit.

@@ -5,21 +5,21 @@ use std::collections::HashSet;
 use http::request::Parts;
 
 use super::index::RouteIndex;
-use super::{CompiledRule, Route};
+use super::{CompiledRule, Skip};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// Every rule of a layer and the routes it never limits; swapped whole on reload.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RuleSet {
     rules: Vec<CompiledRule>,
-    skips: Vec<Route>,
+    skips: Vec<Skip>,
     rule_index: RouteIndex,
     skip_index: RouteIndex,
 }
 
 impl RuleSet {
     /// The rules and skips, in order; rule names must be unique (they name store keys).
-    pub(crate) fn new(rules: Vec<CompiledRule>, skips: Vec<Route>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(rules: Vec<CompiledRule>, skips: Vec<Skip>) -> Result<Self, ConfigError> {
         let mut names = HashSet::with_capacity(rules.len());
         if let Some(twice) = rules.iter().find(|r| !names.insert(r.policy.name())) {
             return Err(ConfigError::of(
@@ -32,7 +32,7 @@ impl RuleSet {
         }
         Ok(Self {
             rule_index: RouteIndex::new(rules.iter().map(|r| &r.route)),
-            skip_index: RouteIndex::new(&skips),
+            skip_index: RouteIndex::new(skips.iter().map(|s| &s.route)),
             rules,
             skips,
         })
@@ -45,7 +45,10 @@ impl RuleSet {
 
     /// Whether a skip takes the request: it is never limited.
     pub(crate) fn skips(&self, parts: &Parts) -> bool {
-        !self.skip_index.matching(&self.skips, parts).is_empty()
+        self.skip_index
+            .matching_by(|position| &self.skips[position].route, parts)
+            .into_iter()
+            .any(|position| self.skips[position].takes(parts))
     }
 
     /// The rules that apply to the request, in order, with their positions.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use super::{parse_file, CompiledRule, Route, Rule, RuleSet};
+use super::{parse_file, CompiledRule, Rule, RuleSet, Skip};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
@@ -22,7 +22,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(500);
 pub(crate) struct RuleSource {
     /// The code's rules, compiled once; they come before the file's.
     code_rules: Vec<CompiledRule>,
-    code_skips: Vec<Route>,
+    code_skips: Vec<Skip>,
     /// For the file's rules: they set both, so these only matter to the code's rules.
     default_key: Arc<dyn KeyExtractor>,
     default_algorithm: Algorithm,
@@ -38,7 +38,7 @@ impl RuleSource {
     /// start-up.
     pub(crate) fn load(
         code_rules: &[Rule],
-        code_skips: Vec<Route>,
+        code_skips: Vec<Skip>,
         default_key: Arc<dyn KeyExtractor>,
         default_algorithm: Algorithm,
         file: Option<PathBuf>,

@@ -174,6 +174,7 @@ impl<S: Store> Store for DenialCache<S> {
         let hash = self.hash(policy, key);
         if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
             self.hits.fetch_add(1, Ordering::Relaxed);
+            crate::telemetry::denial_cache_hit();
             return Ok(decision);
         }
         let decision = self.inner.check(key, policy, cost).await?;

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -16,6 +16,10 @@ use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
 use crate::store::breaker::Breaker;
 use crate::store::{Check, CircuitBreaker, MemoryStore, Store};
+use crate::telemetry;
+
+/// `Resilient::reported_open` before the gauge was first set.
+const NOT_REPORTED: u8 = 2;
 
 /// What the layer does when the store cannot decide (error, timeout, open circuit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,6 +93,11 @@ pub struct Resilient<S> {
     errors: AtomicU64,
     error_log: QuietLog,
     hook: Option<ErrorHook>,
+    /// The `store` label of its metrics.
+    label: Arc<str>,
+    /// The breaker state last reported to the `tollgate_circuit_open` gauge: 0 closed,
+    /// 1 open, [`NOT_REPORTED`] before the first call.
+    reported_open: AtomicU8,
 }
 
 impl<S: Store> Resilient<S> {
@@ -104,6 +113,8 @@ impl<S: Store> Resilient<S> {
             errors: AtomicU64::new(0),
             error_log: QuietLog::new(Duration::from_secs(10)),
             hook: None,
+            label: telemetry::store_label::<S>(),
+            reported_open: AtomicU8::new(NOT_REPORTED),
         }
     }
 
@@ -169,9 +180,14 @@ impl<S: Store> Resilient<S> {
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let Some(attempt) = self.breaker.attempt() else {
+            self.report_circuit();
             return Err(StoreError::CircuitOpen);
         };
+        #[cfg(feature = "metrics")]
+        let started = std::time::Instant::now();
         let result = within(self.timeout, call).await;
+        #[cfg(feature = "metrics")]
+        telemetry::store_duration(&self.label, started.elapsed().as_secs_f64());
         let reached = result
             .as_ref()
             .map_or_else(|e| !e.is_store_failure(), |_| true);
@@ -182,7 +198,17 @@ impl<S: Store> Resilient<S> {
                 self.on_error
             );
         }
+        self.report_circuit();
         result
+    }
+
+    /// Sets the `tollgate_circuit_open` gauge when the breaker's state changed since the
+    /// last report (and once at the first call).
+    fn report_circuit(&self) {
+        let open = self.breaker.is_open();
+        if self.reported_open.swap(u8::from(open), Ordering::Relaxed) != u8::from(open) {
+            telemetry::circuit_open(&self.label, open);
+        }
     }
 
     /// Counts, logs (quietly) and reports a failure; then the fallback's answer, if any.
@@ -224,7 +250,10 @@ impl<S: Store> Store for Resilient<S> {
         match self.call(self.inner.check(key, policy, cost)).await {
             Ok(decision) => Ok(decision),
             Err(error) => match self.failed(&error) {
-                Some(fallback) => Ok(fallback.check_now(key, policy, cost)),
+                Some(fallback) => {
+                    telemetry::fallback_decision();
+                    Ok(fallback.check_now(key, policy, cost))
+                }
                 None => Err(error),
             },
         }
@@ -234,7 +263,10 @@ impl<S: Store> Store for Resilient<S> {
         match self.call(self.inner.check_many(checks)).await {
             Ok(decisions) => Ok(decisions),
             Err(error) => match self.failed(&error) {
-                Some(fallback) => Ok(fallback.check_many_now(checks)),
+                Some(fallback) => {
+                    telemetry::fallback_decision();
+                    Ok(fallback.check_many_now(checks))
+                }
                 None => Err(error),
             },
         }

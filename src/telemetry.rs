@@ -1,0 +1,104 @@
+//! Metrics through the `metrics` facade (with the `metrics` feature; without it every function
+//! here does nothing and compiles away). Labels are bounded: rule and store names, never a
+//! client key.
+
+use std::sync::Arc;
+
+/// What became of one request under one rule, the `outcome` label of
+/// `tollgate_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Allowed,
+    Denied,
+    ShadowDenied,
+    Skipped,
+    StoreError,
+}
+
+impl Outcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::ShadowDenied => "shadow_denied",
+            Outcome::Skipped => "skipped",
+            Outcome::StoreError => "store_error",
+        }
+    }
+}
+
+/// The `rule` label of requests skipped before any rule was matched (skip paths, the skip
+/// function, `[[skip]]`): no rule name can be `*`.
+pub(crate) const NO_RULE: &str = "*";
+
+/// Counts one request's outcome under `rule`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn request(rule: &str, outcome: Outcome) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "tollgate_requests_total",
+        "rule" => rule.to_owned(),
+        "outcome" => outcome.as_str()
+    )
+    .increment(1);
+}
+
+/// Records how long one call to the store took (answered or failed).
+#[cfg(feature = "metrics")]
+pub(crate) fn store_duration(store: &Arc<str>, seconds: f64) {
+    metrics::histogram!("tollgate_store_duration_seconds", "store" => Arc::clone(store))
+        .record(seconds);
+}
+
+/// Sets whether the store's circuit breaker is open (1) or closed (0).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn circuit_open(store: &Arc<str>, open: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("tollgate_circuit_open", "store" => Arc::clone(store)).set(if open {
+        1.0
+    } else {
+        0.0
+    });
+}
+
+/// Counts one request decided by the in-memory fallback while the store was away.
+pub(crate) fn fallback_decision() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_fallback_decisions_total").increment(1);
+}
+
+/// Counts one request answered from the cache of denials.
+pub(crate) fn denial_cache_hit() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_denial_cache_hits_total").increment(1);
+}
+
+/// The `store` label for a store type: its name without the path and the `Store` suffix, in
+/// lower case (`MemoryStore` → `memory`, `RedisStore` → `redis`, `BoxStore` → `box`).
+pub(crate) fn store_label<S>() -> Arc<str> {
+    let full = std::any::type_name::<S>();
+    let name = full.split('<').next().unwrap_or(full);
+    let name = name.rsplit("::").next().unwrap_or(name);
+    let name = name
+        .strip_suffix("Store")
+        .filter(|n| !n.is_empty())
+        .unwrap_or(name);
+    name.to_lowercase().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{BoxStore, MemoryStore};
+
+    #[test]
+    fn store_labels_are_short_lower_case_type_names() {
+        assert_eq!(&*store_label::<MemoryStore>(), "memory");
+        assert_eq!(&*store_label::<BoxStore>(), "box");
+        struct MyStore;
+        assert_eq!(&*store_label::<MyStore>(), "my");
+        assert_eq!(&*store_label::<Vec<u8>>(), "vec");
+        assert_eq!(Outcome::ShadowDenied.as_str(), "shadow_denied");
+    }
+}
