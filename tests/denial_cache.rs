@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
@@ -87,13 +88,14 @@ fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-#[tokio::test]
-async fn a_flooded_key_stops_reaching_redis() {
-    let server = support::RedisServer::start();
+/// An app limited globally at `per_minute` through the Redis at `url`, with or without the
+/// cache of denials.
+async fn app(url: &str, per_minute: u32, cache: bool) -> (RateLimitLayer<RedisStore>, SocketAddr) {
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(5))
+        .quota(Quota::per_minute(per_minute))
         .key(key::Global)
-        .store(RedisStore::from_url(&server.url()).unwrap())
+        .store(RedisStore::from_url(url).unwrap())
+        .denial_cache(cache)
         // Not about timeouts: a loaded machine must not make a request fail open.
         .store_timeout(Duration::from_secs(5))
         .build()
@@ -104,6 +106,13 @@ async fn a_flooded_key_stops_reaching_redis() {
             .layer(layer.clone()),
     )
     .await;
+    (layer, addr)
+}
+
+#[tokio::test]
+async fn a_flooded_key_stops_reaching_redis() {
+    let server = support::RedisServer::start();
+    let (layer, addr) = app(&server.url(), 5, true).await;
     let client = support::client();
     let mut statuses = Vec::new();
     let mut retry_after = Vec::new();
@@ -128,20 +137,7 @@ async fn a_flooded_key_stops_reaching_redis() {
 #[tokio::test]
 async fn the_cache_can_be_turned_off() {
     let server = support::RedisServer::start();
-    let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
-        .key(key::Global)
-        .store(RedisStore::from_url(&server.url()).unwrap())
-        .denial_cache(false)
-        .store_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    let addr = support::serve(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer.clone()),
-    )
-    .await;
+    let (layer, addr) = app(&server.url(), 2, false).await;
     let client = support::client();
     for _ in 0..10 {
         client.get(format!("http://{addr}/")).send().await.unwrap();
