@@ -109,6 +109,11 @@ mod redis;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
+#[cfg(feature = "cluster")]
+mod redis_cluster;
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub use self::redis_cluster::RedisClusterStore;
 
 mod boxed;
 mod breaker;

@@ -181,3 +181,186 @@ pub fn client() -> reqwest::Client {
         .build()
         .expect("http client")
 }
+
+/// A port below 55536 that is free, and whose cluster bus port (port + 10000) is free too.
+pub fn free_cluster_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    // Spread over 21000-44999 by process, then walk on: concurrent test binaries and
+    // earlier tests in this one do not collide.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 21_000 + (std::process::id() % 240) as u16 * 100;
+    for _ in 0..2_000 {
+        let port = start + NEXT.fetch_add(1, Ordering::Relaxed) % 24_000;
+        let port = 21_000 + (port - 21_000) % 24_000;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+    panic!("no free port pair for a cluster node");
+}
+
+/// A Redis Cluster of 3 masters and 3 replicas (`redis-cli --cluster create`), on loopback,
+/// with `cluster-node-timeout 1000`: its nodes are stopped when it is dropped.
+pub struct RedisCluster {
+    dir: std::path::PathBuf,
+    pub ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let ports: Vec<u16> = (0..6).map(|_| free_cluster_port()).collect();
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-cluster-{}-{}",
+            std::process::id(),
+            ports[0]
+        ));
+        std::fs::create_dir_all(&dir).expect("cluster directory");
+        let children = ports
+            .iter()
+            .map(|port| {
+                let node_dir = dir.join(port.to_string());
+                std::fs::create_dir_all(&node_dir).expect("node directory");
+                let child = Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                    .args(["--cluster-config-file", "nodes.conf"])
+                    .arg("--dir")
+                    .arg(&node_dir)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("redis-server must be installed (scripts/test.sh installs it)");
+                Some(child)
+            })
+            .collect();
+        let cluster = Self {
+            dir,
+            ports,
+            children,
+        };
+        for &port in &cluster.ports {
+            wait_for_port(port);
+        }
+        let nodes: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed (scripts/test.sh installs it)");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// The seed URLs of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` with all slots served, and
+    /// every replica has synced with its master (a replica that never synced refuses to
+    /// take over).
+    pub fn wait_until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = self.running_ports().iter().all(|&port| {
+                let info = redis_cli(port, &["cluster", "info"]);
+                let replication = redis_cli(port, &["info", "replication"]);
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_ok:16384")
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn running_ports(&self) -> Vec<u16> {
+        self.ports
+            .iter()
+            .zip(&self.children)
+            .filter(|(_, c)| c.is_some())
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// The port of the master that serves `key`'s slot now, as a running node sees it.
+    pub fn master_of(&self, key: &str) -> u16 {
+        let port = self.running_ports()[0];
+        let slot: u16 = redis_cli(port, &["cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .expect("CLUSTER KEYSLOT");
+        let nodes = redis_cli(port, &["cluster", "nodes"]);
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let (low, high) = range.split_once('-').unwrap_or((range, range));
+                match (low.parse::<u16>(), high.parse::<u16>()) {
+                    (Ok(low), Ok(high)) => (low..=high).contains(&slot),
+                    _ => false,
+                }
+            });
+            if serves {
+                let address = fields[1].split('@').next().unwrap_or_default();
+                return address
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .expect("node port");
+            }
+        }
+        panic!("no master serves slot {slot}:\n{nodes}");
+    }
+
+    /// SIGKILL to the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        let index = self.ports.iter().position(|p| *p == port).expect("a node");
+        if let Some(mut child) = self.children[index].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().filter_map(Option::take) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `redis-cli -p port args…`'s output.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli must be installed (scripts/test.sh installs it)");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
