@@ -15,6 +15,15 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --reinstall redis-server redis-tools >/dev/null
 fi
 
+# openssl makes the TLS test's certificate.
+if ! command -v openssl >/dev/null 2>&1; then
+    echo "openssl not found: installing Debian's openssl package"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq openssl >/dev/null
+fi
+
 # A free port: one nothing answers on.
 port=""
 for _ in $(seq 1 50); do

@@ -55,7 +55,7 @@ pub fn unique_prefix(test: &str) -> String {
     )
 }
 
-fn wait_for_port(port: u16) {
+pub fn wait_for_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -363,4 +363,40 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
         .output()
         .expect("redis-cli must be installed (scripts/test.sh installs it)");
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A process stopped (SIGKILL) when dropped, with a directory removed then.
+pub struct Spawned {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Spawned {
+    /// Starts `program args…` in the fresh directory `dir` and waits until `port` accepts
+    /// connections.
+    pub fn start(program: &str, args: &[&str], dir: std::path::PathBuf, port: u16) -> Self {
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} must be installed: {e}"));
+        wait_for_port(port);
+        Self { child, dir }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A fresh, empty temporary directory for one test.
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique_prefix(name));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    dir
 }
