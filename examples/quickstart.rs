@@ -9,7 +9,13 @@
 //! - `ALGORITHM`: `gcra` (default), `token_bucket`, `leaky_bucket`, `fixed_window`,
 //!   `fixed_window_from_first`, `sliding_window_log` or `sliding_window`.
 //! - `REDIS_URL`: share the limit through Redis (e.g. `redis://127.0.0.1:6379`) across every
-//!   copy of this example; without it each process limits on its own, in memory.
+//!   copy of this example; without it each process limits on its own, in memory. TLS and
+//!   credentials work: `rediss://:password@host:6380`, `redis://user:password@host:6379`
+//!   (`rediss://…/#insecure` accepts a certificate nobody vouches for, for tests only).
+//! - `REDIS_CLUSTER_NODES`: share the limit through a Redis Cluster instead, given some of its
+//!   nodes: `redis://h1:p1,redis://h2:p2,…` (`rediss://` and credentials work here too).
+//! - `REDIS_SENTINEL`: reserved for Redis Sentinel (not supported yet: an error says so).
+//!   Only one of `REDIS_URL`, `REDIS_CLUSTER_NODES` and `REDIS_SENTINEL` may be set.
 //! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
 //! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
 //!   `RULES_FILE=examples/rules.toml`), and apply changes to it while running.
@@ -21,8 +27,8 @@ use std::net::SocketAddr;
 use axum::routing::{get, post};
 use axum::Router;
 use tollgate::key;
-use tollgate::store::{BoxStore, MemoryStore, RedisStore};
-use tollgate::{Algorithm, ConfigError, OnStoreError, Quota, RateLimitLayer};
+use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisStore};
+use tollgate::{Algorithm, ConfigError, ConfigErrorKind, OnStoreError, Quota, RateLimitLayer};
 
 #[tokio::main]
 async fn main() {
@@ -94,11 +100,46 @@ fn app() -> Result<Router, ConfigError> {
     Ok(routes().layer(builder.store(store()?).build()?))
 }
 
-/// Redis when `REDIS_URL` is set, else memory: one store type either way.
+/// The variables that choose a Redis store; at most one may be set.
+const STORE_VARIABLES: [&str; 3] = ["REDIS_URL", "REDIS_CLUSTER_NODES", "REDIS_SENTINEL"];
+
+/// Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES` is, else memory:
+/// one store type either way.
 fn store() -> Result<BoxStore, ConfigError> {
-    Ok(match std::env::var("REDIS_URL") {
-        Ok(url) => BoxStore::new(RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?),
-        Err(_) => BoxStore::new(MemoryStore::new()),
+    let set: Vec<&str> = STORE_VARIABLES
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_some())
+        .collect();
+    if set.len() > 1 {
+        return Err(ConfigError::of(
+            ConfigErrorKind::Store,
+            format!("{} are set: set only one of them", set.join(" and ")),
+        ));
+    }
+    let value = |name: &str| std::env::var(name).unwrap_or_default();
+    Ok(match set.first().copied() {
+        Some("REDIS_URL") => BoxStore::new(
+            RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?,
+        ),
+        Some("REDIS_CLUSTER_NODES") => {
+            let nodes = value("REDIS_CLUSTER_NODES");
+            let nodes: Vec<&str> = nodes
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .collect();
+            BoxStore::new(
+                RedisClusterStore::from_nodes(&nodes)
+                    .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
+            )
+        }
+        Some(other) => {
+            return Err(ConfigError::of(
+                ConfigErrorKind::Store,
+                format!("{other}: Redis Sentinel is not supported yet"),
+            ))
+        }
+        None => BoxStore::new(MemoryStore::new()),
     })
 }
 
