@@ -14,7 +14,9 @@
 //!   (`rediss://…/#insecure` accepts a certificate nobody vouches for, for tests only).
 //! - `REDIS_CLUSTER_NODES`: share the limit through a Redis Cluster instead, given some of its
 //!   nodes: `redis://h1:p1,redis://h2:p2,…` (`rediss://` and credentials work here too).
-//! - `REDIS_SENTINEL`: reserved for Redis Sentinel (not supported yet: an error says so).
+//! - `REDIS_SENTINEL`: share the limit through the master that Redis Sentinel names, given
+//!   sentinels `redis://h1:26379,redis://h2:26379,…` and the master's name in
+//!   `REDIS_SENTINEL_MASTER` (default `mymaster`).
 //!   Only one of `REDIS_URL`, `REDIS_CLUSTER_NODES` and `REDIS_SENTINEL` may be set.
 //! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
 //! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
@@ -27,7 +29,7 @@ use std::net::SocketAddr;
 use axum::routing::{get, post};
 use axum::Router;
 use tollgate::key;
-use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisStore};
+use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
 use tollgate::{Algorithm, ConfigError, ConfigErrorKind, OnStoreError, Quota, RateLimitLayer};
 
 #[tokio::main]
@@ -103,8 +105,8 @@ fn app() -> Result<Router, ConfigError> {
 /// The variables that choose a Redis store; at most one may be set.
 const STORE_VARIABLES: [&str; 3] = ["REDIS_URL", "REDIS_CLUSTER_NODES", "REDIS_SENTINEL"];
 
-/// Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES` is, else memory:
-/// one store type either way.
+/// Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES` is, Sentinel's
+/// master when `REDIS_SENTINEL` is, else memory: one store type either way.
 fn store() -> Result<BoxStore, ConfigError> {
     let set: Vec<&str> = STORE_VARIABLES
         .into_iter()
@@ -117,28 +119,29 @@ fn store() -> Result<BoxStore, ConfigError> {
         ));
     }
     let value = |name: &str| std::env::var(name).unwrap_or_default();
+    let list = |value: &str| -> Vec<String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
     Ok(match set.first().copied() {
         Some("REDIS_URL") => BoxStore::new(
             RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?,
         ),
-        Some("REDIS_CLUSTER_NODES") => {
-            let nodes = value("REDIS_CLUSTER_NODES");
-            let nodes: Vec<&str> = nodes
-                .split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .collect();
-            BoxStore::new(
-                RedisClusterStore::from_nodes(&nodes)
-                    .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
+        Some("REDIS_CLUSTER_NODES") => BoxStore::new(
+            RedisClusterStore::from_nodes(&list(&value("REDIS_CLUSTER_NODES")))
+                .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
+        ),
+        Some(_) => BoxStore::new(
+            RedisSentinelStore::from_sentinels(
+                &list(&value("REDIS_SENTINEL")),
+                &env_or("REDIS_SENTINEL_MASTER", "mymaster"),
             )
-        }
-        Some(other) => {
-            return Err(ConfigError::of(
-                ConfigErrorKind::Store,
-                format!("{other}: Redis Sentinel is not supported yet"),
-            ))
-        }
+            .map_err(|e| e.context("REDIS_SENTINEL"))?,
+        ),
         None => BoxStore::new(MemoryStore::new()),
     })
 }

@@ -57,6 +57,7 @@ cargo check --no-default-features
 cargo check --no-default-features --features axum
 cargo check --no-default-features --features tonic
 cargo check --no-default-features --features cluster
+cargo check --no-default-features --features sentinel
 cargo check --no-default-features --features tls
 # Without default features, neither axum nor tonic is compiled in.
 if cargo tree --no-default-features -e normal --prefix none | grep -E '^(axum|tonic)[- ]'; then

@@ -6,9 +6,10 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use support::RedisCluster;
+use support::{RedisCluster, RedisSentinel};
 
-/// The quickstart binary, which `cargo test` builds next to the test binaries.
+/// The quickstart binary, which `cargo test` builds next to the test binaries (a filtered
+/// `cargo test --test quickstart` does not: `cargo build --example quickstart` first).
 fn quickstart() -> Command {
     let deps = std::env::current_exe().expect("test binary path");
     let path: PathBuf = deps
@@ -71,11 +72,8 @@ fn two_redis_variables_are_an_error_at_start_up() {
     );
 }
 
-#[tokio::test]
-async fn the_quickstart_limits_exactly_through_a_cluster() {
-    let cluster = RedisCluster::start();
-    let nodes = cluster.urls()[..2].join(",");
-    let running = start(&[("REDIS_CLUSTER_NODES", &nodes), ("RATE_LIMIT", "5/min")]);
+/// Six requests of alice: the statuses, each asserted to be decided by the store.
+async fn six_statuses(running: &Running) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..6 {
         let r = support::client()
@@ -86,11 +84,35 @@ async fn the_quickstart_limits_exactly_through_a_cluster() {
             .unwrap();
         assert!(
             r.headers().contains_key("ratelimit"),
-            "decided by the cluster"
+            "decided by the store"
         );
         statuses.push(r.status().as_u16());
     }
-    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+    statuses
+}
+
+#[tokio::test]
+async fn the_quickstart_limits_exactly_through_sentinel() {
+    let redis = RedisSentinel::start();
+    let running = start(&[
+        ("REDIS_SENTINEL", &redis.sentinel_url()),
+        ("REDIS_SENTINEL_MASTER", RedisSentinel::MASTER_NAME),
+        ("RATE_LIMIT", "5/min"),
+    ]);
+    assert_eq!(six_statuses(&running).await, [200, 200, 200, 200, 200, 429]);
+    let key = "tollgate:quickstart:gcra:{alice}";
+    assert_eq!(
+        support::redis_cli(redis.master_port, &["exists", key]).trim(),
+        "1"
+    );
+}
+
+#[tokio::test]
+async fn the_quickstart_limits_exactly_through_a_cluster() {
+    let cluster = RedisCluster::start();
+    let nodes = cluster.urls()[..2].join(",");
+    let running = start(&[("REDIS_CLUSTER_NODES", &nodes), ("RATE_LIMIT", "5/min")]);
+    assert_eq!(six_statuses(&running).await, [200, 200, 200, 200, 200, 429]);
     // The state is in the cluster, under the quickstart's policy.
     let key = "tollgate:quickstart:gcra:{alice}";
     let master = cluster.master_of(key);

@@ -400,3 +400,80 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("temporary directory");
     dir
 }
+
+/// A master, its replica and one sentinel (quorum 1, `down-after-milliseconds 1000`)
+/// watching it as `tollgate`, on loopback; stopped when dropped.
+pub struct RedisSentinel {
+    pub master_port: u16,
+    pub replica_port: u16,
+    pub sentinel_port: u16,
+    master: Option<Spawned>,
+    _replica: Spawned,
+    _sentinel: Spawned,
+}
+
+impl RedisSentinel {
+    pub const MASTER_NAME: &'static str = "tollgate";
+
+    pub fn start() -> Self {
+        let (master_port, replica_port, sentinel_port) = (free_port(), free_port(), free_port());
+        let server = |port: u16, extra: &[&str]| {
+            let port_arg = port.to_string();
+            let mut args = vec!["--port", &port_arg, "--bind", "127.0.0.1", "--save", ""];
+            args.extend(["--appendonly", "no"]);
+            args.extend(extra);
+            Spawned::start("redis-server", &args, temp_dir("sentinel-node"), port)
+        };
+        let master = server(master_port, &[]);
+        let master_arg = master_port.to_string();
+        let replica = server(replica_port, &["--replicaof", "127.0.0.1", &master_arg]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !redis_cli(replica_port, &["info", "replication"]).contains("master_link_status:up") {
+            assert!(Instant::now() < deadline, "the replica did not sync");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let dir = temp_dir("sentinel");
+        let config = format!(
+            "port {sentinel_port}\nbind 127.0.0.1\n\
+             sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel failover-timeout {name} 5000\n",
+            name = Self::MASTER_NAME
+        );
+        std::fs::write(dir.join("sentinel.conf"), config).expect("sentinel.conf");
+        let sentinel = Spawned::start(
+            "redis-server",
+            &["sentinel.conf", "--sentinel"],
+            dir,
+            sentinel_port,
+        );
+        // The sentinel has found the replica (it will promote it).
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !redis_cli(sentinel_port, &["sentinel", "replicas", Self::MASTER_NAME])
+            .contains(&replica_port.to_string())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel did not find the replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self {
+            master_port,
+            replica_port,
+            sentinel_port,
+            master: Some(master),
+            _replica: replica,
+            _sentinel: sentinel,
+        }
+    }
+
+    pub fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel_port)
+    }
+
+    /// SIGKILL to the master.
+    pub fn kill_master(&mut self) {
+        self.master = None;
+    }
+}

@@ -172,9 +172,11 @@ pub(crate) fn store_error(error: redis::RedisError) -> StoreError {
     }
 }
 
-/// Whether a connection that returned `error` may be broken, and should be replaced.
+/// Whether a connection that returned `error` may be broken, and should be replaced: also
+/// `READONLY`, a former master that came back as a replica after a failover.
 pub(crate) fn breaks_connection(error: &redis::RedisError) -> bool {
-    error.is_io_error()
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || error.is_io_error()
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_unrecoverable_error()
