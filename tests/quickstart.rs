@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use support::{RedisCluster, RedisSentinel};
+use support::{RedisCluster, RedisSentinel, SecureRedis};
 
 /// The quickstart binary, which `cargo test` builds next to the test binaries (a filtered
 /// `cargo test --test quickstart` does not: `cargo build --example quickstart` first).
@@ -89,6 +89,20 @@ async fn six_statuses(running: &Running) -> Vec<u16> {
         statuses.push(r.status().as_u16());
     }
     statuses
+}
+
+#[tokio::test]
+async fn the_quickstart_limits_exactly_over_tls_with_a_password() {
+    let redis = SecureRedis::start();
+    let url = format!("rediss://:s3cret-pw@127.0.0.1:{}/#insecure", redis.tls_port);
+    let running = start(&[("REDIS_URL", &url), ("RATE_LIMIT", "5/min")]);
+    assert_eq!(six_statuses(&running).await, [200, 200, 200, 200, 200, 429]);
+    let key = "tollgate:quickstart:gcra:{alice}";
+    let exists = support::redis_cli(
+        redis.plain_port,
+        &["-a", "s3cret-pw", "--no-auth-warning", "exists", key],
+    );
+    assert_eq!(exists.trim(), "1");
 }
 
 #[tokio::test]

@@ -3,91 +3,11 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 
-use support::Spawned;
+use support::SecureRedis;
 use tollgate::store::RedisStore;
 use tollgate::{Algorithm, Policy, Quota, Store};
-
-/// A redis-server with a TLS port (a self-signed certificate for 127.0.0.1) and a plain port,
-/// both requiring the password `s3cret-pw`, and an ACL user `app` with password `app-pw`.
-struct SecureRedis {
-    tls_port: u16,
-    plain_port: u16,
-    _server: Spawned,
-}
-
-impl SecureRedis {
-    fn start() -> Self {
-        let dir = support::temp_dir("tls");
-        let status = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes"])
-            .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "1"])
-            .args([
-                "-subj",
-                "/CN=localhost",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
-            .current_dir(&dir)
-            .output()
-            .expect("openssl must be installed (scripts/test.sh installs it)")
-            .status;
-        assert!(status.success(), "openssl could not make a certificate");
-        let (tls_port, plain_port) = (support::free_port(), support::free_port());
-        let (tls, plain) = (tls_port.to_string(), plain_port.to_string());
-        let server = Spawned::start(
-            "redis-server",
-            &[
-                "--port",
-                &plain,
-                "--tls-port",
-                &tls,
-                "--bind",
-                "127.0.0.1",
-                "--tls-cert-file",
-                "cert.pem",
-                "--tls-key-file",
-                "key.pem",
-                "--tls-ca-cert-file",
-                "cert.pem",
-                "--tls-auth-clients",
-                "no",
-                "--requirepass",
-                "s3cret-pw",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            dir,
-            tls_port,
-        );
-        support::wait_for_port(plain_port);
-        let created = support::redis_cli(
-            plain_port,
-            &[
-                "-a",
-                "s3cret-pw",
-                "--no-auth-warning",
-                "acl",
-                "setuser",
-                "app",
-                "on",
-                ">app-pw",
-                "~*",
-                "+@all",
-            ],
-        );
-        assert_eq!(created.trim(), "OK");
-        Self {
-            tls_port,
-            plain_port,
-            _server: server,
-        }
-    }
-}
 
 /// How many of 12 concurrent requests of one key at limit 5 the store allows.
 async fn allowed_of_twelve(store: &RedisStore, algorithm: Algorithm) -> usize {

@@ -477,3 +477,82 @@ impl RedisSentinel {
         self.master = None;
     }
 }
+
+/// A redis-server with a TLS port (a self-signed certificate for 127.0.0.1) and a plain port,
+/// both requiring the password `s3cret-pw`, and an ACL user `app` with password `app-pw`.
+pub struct SecureRedis {
+    pub tls_port: u16,
+    pub plain_port: u16,
+    _server: Spawned,
+}
+
+impl SecureRedis {
+    pub fn start() -> Self {
+        let dir = temp_dir("tls");
+        let status = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes"])
+            .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "1"])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .current_dir(&dir)
+            .output()
+            .expect("openssl must be installed (scripts/test.sh installs it)")
+            .status;
+        assert!(status.success(), "openssl could not make a certificate");
+        let (tls_port, plain_port) = (free_port(), free_port());
+        let (tls, plain) = (tls_port.to_string(), plain_port.to_string());
+        let server = Spawned::start(
+            "redis-server",
+            &[
+                "--port",
+                &plain,
+                "--tls-port",
+                &tls,
+                "--bind",
+                "127.0.0.1",
+                "--tls-cert-file",
+                "cert.pem",
+                "--tls-key-file",
+                "key.pem",
+                "--tls-ca-cert-file",
+                "cert.pem",
+                "--tls-auth-clients",
+                "no",
+                "--requirepass",
+                "s3cret-pw",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            dir,
+            tls_port,
+        );
+        wait_for_port(plain_port);
+        let created = redis_cli(
+            plain_port,
+            &[
+                "-a",
+                "s3cret-pw",
+                "--no-auth-warning",
+                "acl",
+                "setuser",
+                "app",
+                "on",
+                ">app-pw",
+                "~*",
+                "+@all",
+            ],
+        );
+        assert_eq!(created.trim(), "OK");
+        Self {
+            tls_port,
+            plain_port,
+            _server: server,
+        }
+    }
+}
