@@ -1,6 +1,5 @@
 //! The Sentinel store against a real master, replica and sentinel: exact limits, no 5xx while
-//! the master is killed and the replica promoted, and exact
-//! again on the promoted replica after the master is killed.
+//! the master is killed and its replica promoted, and exact limits again on the new master.
 
 mod support;
 

@@ -1,7 +1,7 @@
 //! The Redis store: one atomic Lua script per decision, shared by every app instance.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
@@ -13,10 +13,12 @@ use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::{Check, Store};
 
+pub(crate) mod cached;
 pub(crate) mod redact;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
+use cached::CachedConnection;
 use redact::Secrets;
 use script::{Call, Scripts, DEFAULT_PREFIX};
 
@@ -38,9 +40,9 @@ const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 /// is left alone and its decisions fail with [`StoreError::KeyState`].
 ///
 /// It talks to one standalone Redis (or a proxy in front of one): [`from_url`](Self::from_url)
-/// and [`from_pool`](Self::from_pool) take a standalone connection pool, and Redis Cluster is
-/// not supported yet. The keys are laid out for it already: the client key is the hash tag, so
-/// one client's keys (under every policy) share a hash slot.
+/// and [`from_pool`](Self::from_pool) take a standalone connection pool. For Redis Cluster and
+/// Sentinel, see `RedisClusterStore` and `RedisSentinelStore` (features `cluster` and
+/// `sentinel`), which run the same scripts on the same keys.
 ///
 /// Building a store never connects: the app starts while Redis is down, and the first
 /// decision connects.
@@ -72,7 +74,7 @@ struct Shared {
     /// A multiplexed connection taken from the pool once and reused: checking a connection
     /// out of a deadpool pool costs a `PING` round trip, which would double the cost of a
     /// decision. Dropped after a connection error so the next decision reconnects.
-    connection: Mutex<Option<MultiplexedConnection>>,
+    connection: CachedConnection<MultiplexedConnection>,
 }
 
 impl RedisStore {
@@ -119,7 +121,7 @@ impl RedisStore {
             clock: None,
             shared: Arc::new(Shared {
                 scripts: Scripts::new(),
-                connection: Mutex::new(None),
+                connection: CachedConnection::new(),
             }),
         }
     }
@@ -160,17 +162,6 @@ impl RedisStore {
         script::state_key(&self.prefix, policy, client_key)
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
-        let cached = lock(&self.shared.connection).clone();
-        if let Some(connection) = cached {
-            return Ok(connection);
-        }
-        let pooled = self.pool.get().await.map_err(StoreError::backend)?;
-        let connection = MultiplexedConnection::clone(&pooled);
-        *lock(&self.shared.connection) = Some(connection.clone());
-        Ok(connection)
-    }
-
     /// The `now` argument of every script: the store clock's µs, or `""` for Redis `TIME`.
     fn now(&self) -> String {
         self.clock
@@ -181,18 +172,14 @@ impl RedisStore {
     /// Runs `call` on the store's connection; an error that may have broken the connection
     /// makes the next decision reconnect.
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        let mut connection = self.connection().await?;
-        call.run(&mut connection).await.map_err(|e| {
-            if script::breaks_connection(&e) {
-                *lock(&self.shared.connection) = None;
-            }
-            script::store_error(e)
-        })
+        self.shared
+            .connection
+            .run(call, || async {
+                let pooled = self.pool.get().await.map_err(StoreError::backend)?;
+                Ok(MultiplexedConnection::clone(&pooled))
+            })
+            .await
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Store for RedisStore {
@@ -211,9 +198,8 @@ impl Store for RedisStore {
     /// runs its algorithm's own script, as [`check`](Self::check) does.
     ///
     /// All the keys of one stacked decision go to one script call, which on a standalone Redis
-    /// is always atomic. (On a Redis Cluster, once supported, a script may only touch keys of
-    /// one hash slot: checks of one client key under several policies share the hash tag
-    /// `{<client key>}` and would work; checks of different client keys would not.)
+    /// is always atomic. (On a Redis Cluster a script may only touch keys of one hash slot:
+    /// `RedisClusterStore` groups the checks by slot, see its docs.)
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
             [] => return Ok(Vec::new()),

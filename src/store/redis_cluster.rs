@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::cluster::{ClusterConnection, Config, Pool};
@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
+use crate::store::redis::cached::CachedConnection;
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Scripts, DEFAULT_PREFIX};
 use crate::store::{Check, Store};
@@ -75,7 +76,7 @@ struct Shared {
     scripts: Scripts,
     /// One cluster connection (itself multiplexed, to every node) taken from the pool once and
     /// reused; dropped after an error that may have broken it.
-    connection: Mutex<Option<ClusterConnection>>,
+    connection: CachedConnection<ClusterConnection>,
 }
 
 impl RedisClusterStore {
@@ -135,7 +136,7 @@ impl RedisClusterStore {
             clock: None,
             shared: Arc::new(Shared {
                 scripts: Scripts::new(),
-                connection: Mutex::new(None),
+                connection: CachedConnection::new(),
             }),
         }
     }
@@ -166,17 +167,6 @@ impl RedisClusterStore {
         script::state_key(&self.prefix, policy, client_key)
     }
 
-    async fn connection(&self) -> Result<ClusterConnection, StoreError> {
-        let cached = lock(&self.shared.connection).clone();
-        if let Some(connection) = cached {
-            return Ok(connection);
-        }
-        let pooled = self.pool.get().await.map_err(StoreError::backend)?;
-        let connection = ClusterConnection::clone(&pooled);
-        *lock(&self.shared.connection) = Some(connection.clone());
-        Ok(connection)
-    }
-
     /// The `now` argument of every script: the store clock's µs, or `""` for Redis `TIME`.
     fn now(&self) -> String {
         self.clock
@@ -185,13 +175,13 @@ impl RedisClusterStore {
     }
 
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        let mut connection = self.connection().await?;
-        call.run(&mut connection).await.map_err(|e| {
-            if script::breaks_connection(&e) {
-                *lock(&self.shared.connection) = None;
-            }
-            script::store_error(e)
-        })
+        self.shared
+            .connection
+            .run(call, || async {
+                let pooled = self.pool.get().await.map_err(StoreError::backend)?;
+                Ok(ClusterConnection::clone(&pooled))
+            })
+            .await
     }
 
     /// Decides the checks at `indexes` (keys of one slot) in one stacked script call.
@@ -264,10 +254,6 @@ fn group_by_slot(keys: &[String]) -> Vec<Vec<usize>> {
         }
     }
     groups
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Store for RedisClusterStore {

@@ -1,7 +1,7 @@
 //! The Redis Sentinel store: the Redis store's scripts, on the master Sentinel names.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
+use crate::store::redis::cached::CachedConnection;
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Scripts, DEFAULT_PREFIX};
 use crate::store::{Check, Store};
@@ -53,7 +54,7 @@ pub struct RedisSentinelStore {
 /// What all clones of a store share: the scripts and the connection to the master in use.
 struct Shared {
     scripts: Scripts,
-    connection: Mutex<Option<MultiplexedConnection>>,
+    connection: CachedConnection<MultiplexedConnection>,
 }
 
 impl RedisSentinelStore {
@@ -118,7 +119,7 @@ impl RedisSentinelStore {
             clock: None,
             shared: Arc::new(Shared {
                 scripts: Scripts::new(),
-                connection: Mutex::new(None),
+                connection: CachedConnection::new(),
             }),
         }
     }
@@ -148,17 +149,6 @@ impl RedisSentinelStore {
         script::state_key(&self.prefix, policy, client_key)
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, StoreError> {
-        let cached = lock(&self.shared.connection).clone();
-        if let Some(connection) = cached {
-            return Ok(connection);
-        }
-        let pooled = self.pool.get().await.map_err(StoreError::backend)?;
-        let connection = MultiplexedConnection::clone(&pooled);
-        *lock(&self.shared.connection) = Some(connection.clone());
-        Ok(connection)
-    }
-
     fn now(&self) -> String {
         self.clock
             .as_ref()
@@ -166,18 +156,14 @@ impl RedisSentinelStore {
     }
 
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        let mut connection = self.connection().await?;
-        call.run(&mut connection).await.map_err(|e| {
-            if script::breaks_connection(&e) {
-                *lock(&self.shared.connection) = None;
-            }
-            script::store_error(e)
-        })
+        self.shared
+            .connection
+            .run(call, || async {
+                let pooled = self.pool.get().await.map_err(StoreError::backend)?;
+                Ok(MultiplexedConnection::clone(&pooled))
+            })
+            .await
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Store for RedisSentinelStore {
