@@ -266,3 +266,29 @@ async fn a_killed_master_gives_no_errors_and_its_replica_limits_exactly() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_over_tls_with_a_password_limits_exactly() {
+    let cluster = RedisCluster::start_tls("cluster-pw");
+    let store = RedisClusterStore::from_nodes(&cluster.urls()).unwrap();
+    let shown = format!("{store:?}");
+    assert!(
+        !shown.contains("cluster-pw") && shown.contains("rediss://:***@"),
+        "{shown}"
+    );
+    let keys = keys_on_every_master(&cluster, "tls");
+    // One decision first: 12 cold requests would each open a cluster connection (TLS to six
+    // nodes), which a loaded machine may not finish within the pool's 1 s.
+    let warm = Policy::new("warm", Quota::per_minute(5), Algorithm::Gcra).unwrap();
+    store.check("warm", &warm, 1).await.unwrap();
+    for algorithm in Algorithm::ALL {
+        let policy = Arc::new(Policy::new("tls", Quota::per_minute(5), algorithm).unwrap());
+        for key in &keys {
+            assert_eq!(
+                allowed_of_twelve(&store, &policy, key).await,
+                5,
+                "{algorithm} on {key}"
+            );
+        }
+    }
+}

@@ -206,10 +206,24 @@ pub struct RedisCluster {
     dir: std::path::PathBuf,
     pub ports: Vec<u16>,
     children: Vec<Option<Child>>,
+    /// What `redis-cli` needs to reach a node: nothing, or TLS and the password.
+    cli: Vec<String>,
+    /// `rediss://:password@` for a TLS cluster, else `redis://`.
+    scheme: String,
 }
 
 impl RedisCluster {
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// A cluster reached only by TLS (a certificate generated for 127.0.0.1, `tls-cluster` and
+    /// `tls-replication` on), every node requiring `password`.
+    pub fn start_tls(password: &str) -> Self {
+        Self::start_with(Some(password))
+    }
+
+    fn start_with(password: Option<&str>) -> Self {
         let ports: Vec<u16> = (0..6).map(|_| free_cluster_port()).collect();
         let dir = std::env::temp_dir().join(format!(
             "tollgate-cluster-{}-{}",
@@ -217,13 +231,60 @@ impl RedisCluster {
             ports[0]
         ));
         std::fs::create_dir_all(&dir).expect("cluster directory");
+        let mut tls_args: Vec<String> = Vec::new();
+        let mut cli: Vec<String> = Vec::new();
+        if let Some(password) = password {
+            make_certificate(&dir);
+            let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+            for arg in [
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+                "--tls-auth-clients",
+                "no",
+                "--tls-cert-file",
+                &file("cert.pem"),
+                "--tls-key-file",
+                &file("key.pem"),
+                "--tls-ca-cert-file",
+                &file("cert.pem"),
+                "--requirepass",
+                password,
+                "--masterauth",
+                password,
+            ] {
+                tls_args.push(arg.to_owned());
+            }
+            for arg in [
+                "--tls",
+                "--cacert",
+                &file("cert.pem"),
+                "-a",
+                password,
+                "--no-auth-warning",
+            ] {
+                cli.push(arg.to_owned());
+            }
+        }
         let children = ports
             .iter()
             .map(|port| {
                 let node_dir = dir.join(port.to_string());
                 std::fs::create_dir_all(&node_dir).expect("node directory");
+                let port_args = match password {
+                    Some(_) => vec![
+                        "--port".to_owned(),
+                        "0".to_owned(),
+                        "--tls-port".to_owned(),
+                        port.to_string(),
+                    ],
+                    None => vec!["--port".to_owned(), port.to_string()],
+                };
                 let child = Command::new("redis-server")
-                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(&port_args)
+                    .args(&tls_args)
+                    .args(["--bind", "127.0.0.1"])
                     .args(["--save", "", "--appendonly", "no"])
                     .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
                     .args(["--cluster-config-file", "nodes.conf"])
@@ -235,10 +296,16 @@ impl RedisCluster {
                 Some(child)
             })
             .collect();
+        let scheme = match password {
+            Some(password) => format!("rediss://:{password}@"),
+            None => "redis://".to_owned(),
+        };
         let cluster = Self {
             dir,
             ports,
             children,
+            cli,
+            scheme,
         };
         for &port in &cluster.ports {
             wait_for_port(port);
@@ -249,6 +316,7 @@ impl RedisCluster {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         let output = Command::new("redis-cli")
+            .args(&cluster.cli)
             .args(["--cluster", "create"])
             .args(&nodes)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -263,12 +331,24 @@ impl RedisCluster {
         cluster
     }
 
-    /// The seed URLs of every node.
+    /// The seed URLs of every node (`rediss://:password@…/#insecure` for a TLS cluster).
     pub fn urls(&self) -> Vec<String> {
+        let insecure = if self.cli.is_empty() {
+            ""
+        } else {
+            "/#insecure"
+        };
         self.ports
             .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .map(|p| format!("{}127.0.0.1:{p}{insecure}", self.scheme))
             .collect()
+    }
+
+    /// `redis-cli -p port args…` on a node of this cluster.
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let mut all: Vec<&str> = self.cli.iter().map(String::as_str).collect();
+        all.extend(args);
+        redis_cli(port, &all)
     }
 
     /// Waits until every running node reports `cluster_state:ok` with all slots served, and
@@ -278,8 +358,8 @@ impl RedisCluster {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let ok = self.running_ports().iter().all(|&port| {
-                let info = redis_cli(port, &["cluster", "info"]);
-                let replication = redis_cli(port, &["info", "replication"]);
+                let info = self.cli(port, &["cluster", "info"]);
+                let replication = self.cli(port, &["info", "replication"]);
                 info.contains("cluster_state:ok")
                     && info.contains("cluster_slots_ok:16384")
                     && (replication.contains("role:master")
@@ -305,11 +385,12 @@ impl RedisCluster {
     /// The port of the master that serves `key`'s slot now, as a running node sees it.
     pub fn master_of(&self, key: &str) -> u16 {
         let port = self.running_ports()[0];
-        let slot: u16 = redis_cli(port, &["cluster", "keyslot", key])
+        let slot: u16 = self
+            .cli(port, &["cluster", "keyslot", key])
             .trim()
             .parse()
             .expect("CLUSTER KEYSLOT");
-        let nodes = redis_cli(port, &["cluster", "nodes"]);
+        let nodes = self.cli(port, &["cluster", "nodes"]);
         for line in nodes.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
@@ -489,20 +570,7 @@ pub struct SecureRedis {
 impl SecureRedis {
     pub fn start() -> Self {
         let dir = temp_dir("tls");
-        let status = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes"])
-            .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "1"])
-            .args([
-                "-subj",
-                "/CN=localhost",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
-            .current_dir(&dir)
-            .output()
-            .expect("openssl must be installed (scripts/test.sh installs it)")
-            .status;
-        assert!(status.success(), "openssl could not make a certificate");
+        make_certificate(&dir);
         let (tls_port, plain_port) = (free_port(), free_port());
         let (tls, plain) = (tls_port.to_string(), plain_port.to_string());
         let server = Spawned::start(
@@ -555,4 +623,22 @@ impl SecureRedis {
             _server: server,
         }
     }
+}
+
+/// A self-signed certificate for 127.0.0.1, `cert.pem` and `key.pem` in `dir` (openssl).
+pub fn make_certificate(dir: &std::path::Path) {
+    let status = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes"])
+        .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "1"])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (scripts/test.sh installs it)")
+        .status;
+    assert!(status.success(), "openssl could not make a certificate");
 }
