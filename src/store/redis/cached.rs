@@ -12,11 +12,19 @@ use crate::error::StoreError;
 /// between decisions: checking a connection out of a deadpool pool costs a `PING` round trip,
 /// which would double the cost of a decision. Forgotten after an error that may have broken
 /// it, so the next decision takes a fresh one.
-pub(crate) struct CachedConnection<C>(Mutex<Option<C>>);
+pub(crate) struct CachedConnection<C> {
+    kept: Mutex<Option<C>>,
+    /// Held while taking a connection, so that the requests that find none (at start, after
+    /// an outage) wait for one connection instead of each opening its own.
+    connecting: tokio::sync::Mutex<()>,
+}
 
 impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
     pub(crate) fn new() -> Self {
-        Self(Mutex::new(None))
+        Self {
+            kept: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// Runs `call` on the kept connection, taking one by `connect` first if none is kept.
@@ -33,9 +41,17 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
         let mut connection = match cached {
             Some(connection) => connection,
             None => {
-                let connection = connect().await?;
-                *self.lock() = Some(connection.clone());
-                connection
+                let _connecting = self.connecting.lock().await;
+                // Another request may have connected while this one waited.
+                let cached = self.lock().clone();
+                match cached {
+                    Some(connection) => connection,
+                    None => {
+                        let connection = connect().await?;
+                        *self.lock() = Some(connection.clone());
+                        connection
+                    }
+                }
             }
         };
         call.run(&mut connection).await.map_err(|e| {
@@ -47,6 +63,6 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<C>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
