@@ -9,7 +9,15 @@
 //! - `ALGORITHM`: `gcra` (default), `token_bucket`, `leaky_bucket`, `fixed_window`,
 //!   `fixed_window_from_first`, `sliding_window_log` or `sliding_window`.
 //! - `REDIS_URL`: share the limit through Redis (e.g. `redis://127.0.0.1:6379`) across every
-//!   copy of this example; without it each process limits on its own, in memory.
+//!   copy of this example; without it each process limits on its own, in memory. TLS and
+//!   credentials work: `rediss://:password@host:6380`, `redis://user:password@host:6379`
+//!   (`rediss://…/#insecure` accepts a certificate nobody vouches for, for tests only).
+//! - `REDIS_CLUSTER_NODES`: share the limit through a Redis Cluster instead, given some of its
+//!   nodes: `redis://h1:p1,redis://h2:p2,…` (`rediss://` and credentials work here too).
+//! - `REDIS_SENTINEL`: share the limit through the master that Redis Sentinel names, given
+//!   sentinels `redis://h1:26379,redis://h2:26379,…` and the master's name in
+//!   `REDIS_SENTINEL_MASTER` (default `mymaster`).
+//!   Only one of `REDIS_URL`, `REDIS_CLUSTER_NODES` and `REDIS_SENTINEL` may be set.
 //! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
 //! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
 //!   `RULES_FILE=examples/rules.toml`), and apply changes to it while running.
@@ -25,8 +33,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tollgate::key;
-use tollgate::store::{BoxStore, MemoryStore, RedisStore};
-use tollgate::{Algorithm, ConfigError, OnStoreError, Quota, RateLimitLayer};
+use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
+use tollgate::{Algorithm, ConfigError, ConfigErrorKind, OnStoreError, Quota, RateLimitLayer};
 
 #[tokio::main]
 async fn main() {
@@ -116,11 +124,47 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     Ok(routes(metrics).layer(builder.store(store()?).build()?))
 }
 
-/// Redis when `REDIS_URL` is set, else memory: one store type either way.
+/// The variables that choose a Redis store; at most one may be set.
+const STORE_VARIABLES: [&str; 3] = ["REDIS_URL", "REDIS_CLUSTER_NODES", "REDIS_SENTINEL"];
+
+/// Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES` is, Sentinel's
+/// master when `REDIS_SENTINEL` is, else memory: one store type either way.
 fn store() -> Result<BoxStore, ConfigError> {
-    Ok(match std::env::var("REDIS_URL") {
-        Ok(url) => BoxStore::new(RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?),
-        Err(_) => BoxStore::new(MemoryStore::new()),
+    let set: Vec<&str> = STORE_VARIABLES
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_some())
+        .collect();
+    if set.len() > 1 {
+        return Err(ConfigError::of(
+            ConfigErrorKind::Store,
+            format!("{} are set: set only one of them", set.join(" and ")),
+        ));
+    }
+    let value = |name: &str| std::env::var(name).unwrap_or_default();
+    let list = |value: &str| -> Vec<String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    Ok(match set.first().copied() {
+        Some("REDIS_URL") => BoxStore::new(
+            RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?,
+        ),
+        Some("REDIS_CLUSTER_NODES") => BoxStore::new(
+            RedisClusterStore::from_nodes(&list(&value("REDIS_CLUSTER_NODES")))
+                .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
+        ),
+        Some(_) => BoxStore::new(
+            RedisSentinelStore::from_sentinels(
+                &list(&value("REDIS_SENTINEL")),
+                &env_or("REDIS_SENTINEL_MASTER", "mymaster"),
+            )
+            .map_err(|e| e.context("REDIS_SENTINEL"))?,
+        ),
+        None => BoxStore::new(MemoryStore::new()),
     })
 }
 

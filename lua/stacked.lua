@@ -17,6 +17,8 @@
 -- then 7 values per check i (ARGV[2 + 7*(i-1)] onwards):
 --          algorithm index (1-based, Algorithm::ALL order), L, P, B, T, cost (>= 1),
 --          blocking ("1": a denial blocks the request; "0": shadow mode, never blocks)
+-- ARGV[2 + 7*n] (optional) "dry": decide every check and write nothing, blocked or not; the
+--          cluster store's first phase when a stacked decision spans hash slots
 -- Reply:   a flat array of 4 integers per check, in order, each as that algorithm's script
 --          replies: allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)
 --
@@ -32,7 +34,8 @@
 -- costs reads only.
 
 local n = #KEYS
-if #ARGV ~= 1 + 7 * n then
+local dry_only = #ARGV == 2 + 7 * n and ARGV[#ARGV] == 'dry'
+if #ARGV ~= 1 + 7 * n and not dry_only then
   return redis.error_reply('tollgate stacked: expected 1 + 7 * ' .. n .. ' arguments, got ' .. #ARGV)
 end
 
@@ -81,7 +84,7 @@ for i = 1, n do
   end
 end
 
-if blocked then
+if blocked or dry_only then
   for key, was in pairs(saved) do
     local dump, pttl = was[1], was[2]
     if dump then

@@ -4,13 +4,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "redis-server not found: installing Debian's redis-server package"
+# redis-server, and redis-cli (Debian's redis-tools, a dependency of redis-server) for the
+# cluster tests' `redis-cli --cluster create`.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    echo "redis-server or redis-cli not found: installing Debian's redis-server package"
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
     $sudo_cmd apt-get update -qq
     # --reinstall also restores a binary that went missing from an installed package.
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --reinstall redis-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --reinstall redis-server redis-tools >/dev/null
+fi
+
+# openssl makes the TLS test's certificate.
+if ! command -v openssl >/dev/null 2>&1; then
+    echo "openssl not found: installing Debian's openssl package"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq openssl >/dev/null
 fi
 
 # A free port: one nothing answers on.
@@ -45,6 +56,9 @@ cargo clippy --all-targets --all-features -- -D warnings
 cargo check --no-default-features
 cargo check --no-default-features --features axum
 cargo check --no-default-features --features tonic
+cargo check --no-default-features --features cluster
+cargo check --no-default-features --features sentinel
+cargo check --no-default-features --features tls
 # Without default features, neither axum nor tonic is compiled in.
 if cargo tree --no-default-features -e normal --prefix none | grep -E '^(axum|tonic)[- ]'; then
     echo "cargo tree --no-default-features lists axum or tonic (above)" >&2

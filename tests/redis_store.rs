@@ -436,3 +436,35 @@ fn redis_passwords_are_never_printed() {
         "{shown}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_decisions_share_one_connection() {
+    let redis = support::RedisServer::start();
+    let store = RedisStore::from_url(&redis.url()).unwrap();
+    let policy =
+        std::sync::Arc::new(Policy::new("cold", Quota::per_minute(100), Algorithm::Gcra).unwrap());
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(12));
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let (store, policy) = (store.clone(), std::sync::Arc::clone(&policy));
+            let barrier = std::sync::Arc::clone(&barrier);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.check(&format!("k{i}"), &policy, 1).await.unwrap()
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.unwrap().allowed);
+    }
+    let mut conn = support::redis_connection(&redis.url());
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut conn).unwrap();
+    let received: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    // The start-up probe (`RedisServer::start` waits for the port), the store's one
+    // connection, and this one.
+    assert_eq!(received, 3);
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tollgate::store::{Check, MemoryStore, RedisStore};
+use tollgate::store::{Check, MemoryStore, RedisClusterStore, RedisStore};
 use tollgate::{Algorithm, Decision, ManualClock, Policy, Quota, Store};
 
 /// A fixed instant well inside a day, a minute and a second, for the exact tests.
@@ -122,12 +122,18 @@ async fn stacked_decisions_are_identical_in_memory_and_redis() {
     eprintln!("{matched} stacked decisions matched ({blocked} blocked, {repeated} repeated)");
 }
 
-/// A burst limit (2/min) and a daily one (3/day) on one key, in `store` at `clock`'s time.
-async fn burst_and_daily_are_atomic(store: &impl Store, clock: &ManualClock, label: &str) {
+/// A burst limit (2/min) on `keys[0]` and a daily one (3/day) on `keys[1]` (the same key, or
+/// keys in two cluster slots), in `store` at `clock`'s time.
+async fn burst_and_daily_are_atomic(
+    store: &impl Store,
+    clock: &ManualClock,
+    label: &str,
+    keys: [&str; 2],
+) {
     clock.set(T0);
     let burst = Policy::new("burst", Quota::per_minute(2), Algorithm::Gcra).unwrap();
     let daily = Policy::new("daily", Quota::per_day(3), Algorithm::FixedWindow).unwrap();
-    let both = [check("k", &burst, true), check("k", &daily, true)];
+    let both = [check(keys[0], &burst, true), check(keys[1], &daily, true)];
     let ask = async || summary(&store.check_many(&both).await.unwrap());
     assert_eq!(ask().await, [(true, 1), (true, 2)], "{label}");
     assert_eq!(ask().await, [(true, 0), (true, 1)], "{label}");
@@ -140,16 +146,24 @@ async fn burst_and_daily_are_atomic(store: &impl Store, clock: &ManualClock, lab
     // Vice versa: the daily limit denies, and the burst limit keeps its 1 left.
     assert_eq!(ask().await, [(true, 0), (false, 0)], "{label}");
     assert_eq!(ask().await, [(true, 0), (false, 0)], "{label}");
-    let alone = store.check("k", &burst, 1).await.unwrap();
+    let alone = store.check(keys[0], &burst, 1).await.unwrap();
     assert_eq!((alone.allowed, alone.remaining), (true, 0), "{label}");
 }
 
-/// A blocking 2/min limit with a shadow (non-blocking) 1/min limit on one key.
-async fn shadow_denials_block_nothing(store: &impl Store, clock: &ManualClock, label: &str) {
+/// A blocking 2/min limit on `keys[0]` with a shadow (non-blocking) 1/min limit on `keys[1]`.
+async fn shadow_denials_block_nothing(
+    store: &impl Store,
+    clock: &ManualClock,
+    label: &str,
+    keys: [&str; 2],
+) {
     clock.set(T0);
     let enforced = Policy::new("enforced", Quota::per_minute(2), Algorithm::Gcra).unwrap();
     let shadow = Policy::new("shadow", Quota::per_minute(1), Algorithm::Gcra).unwrap();
-    let both = [check("k", &enforced, true), check("k", &shadow, false)];
+    let both = [
+        check(keys[0], &enforced, true),
+        check(keys[1], &shadow, false),
+    ];
     let ask = async || store.check_many(&both).await.unwrap();
     let d = ask().await;
     assert_eq!(summary(&d), [(true, 1), (true, 0)], "{label}");
@@ -181,12 +195,33 @@ async fn a_blocked_request_consumes_nothing_in_either_store() {
             .prefix(support::unique_prefix("stacked-atomic"))
             .with_clock(clock.clone());
         if run == 0 {
-            burst_and_daily_are_atomic(&memory, &clock, "memory").await;
-            shadow_denials_block_nothing(&memory, &clock, "memory").await;
+            burst_and_daily_are_atomic(&memory, &clock, "memory", ["k", "k"]).await;
+            shadow_denials_block_nothing(&memory, &clock, "memory", ["k", "k"]).await;
         } else {
-            burst_and_daily_are_atomic(&redis, &clock, "redis").await;
-            shadow_denials_block_nothing(&redis, &clock, "redis").await;
+            burst_and_daily_are_atomic(&redis, &clock, "redis", ["k", "k"]).await;
+            shadow_denials_block_nothing(&redis, &clock, "redis", ["k", "k"]).await;
         }
+    }
+}
+
+#[tokio::test]
+async fn a_blocked_request_consumes_nothing_on_a_cluster_in_one_slot_or_across_masters() {
+    let cluster = support::RedisCluster::start();
+    // A second client key on another master than `k`'s.
+    let k_master = cluster.master_of("{k}");
+    let other = (0..)
+        .map(|i| format!("ip-{i}"))
+        .find(|key| cluster.master_of(&format!("{{{key}}}")) != k_master)
+        .unwrap();
+    for (run, keys) in [["k", "k"], ["k", other.as_str()]].into_iter().enumerate() {
+        let clock = ManualClock::new(T0);
+        let store = RedisClusterStore::from_nodes(&cluster.urls())
+            .unwrap()
+            .prefix(format!("run{run}"))
+            .with_clock(clock.clone());
+        let label = format!("cluster {keys:?}");
+        burst_and_daily_are_atomic(&store, &clock, &label, keys).await;
+        shadow_denials_block_nothing(&store, &clock, &label, keys).await;
     }
 }
 

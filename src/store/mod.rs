@@ -109,6 +109,16 @@ mod redis;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
+#[cfg(feature = "cluster")]
+mod redis_cluster;
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub use self::redis_cluster::RedisClusterStore;
+#[cfg(feature = "sentinel")]
+mod redis_sentinel;
+#[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+pub use self::redis_sentinel::RedisSentinelStore;
 
 mod boxed;
 mod breaker;

@@ -55,7 +55,7 @@ pub fn unique_prefix(test: &str) -> String {
     )
 }
 
-fn wait_for_port(port: u16) {
+pub fn wait_for_port(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -180,4 +180,465 @@ pub fn client() -> reqwest::Client {
         .no_proxy()
         .build()
         .expect("http client")
+}
+
+/// A port below 55536 that is free, and whose cluster bus port (port + 10000) is free too.
+pub fn free_cluster_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    // Spread over 21000-44999 by process, then walk on: concurrent test binaries and
+    // earlier tests in this one do not collide.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 21_000 + (std::process::id() % 240) as u16 * 100;
+    for _ in 0..2_000 {
+        let port = start + NEXT.fetch_add(1, Ordering::Relaxed) % 24_000;
+        let port = 21_000 + (port - 21_000) % 24_000;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+    panic!("no free port pair for a cluster node");
+}
+
+/// A Redis Cluster of 3 masters and 3 replicas (`redis-cli --cluster create`), on loopback,
+/// with `cluster-node-timeout 1000`: its nodes are stopped when it is dropped.
+pub struct RedisCluster {
+    dir: std::path::PathBuf,
+    pub ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+    /// What `redis-cli` needs to reach a node: nothing, or TLS and the password.
+    cli: Vec<String>,
+    /// `rediss://:password@` for a TLS cluster, else `redis://`.
+    scheme: String,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// A cluster reached only by TLS (a certificate generated for 127.0.0.1, `tls-cluster` and
+    /// `tls-replication` on), every node requiring `password`.
+    pub fn start_tls(password: &str) -> Self {
+        Self::start_with(Some(password))
+    }
+
+    fn start_with(password: Option<&str>) -> Self {
+        let ports: Vec<u16> = (0..6).map(|_| free_cluster_port()).collect();
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-cluster-{}-{}",
+            std::process::id(),
+            ports[0]
+        ));
+        std::fs::create_dir_all(&dir).expect("cluster directory");
+        let mut tls_args: Vec<String> = Vec::new();
+        let mut cli: Vec<String> = Vec::new();
+        if let Some(password) = password {
+            make_certificate(&dir);
+            let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+            for arg in [
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+                "--tls-auth-clients",
+                "no",
+                "--tls-cert-file",
+                &file("cert.pem"),
+                "--tls-key-file",
+                &file("key.pem"),
+                "--tls-ca-cert-file",
+                &file("cert.pem"),
+                "--requirepass",
+                password,
+                "--masterauth",
+                password,
+            ] {
+                tls_args.push(arg.to_owned());
+            }
+            for arg in [
+                "--tls",
+                "--cacert",
+                &file("cert.pem"),
+                "-a",
+                password,
+                "--no-auth-warning",
+            ] {
+                cli.push(arg.to_owned());
+            }
+        }
+        let children = ports
+            .iter()
+            .map(|port| {
+                let node_dir = dir.join(port.to_string());
+                std::fs::create_dir_all(&node_dir).expect("node directory");
+                let port_args = match password {
+                    Some(_) => vec![
+                        "--port".to_owned(),
+                        "0".to_owned(),
+                        "--tls-port".to_owned(),
+                        port.to_string(),
+                    ],
+                    None => vec!["--port".to_owned(), port.to_string()],
+                };
+                let child = Command::new("redis-server")
+                    .args(&port_args)
+                    .args(&tls_args)
+                    .args(["--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                    .args(["--cluster-config-file", "nodes.conf"])
+                    .arg("--dir")
+                    .arg(&node_dir)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .expect("redis-server must be installed (scripts/test.sh installs it)");
+                Some(child)
+            })
+            .collect();
+        let scheme = match password {
+            Some(password) => format!("rediss://:{password}@"),
+            None => "redis://".to_owned(),
+        };
+        let cluster = Self {
+            dir,
+            ports,
+            children,
+            cli,
+            scheme,
+        };
+        for &port in &cluster.ports {
+            wait_for_port(port);
+        }
+        let nodes: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let output = Command::new("redis-cli")
+            .args(&cluster.cli)
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed (scripts/test.sh installs it)");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// The seed URLs of every node (`rediss://:password@…/#insecure` for a TLS cluster).
+    pub fn urls(&self) -> Vec<String> {
+        let insecure = if self.cli.is_empty() {
+            ""
+        } else {
+            "/#insecure"
+        };
+        self.ports
+            .iter()
+            .map(|p| format!("{}127.0.0.1:{p}{insecure}", self.scheme))
+            .collect()
+    }
+
+    /// `redis-cli -p port args…` on a node of this cluster.
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        let mut all: Vec<&str> = self.cli.iter().map(String::as_str).collect();
+        all.extend(args);
+        redis_cli(port, &all)
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` with all slots served, and
+    /// every replica has synced with its master (a replica that never synced refuses to
+    /// take over).
+    pub fn wait_until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = self.running_ports().iter().all(|&port| {
+                let info = self.cli(port, &["cluster", "info"]);
+                let replication = self.cli(port, &["info", "replication"]);
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_ok:16384")
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn running_ports(&self) -> Vec<u16> {
+        self.ports
+            .iter()
+            .zip(&self.children)
+            .filter(|(_, c)| c.is_some())
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// The port of the master that serves `key`'s slot now, as a running node sees it.
+    pub fn master_of(&self, key: &str) -> u16 {
+        let port = self.running_ports()[0];
+        let slot: u16 = self
+            .cli(port, &["cluster", "keyslot", key])
+            .trim()
+            .parse()
+            .expect("CLUSTER KEYSLOT");
+        let nodes = self.cli(port, &["cluster", "nodes"]);
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let (low, high) = range.split_once('-').unwrap_or((range, range));
+                match (low.parse::<u16>(), high.parse::<u16>()) {
+                    (Ok(low), Ok(high)) => (low..=high).contains(&slot),
+                    _ => false,
+                }
+            });
+            if serves {
+                let address = fields[1].split('@').next().unwrap_or_default();
+                return address
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .expect("node port");
+            }
+        }
+        panic!("no master serves slot {slot}:\n{nodes}");
+    }
+
+    /// SIGKILL to the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        let index = self.ports.iter().position(|p| *p == port).expect("a node");
+        if let Some(mut child) = self.children[index].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().filter_map(Option::take) {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `redis-cli -p port args…`'s output.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli must be installed (scripts/test.sh installs it)");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A process stopped (SIGKILL) when dropped, with a directory removed then.
+pub struct Spawned {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Spawned {
+    /// Starts `program args…` in the fresh directory `dir` and waits until `port` accepts
+    /// connections.
+    pub fn start(program: &str, args: &[&str], dir: std::path::PathBuf, port: u16) -> Self {
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} must be installed: {e}"));
+        wait_for_port(port);
+        Self { child, dir }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A fresh, empty temporary directory for one test.
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique_prefix(name));
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    dir
+}
+
+/// A master, its replica and one sentinel (quorum 1, `down-after-milliseconds 1000`)
+/// watching it as `tollgate`, on loopback; stopped when dropped.
+pub struct RedisSentinel {
+    pub master_port: u16,
+    pub replica_port: u16,
+    pub sentinel_port: u16,
+    master: Option<Spawned>,
+    _replica: Spawned,
+    _sentinel: Spawned,
+}
+
+impl RedisSentinel {
+    pub const MASTER_NAME: &'static str = "tollgate";
+
+    pub fn start() -> Self {
+        let (master_port, replica_port, sentinel_port) = (free_port(), free_port(), free_port());
+        let server = |port: u16, extra: &[&str]| {
+            let port_arg = port.to_string();
+            let mut args = vec!["--port", &port_arg, "--bind", "127.0.0.1", "--save", ""];
+            args.extend(["--appendonly", "no"]);
+            args.extend(extra);
+            Spawned::start("redis-server", &args, temp_dir("sentinel-node"), port)
+        };
+        let master = server(master_port, &[]);
+        let master_arg = master_port.to_string();
+        let replica = server(replica_port, &["--replicaof", "127.0.0.1", &master_arg]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !redis_cli(replica_port, &["info", "replication"]).contains("master_link_status:up") {
+            assert!(Instant::now() < deadline, "the replica did not sync");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let dir = temp_dir("sentinel");
+        let config = format!(
+            "port {sentinel_port}\nbind 127.0.0.1\n\
+             sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel failover-timeout {name} 5000\n",
+            name = Self::MASTER_NAME
+        );
+        std::fs::write(dir.join("sentinel.conf"), config).expect("sentinel.conf");
+        let sentinel = Spawned::start(
+            "redis-server",
+            &["sentinel.conf", "--sentinel"],
+            dir,
+            sentinel_port,
+        );
+        // The sentinel has found the replica (it will promote it).
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !redis_cli(sentinel_port, &["sentinel", "replicas", Self::MASTER_NAME])
+            .contains(&replica_port.to_string())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel did not find the replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self {
+            master_port,
+            replica_port,
+            sentinel_port,
+            master: Some(master),
+            _replica: replica,
+            _sentinel: sentinel,
+        }
+    }
+
+    pub fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.sentinel_port)
+    }
+
+    /// SIGKILL to the master.
+    pub fn kill_master(&mut self) {
+        self.master = None;
+    }
+}
+
+/// A redis-server with a TLS port (a self-signed certificate for 127.0.0.1) and a plain port,
+/// both requiring the password `s3cret-pw`, and an ACL user `app` with password `app-pw`.
+pub struct SecureRedis {
+    pub tls_port: u16,
+    pub plain_port: u16,
+    _server: Spawned,
+}
+
+impl SecureRedis {
+    pub fn start() -> Self {
+        let dir = temp_dir("tls");
+        make_certificate(&dir);
+        let (tls_port, plain_port) = (free_port(), free_port());
+        let (tls, plain) = (tls_port.to_string(), plain_port.to_string());
+        let server = Spawned::start(
+            "redis-server",
+            &[
+                "--port",
+                &plain,
+                "--tls-port",
+                &tls,
+                "--bind",
+                "127.0.0.1",
+                "--tls-cert-file",
+                "cert.pem",
+                "--tls-key-file",
+                "key.pem",
+                "--tls-ca-cert-file",
+                "cert.pem",
+                "--tls-auth-clients",
+                "no",
+                "--requirepass",
+                "s3cret-pw",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            dir,
+            tls_port,
+        );
+        wait_for_port(plain_port);
+        let created = redis_cli(
+            plain_port,
+            &[
+                "-a",
+                "s3cret-pw",
+                "--no-auth-warning",
+                "acl",
+                "setuser",
+                "app",
+                "on",
+                ">app-pw",
+                "~*",
+                "+@all",
+            ],
+        );
+        assert_eq!(created.trim(), "OK");
+        Self {
+            tls_port,
+            plain_port,
+            _server: server,
+        }
+    }
+}
+
+/// A self-signed certificate for 127.0.0.1, `cert.pem` and `key.pem` in `dir` (openssl).
+pub fn make_certificate(dir: &std::path::Path) {
+    let status = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes"])
+        .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "1"])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed (scripts/test.sh installs it)")
+        .status;
+    assert!(status.success(), "openssl could not make a certificate");
 }

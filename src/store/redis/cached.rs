@@ -1,0 +1,68 @@
+//! One connection taken from a pool once and reused by every decision.
+
+use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+
+use deadpool_redis::redis::aio::ConnectionLike;
+
+use super::script::{self, Call};
+use crate::error::StoreError;
+
+/// A multiplexed connection (standalone, Sentinel's master, or a cluster connection) kept
+/// between decisions: checking a connection out of a deadpool pool costs a `PING` round trip,
+/// which would double the cost of a decision. Forgotten after an error that may have broken
+/// it, so the next decision takes a fresh one.
+pub(crate) struct CachedConnection<C> {
+    kept: Mutex<Option<C>>,
+    /// Held while taking a connection, so that the requests that find none (at start, after
+    /// an outage) wait for one connection instead of each opening its own.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
+    pub(crate) fn new() -> Self {
+        Self {
+            kept: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Runs `call` on the kept connection, taking one by `connect` first if none is kept.
+    pub(crate) async fn run<F, Fut>(
+        &self,
+        call: Call<'_>,
+        connect: F,
+    ) -> Result<Vec<i64>, StoreError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<C, StoreError>>,
+    {
+        let cached = self.lock().clone();
+        let mut connection = match cached {
+            Some(connection) => connection,
+            None => {
+                let _connecting = self.connecting.lock().await;
+                // Another request may have connected while this one waited.
+                let cached = self.lock().clone();
+                match cached {
+                    Some(connection) => connection,
+                    None => {
+                        let connection = connect().await?;
+                        *self.lock() = Some(connection.clone());
+                        connection
+                    }
+                }
+            }
+        };
+        call.run(&mut connection).await.map_err(|e| {
+            if script::breaks_connection(&e) {
+                *self.lock() = None;
+            }
+            script::store_error(e)
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<C>> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,292 @@
+//! What every Redis store shares: the scripts, how a decision becomes a script call, how its
+//! reply becomes a decision, the key layout and the sorting of errors. Generic over the
+//! connection, so a standalone connection and a cluster connection run the same calls.
+
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+
+use deadpool_redis::redis::aio::ConnectionLike;
+use deadpool_redis::redis::{self, Script, ToRedisArgs};
+
+use crate::algorithm::Algorithm;
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::quota::Policy;
+use crate::store::Check;
+
+/// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
+pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
+
+/// The scripts one store runs, with their SHA-1s computed once.
+pub(crate) struct Scripts {
+    /// One per algorithm, in `Algorithm::ALL` order.
+    single: [LuaScript; 7],
+    /// Every algorithm's script and `lua/stacked.lua` in one: see [`STACKED_SOURCE`].
+    stacked: LuaScript,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            single: ALGORITHM_SOURCES
+                .each_ref()
+                .map(|s| LuaScript::new(s.as_str())),
+            stacked: LuaScript::new(STACKED_SOURCE.as_str()),
+        }
+    }
+
+    /// The call that decides one request of `cost` for the state at `key` under `policy`;
+    /// `now` is the store clock's µs, or `""` for Redis `TIME`.
+    pub(crate) fn single(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
+        let p = policy.params();
+        let numbers = [
+            p.limit,
+            p.period,
+            p.burst,
+            p.interval,
+            u64::from(cost.max(1)),
+        ];
+        Call {
+            // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
+            script: &self.single[algorithm_index(policy.algorithm())],
+            keys: vec![key],
+            args: (&numbers[..], now).to_redis_args(),
+        }
+    }
+
+    /// The call that decides `checks` (whose state keys are `keys`) in one stacked script.
+    /// A `dry` call decides and writes nothing, whatever the decisions (see `lua/stacked.lua`).
+    pub(crate) fn stacked(
+        &self,
+        keys: Vec<String>,
+        checks: &[Check<'_>],
+        now: &str,
+        dry: bool,
+    ) -> Call<'_> {
+        let mut numbers = Vec::with_capacity(7 * checks.len());
+        for c in checks {
+            let p = c.policy.params();
+            numbers.extend([
+                algorithm_index(c.policy.algorithm()) as u64 + 1,
+                p.limit,
+                p.period,
+                p.burst,
+                p.interval,
+                u64::from(c.cost.max(1)),
+                u64::from(c.blocking),
+            ]);
+        }
+        let mut args = (now, &numbers[..]).to_redis_args();
+        if dry {
+            args.push(b"dry".to_vec());
+        }
+        Call {
+            script: &self.stacked,
+            keys,
+            args,
+        }
+    }
+}
+
+/// One script call, ready to run on any connection.
+pub(crate) struct Call<'a> {
+    script: &'a LuaScript,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call<'_> {
+    /// `EVALSHA`; on `NOSCRIPT` (a restart, failover or `SCRIPT FLUSH` emptied the script
+    /// cache of the node that holds the keys), `EVAL` with the source, which runs it and caches
+    /// it again in one round trip and, unlike `SCRIPT LOAD` + `EVALSHA`, cannot race with
+    /// another flush. On a cluster both go to the node of the first key.
+    pub(crate) async fn run<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+    ) -> redis::RedisResult<Vec<i64>> {
+        let call = |command: &str, script: &str| {
+            let mut cmd = redis::cmd(command);
+            cmd.arg(script)
+                .arg(self.keys.len())
+                .arg(&self.keys)
+                .arg(&self.args);
+            cmd
+        };
+        match call("EVALSHA", &self.script.sha)
+            .query_async(connection)
+            .await
+        {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                call("EVAL", self.script.source)
+                    .query_async(connection)
+                    .await
+            }
+            result => result,
+        }
+    }
+}
+
+/// A script's source and SHA-1.
+struct LuaScript {
+    source: &'static str,
+    sha: String,
+}
+
+impl LuaScript {
+    fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            sha: Script::new(source).get_hash().to_owned(),
+        }
+    }
+}
+
+/// The Redis key that holds `client_key`'s state under `policy`:
+/// `<prefix>:<policy name>:<algorithm>:{<client key>}`.
+pub(crate) fn state_key(prefix: &str, policy: &Policy, client_key: &str) -> String {
+    format!(
+        "{}:{}:{}:{{{}}}",
+        prefix,
+        policy.name(),
+        key_part(policy.algorithm()),
+        client_key
+    )
+}
+
+/// Sorts a failed script call: an error about one key's data is that request's problem
+/// ([`StoreError::KeyState`], which the circuit breaker does not count); anything else
+/// (I/O, a dropped or refused connection, a timeout, `NOSCRIPT` again after loading, a server
+/// that is loading, read-only, out of memory or busy, a cluster that is down or moving slots)
+/// is the store failing ([`StoreError::Backend`]).
+///
+/// Data errors are `WRONGTYPE` (the key holds another type) and `ERR`s raised while the script
+/// ran (their text names `user_script`): a value it cannot read (see `unreadable` in
+/// `lua/prelude.lua`), a Lua runtime error on bad state, or a command refusing a value.
+pub(crate) fn store_error(error: redis::RedisError) -> StoreError {
+    let raised_by_script =
+        || error.code() == Some("ERR") && error.detail().is_some_and(|d| d.contains("user_script"));
+    if error.code() == Some("WRONGTYPE") || raised_by_script() {
+        StoreError::key_state(error)
+    } else {
+        StoreError::backend(error)
+    }
+}
+
+/// Whether a connection that returned `error` may be broken, and should be replaced: also
+/// `READONLY`, a former master that came back as a replica after a failover.
+pub(crate) fn breaks_connection(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_unrecoverable_error()
+        || error.is_timeout()
+}
+
+/// Reads the scripts' reply `{allowed, remaining, reset_after_us, retry_after_us (-1 = none)}`.
+pub(crate) fn decision_from_reply(limit: u64, reply: &[i64]) -> Result<Decision, StoreError> {
+    let &[allowed, remaining, reset_after, retry_after] = reply else {
+        return Err(StoreError::backend(format!(
+            "unexpected script reply {reply:?} (expected 4 integers)"
+        )));
+    };
+    let micros = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(Decision::from_micros(
+        allowed == 1,
+        limit,
+        micros(remaining),
+        micros(reset_after),
+        (retry_after >= 0).then(|| micros(retry_after)),
+    ))
+}
+
+/// Reads the stacked script's reply: 4 integers per check, in order.
+pub(crate) fn decisions_from_reply(
+    checks: &[Check<'_>],
+    reply: &[i64],
+) -> Result<Vec<Decision>, StoreError> {
+    if reply.len() != 4 * checks.len() {
+        return Err(StoreError::backend(format!(
+            "unexpected stacked script reply {reply:?} (expected 4 integers per check, {} checks)",
+            checks.len()
+        )));
+    }
+    checks
+        .iter()
+        .zip(reply.chunks_exact(4))
+        .map(|(c, r)| decision_from_reply(c.policy.params().burst, r))
+        .collect()
+}
+
+/// What every script needs (the server clock, exact integer helpers), written once in
+/// `lua/prelude.lua` and put in front of each script: the only Lua that reads `TIME`.
+const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+
+/// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
+/// `lua/<algorithm>.lua`. Assembled once per process.
+static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
+    LazyLock::new(|| Algorithm::ALL.map(|a| format!("{PRELUDE}\n{}", script_source(a))));
+
+/// The script a stacked decision runs: the prelude, then each algorithm's script wrapped as a
+/// function of its own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order;
+/// names that share a script share the function),
+/// then `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
+/// the one its single decisions run: a script's body is valid as a Lua 5.1 function body
+/// (its locals become the function's, and each `return` ends its block), and `ALGORITHMS` is a
+/// local because Redis forbids scripts to create globals. Assembled once per process.
+static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
+    let mut source = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        let body = script_source(algorithm);
+        let first = Algorithm::ALL
+            .iter()
+            .position(|a| script_source(*a) == body);
+        let _ = match first {
+            // Two names, one engine: the function is written once.
+            Some(j) if j < i => writeln!(source, "ALGORITHMS[{}] = ALGORITHMS[{}]", i + 1, j + 1),
+            // The newline before `end`: a last line that is a comment would swallow it.
+            _ => write!(
+                source,
+                "ALGORITHMS[{}] = function(KEYS, ARGV)\n{body}\nend\n",
+                i + 1
+            ),
+        };
+    }
+    source.push_str(include_str!("../../../lua/stacked.lua"));
+    source
+});
+
+/// An algorithm's place in `Algorithm::ALL` (0-based): the index of its script in
+/// `Scripts::single`, and one less than its number in the stacked script.
+fn algorithm_index(algorithm: Algorithm) -> usize {
+    Algorithm::ALL
+        .iter()
+        .position(|a| *a == algorithm)
+        .unwrap_or_default()
+}
+
+/// The algorithm's part of a state key: short, since every tracked client pays for it.
+fn key_part(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::Gcra => "gcra",
+        Algorithm::TokenBucket => "tb",
+        Algorithm::LeakyBucket => "lb",
+        Algorithm::FixedWindow => "fw",
+        Algorithm::FixedWindowFromFirst => "fwf",
+        Algorithm::SlidingWindowLog => "swl",
+        Algorithm::SlidingWindow => "sw",
+    }
+}
+
+/// The Lua source of an algorithm's script (without the prelude).
+fn script_source(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        // The leaky bucket decides exactly as GCRA, and runs its engine: see src/algorithm/gcra.rs.
+        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("../../../lua/gcra.lua"),
+        Algorithm::TokenBucket => include_str!("../../../lua/token_bucket.lua"),
+        Algorithm::FixedWindow => include_str!("../../../lua/fixed_window.lua"),
+        Algorithm::FixedWindowFromFirst => include_str!("../../../lua/fixed_window_from_first.lua"),
+        Algorithm::SlidingWindowLog => include_str!("../../../lua/sliding_window_log.lua"),
+        Algorithm::SlidingWindow => include_str!("../../../lua/sliding_window.lua"),
+    }
+}

@@ -1,0 +1,134 @@
+//! The quickstart example as a new user runs it: choosing its store from the environment.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use support::{RedisCluster, RedisSentinel, SecureRedis};
+
+/// The quickstart binary, which `cargo test` builds next to the test binaries (a filtered
+/// `cargo test --test quickstart` does not: `cargo build --example quickstart` first).
+fn quickstart() -> Command {
+    let deps = std::env::current_exe().expect("test binary path");
+    let path: PathBuf = deps
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target directory")
+        .join("examples")
+        .join("quickstart");
+    let mut command = Command::new(path);
+    for name in [
+        "REDIS_URL",
+        "REDIS_CLUSTER_NODES",
+        "REDIS_SENTINEL",
+        "RULES_FILE",
+    ] {
+        command.env_remove(name);
+    }
+    command.env("RUST_LOG", "warn");
+    command
+}
+
+/// A running quickstart, killed when dropped.
+struct Running(Child, u16);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the quickstart with `vars` and waits for its `listening on` line.
+fn start(vars: &[(&str, &str)]) -> Running {
+    let port = support::free_port();
+    let mut child = quickstart()
+        .env("PORT", port.to_string())
+        .envs(vars.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("quickstart");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("a line");
+    assert!(line.starts_with("listening on"), "{line}");
+    Running(child, port)
+}
+
+#[test]
+fn two_redis_variables_are_an_error_at_start_up() {
+    let output = quickstart()
+        .env("REDIS_URL", "redis://:pw-secret@127.0.0.1:1")
+        .env("REDIS_CLUSTER_NODES", "redis://127.0.0.1:2")
+        .output()
+        .expect("quickstart");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "error: REDIS_URL and REDIS_CLUSTER_NODES are set: set only one of them"
+    );
+}
+
+/// Six requests of alice: the statuses, each asserted to be decided by the store.
+async fn six_statuses(running: &Running) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let r = support::client()
+            .get(format!("http://127.0.0.1:{}/", running.1))
+            .header("x-api-key", "alice")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.headers().contains_key("ratelimit"),
+            "decided by the store"
+        );
+        statuses.push(r.status().as_u16());
+    }
+    statuses
+}
+
+#[tokio::test]
+async fn the_quickstart_limits_exactly_over_tls_with_a_password() {
+    let redis = SecureRedis::start();
+    let url = format!("rediss://:s3cret-pw@127.0.0.1:{}/#insecure", redis.tls_port);
+    let running = start(&[("REDIS_URL", &url), ("RATE_LIMIT", "5/min")]);
+    assert_eq!(six_statuses(&running).await, [200, 200, 200, 200, 200, 429]);
+    let key = "tollgate:quickstart:gcra:{alice}";
+    let exists = support::redis_cli(
+        redis.plain_port,
+        &["-a", "s3cret-pw", "--no-auth-warning", "exists", key],
+    );
+    assert_eq!(exists.trim(), "1");
+}
+
+#[tokio::test]
+async fn the_quickstart_limits_exactly_through_sentinel() {
+    let redis = RedisSentinel::start();
+    let running = start(&[
+        ("REDIS_SENTINEL", &redis.sentinel_url()),
+        ("REDIS_SENTINEL_MASTER", RedisSentinel::MASTER_NAME),
+        ("RATE_LIMIT", "5/min"),
+    ]);
+    assert_eq!(six_statuses(&running).await, [200, 200, 200, 200, 200, 429]);
+    let key = "tollgate:quickstart:gcra:{alice}";
+    assert_eq!(
+        support::redis_cli(redis.master_port, &["exists", key]).trim(),
+        "1"
+    );
+}
+
+#[tokio::test]
+async fn the_quickstart_limits_exactly_through_a_cluster() {
+    let cluster = RedisCluster::start();
+    let nodes = cluster.urls()[..2].join(",");
+    let running = start(&[("REDIS_CLUSTER_NODES", &nodes), ("RATE_LIMIT", "5/min")]);
+    assert_eq!(six_statuses(&running).await, [200, 200, 200, 200, 200, 429]);
+    // The state is in the cluster, under the quickstart's policy.
+    let key = "tollgate:quickstart:gcra:{alice}";
+    let master = cluster.master_of(key);
+    assert_eq!(support::redis_cli(master, &["exists", key]).trim(), "1");
+}

@@ -1,0 +1,105 @@
+//! The Sentinel store against a real master, replica and sentinel: exact limits, no 5xx while
+//! the master is killed and its replica promoted, and exact limits again on the new master.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::Router;
+use support::RedisSentinel;
+use tollgate::store::{CircuitBreaker, RedisSentinelStore};
+use tollgate::{key, Algorithm, OnStoreError, Policy, Quota, RateLimitLayer, Store};
+
+/// How many of 12 concurrent requests of `key` at limit 5 the store allows.
+async fn allowed_of_twelve(store: &RedisSentinelStore, algorithm: Algorithm, key: &str) -> usize {
+    let policy = Arc::new(Policy::new("s", Quota::per_minute(5), algorithm).unwrap());
+    let tasks: Vec<_> = (0..12)
+        .map(|_| {
+            let (store, policy, key) = (store.clone(), Arc::clone(&policy), key.to_owned());
+            tokio::spawn(async move { store.check(&key, &policy, 1).await.unwrap().allowed })
+        })
+        .collect();
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += usize::from(task.await.unwrap());
+    }
+    allowed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn limits_are_exact_before_and_after_a_failover() {
+    let mut redis = RedisSentinel::start();
+    let store =
+        RedisSentinelStore::from_sentinels(&[redis.sentinel_url()], RedisSentinel::MASTER_NAME)
+            .unwrap();
+    for algorithm in Algorithm::ALL {
+        assert_eq!(
+            allowed_of_twelve(&store, algorithm, "before").await,
+            5,
+            "{algorithm}"
+        );
+    }
+
+    // An app on the same store, failing open, with a quickly probing breaker.
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_minute(1_000_000))
+        .key(key::Global)
+        .store(store.clone())
+        .on_store_error(OnStoreError::Allow)
+        .store_timeout(Duration::from_millis(50))
+        .circuit_breaker(
+            CircuitBreaker::default()
+                .failures(3)
+                .open_for(Duration::from_millis(100), Duration::from_millis(200)),
+        )
+        .build()
+        .unwrap();
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let mut statuses = Vec::new();
+
+    let killed = Instant::now();
+    redis.kill_master();
+    let probe = Policy::new("probe", Quota::per_minute(1_000_000), Algorithm::Gcra).unwrap();
+    let back_after = loop {
+        let r = support::client()
+            .get(format!("http://{addr}/"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+        let answered =
+            tokio::time::timeout(Duration::from_millis(200), store.check("probe", &probe, 1)).await;
+        if matches!(answered, Ok(Ok(_))) {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "no master within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!(
+        "failover: the store decided again {} ms after SIGKILL of the master",
+        back_after.as_millis()
+    );
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let role = support::redis_cli(redis.replica_port, &["role"]);
+    assert!(
+        role.starts_with("master"),
+        "the replica was promoted: {role}"
+    );
+    for algorithm in Algorithm::ALL {
+        assert_eq!(
+            allowed_of_twelve(&store, algorithm, "after").await,
+            5,
+            "{algorithm}"
+        );
+    }
+}
