@@ -25,6 +25,10 @@ fn recorder() -> &'static PrometheusHandle {
 }
 
 /// The value of the rendered sample `series` (name and labels as rendered), 0 when absent.
+/// The recorder is global to this test binary: its tests take turns, and read counters shared
+/// between them (by store, the cache's hits) as what changed during the test.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn sample(series: &str) -> f64 {
     let text = recorder().render();
     text.lines()
@@ -52,6 +56,7 @@ async fn get_status(client: &reqwest::Client, url: String) -> u16 {
 
 #[tokio::test]
 async fn memory_store_counts_each_outcome_per_rule() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     recorder();
     let layer = RateLimitLayer::builder()
         .key(key::Global)
@@ -64,6 +69,8 @@ async fn memory_store_counts_each_outcome_per_rule() {
         .skip_path("/health")
         .build()
         .unwrap();
+    let hits_before = sample("tollgate_denial_cache_hits_total");
+    let timed_before = sample("tollgate_store_duration_seconds_count{store=\"memory\"}");
     let addr = support::serve(app(layer)).await;
     let client = support::client();
     let mut statuses = Vec::new();
@@ -91,9 +98,12 @@ async fn memory_store_counts_each_outcome_per_rule() {
     assert_eq!(requests("*", "skipped"), 2.0);
     // The second denial of each rule was answered from the cache of denials; the other six
     // decisions were the store's, each timed.
-    assert_eq!(sample("tollgate_denial_cache_hits_total"), 2.0);
     assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"memory\"}"),
+        sample("tollgate_denial_cache_hits_total") - hits_before,
+        2.0
+    );
+    assert_eq!(
+        sample("tollgate_store_duration_seconds_count{store=\"memory\"}") - timed_before,
         6.0
     );
     assert_eq!(sample("tollgate_circuit_open{store=\"memory\"}"), 0.0);
@@ -112,6 +122,7 @@ async fn memory_store_counts_each_outcome_per_rule() {
 
 #[tokio::test]
 async fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     recorder();
     let mut redis = support::RedisServer::start();
     let layer = RateLimitLayer::builder()
@@ -160,6 +171,7 @@ async fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
 
 #[tokio::test]
 async fn a_store_that_cannot_decide_counts_store_errors() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     recorder();
     let nothing_listens = format!("redis://127.0.0.1:{}", support::free_port());
     let layer = RateLimitLayer::builder()
@@ -204,6 +216,7 @@ impl std::io::Write for Captured {
 /// for this thread sees every decision.)
 #[tokio::test]
 async fn each_decision_is_traced_with_its_rules_and_outcome() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     use tower::{Layer, ServiceExt};
 
     let captured = Captured::default();
