@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
-use deadpool_redis::redis;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tollgate::store::{DenialCache, MemoryStore, RedisStore};
@@ -79,15 +78,6 @@ async fn the_cache_changes_no_decision() {
     );
 }
 
-/// `INFO commandstats` calls of one command, 0 if it never ran.
-fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 /// An app limited globally at `per_minute` through the Redis at `url`, with or without the
 /// cache of denials.
 async fn app(url: &str, per_minute: u32, cache: bool) -> (RateLimitLayer<RedisStore>, SocketAddr) {
@@ -130,7 +120,7 @@ async fn a_flooded_key_stops_reaching_redis() {
     // 5 allowed and the first denial went to Redis; the other 194 were answered locally.
     let mut conn = support::redis_connection(&server.url());
     // (The first call also sent EVAL after NOSCRIPT, on this new server.)
-    assert_eq!(command_calls(&mut conn, "evalsha"), 6);
+    assert_eq!(support::command_calls(&mut conn, "evalsha"), 6);
     assert_eq!(layer.denial_cache_hits(), 194);
 }
 
@@ -143,6 +133,6 @@ async fn the_cache_can_be_turned_off() {
         client.get(format!("http://{addr}/")).send().await.unwrap();
     }
     let mut conn = support::redis_connection(&server.url());
-    assert_eq!(command_calls(&mut conn, "evalsha"), 10);
+    assert_eq!(support::command_calls(&mut conn, "evalsha"), 10);
     assert_eq!(layer.denial_cache_hits(), 0);
 }

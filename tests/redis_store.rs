@@ -156,15 +156,6 @@ async fn script_flush_between_requests_still_decides_correctly() {
     }
 }
 
-/// `INFO commandstats` calls of one command, 0 if it never ran.
-fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 #[tokio::test]
 async fn one_script_call_per_decision_and_every_key_has_a_ttl() {
     let server = support::RedisServer::start();
@@ -188,11 +179,11 @@ async fn one_script_call_per_decision_and_every_key_has_a_ttl() {
             decisions += 1;
         }
     }
-    assert_eq!(command_calls(&mut conn, "evalsha"), decisions);
+    assert_eq!(support::command_calls(&mut conn, "evalsha"), decisions);
     // (commandstats also counts the GET/SET/TIME the scripts run inside Redis.)
     for other in ["eval", "script|load", "script|exists", "ping", "unwatch"] {
         assert_eq!(
-            command_calls(&mut conn, other),
+            support::command_calls(&mut conn, other),
             0,
             "{other} sent by the client"
         );

@@ -225,15 +225,6 @@ async fn a_blocked_request_consumes_nothing_on_a_cluster_in_one_slot_or_across_m
     }
 }
 
-/// `INFO commandstats` calls of one command, 0 if it never ran.
-fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 #[tokio::test]
 async fn one_evalsha_per_stacked_decision() {
     let server = support::RedisServer::start();
@@ -260,9 +251,9 @@ async fn one_evalsha_per_stacked_decision() {
     for i in 0..50 {
         assert_eq!(store.check_many(&checks(i)).await.unwrap().len(), 2 + i % 2);
     }
-    assert_eq!(command_calls(&mut conn, "evalsha"), 50);
+    assert_eq!(support::command_calls(&mut conn, "evalsha"), 50);
     for other in ["eval", "script|load", "script|exists", "ping", "multi"] {
-        assert_eq!(command_calls(&mut conn, other), 0, "{other} sent");
+        assert_eq!(support::command_calls(&mut conn, other), 0, "{other} sent");
     }
     // Every key written has a TTL.
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();

@@ -642,3 +642,15 @@ pub fn make_certificate(dir: &std::path::Path) {
         .status;
     assert!(status.success(), "openssl could not make a certificate");
 }
+
+/// `INFO commandstats` calls of one command, 0 if it never ran.
+pub fn command_calls(conn: &mut deadpool_redis::redis::Connection, command: &str) -> u64 {
+    let info: String = deadpool_redis::redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
