@@ -36,6 +36,10 @@ const SHARDS: usize = 16;
 /// under stacked limits always asks the store, which reports every limit's numbers.
 ///
 /// Memory is bounded: at most `capacity` denials (default 100,000), dropped as they expire.
+///
+/// While the store is away and [`Resilient`](crate::store::Resilient) falls back to memory,
+/// the fallback's denials are cached like the store's: after the store is back, such a client
+/// stays denied until that denial's `Retry-After` at most.
 pub struct DenialCache<S> {
     inner: S,
     shards: Box<[Mutex<HashMap<u64, Denial>>]>,
