@@ -97,6 +97,9 @@ pub enum StoreError {
     /// corrupt value): this request's problem, not the store's, so the circuit breaker does
     /// not count it.
     KeyState(Box<dyn std::error::Error + Send + Sync>),
+    /// The store does not implement this operation (a user's own store that only decides
+    /// requests is asked to `reset`, `block` or `refund` a client): names the operation.
+    Unsupported(&'static str),
 }
 
 impl StoreError {
@@ -113,7 +116,7 @@ impl StoreError {
     /// Whether the store itself is failing (errors, timeouts, an open circuit), as opposed
     /// to one key's state being unusable; only these count toward the circuit breaker.
     pub fn is_store_failure(&self) -> bool {
-        !matches!(self, Self::KeyState(_))
+        !matches!(self, Self::KeyState(_) | Self::Unsupported(_))
     }
 }
 
@@ -124,6 +127,7 @@ impl fmt::Display for StoreError {
             Self::CircuitOpen => f.write_str("rate limit store circuit breaker is open"),
             Self::Backend(e) => write!(f, "rate limit store failed: {e}"),
             Self::KeyState(e) => write!(f, "rate limit store cannot use this key's state: {e}"),
+            Self::Unsupported(op) => write!(f, "rate limit store does not support {op}"),
         }
     }
 }
