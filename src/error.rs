@@ -140,3 +140,39 @@ impl std::error::Error for StoreError {
         }
     }
 }
+
+/// Why the layer could not act on one client (see
+/// [`RateLimitLayer::reset`](crate::RateLimitLayer::reset)).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No rule in force has this name (see
+    /// [`RateLimitLayer::rule_names`](crate::RateLimitLayer::rule_names)).
+    UnknownRule(String),
+    /// The store could not do it (it failed, timed out, or does not support the operation).
+    Store(StoreError),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownRule(name) => write!(f, "no rate limit rule is named {name:?}"),
+            Self::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Store(e) => Some(e),
+            Self::UnknownRule(_) => None,
+        }
+    }
+}
+
+impl From<StoreError> for ControlError {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
+    }
+}
