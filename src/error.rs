@@ -97,6 +97,9 @@ pub enum StoreError {
     /// corrupt value): this request's problem, not the store's, so the circuit breaker does
     /// not count it.
     KeyState(Box<dyn std::error::Error + Send + Sync>),
+    /// The store does not implement this operation (a user's own store that only decides
+    /// requests is asked to `reset`, `block` or `refund` a client): names the operation.
+    Unsupported(&'static str),
 }
 
 impl StoreError {
@@ -113,7 +116,7 @@ impl StoreError {
     /// Whether the store itself is failing (errors, timeouts, an open circuit), as opposed
     /// to one key's state being unusable; only these count toward the circuit breaker.
     pub fn is_store_failure(&self) -> bool {
-        !matches!(self, Self::KeyState(_))
+        !matches!(self, Self::KeyState(_) | Self::Unsupported(_))
     }
 }
 
@@ -124,6 +127,7 @@ impl fmt::Display for StoreError {
             Self::CircuitOpen => f.write_str("rate limit store circuit breaker is open"),
             Self::Backend(e) => write!(f, "rate limit store failed: {e}"),
             Self::KeyState(e) => write!(f, "rate limit store cannot use this key's state: {e}"),
+            Self::Unsupported(op) => write!(f, "rate limit store does not support {op}"),
         }
     }
 }
@@ -134,5 +138,41 @@ impl std::error::Error for StoreError {
             Self::Backend(e) | Self::KeyState(e) => Some(&**e),
             _ => None,
         }
+    }
+}
+
+/// Why the layer could not act on one client (see
+/// [`RateLimitLayer::reset`](crate::RateLimitLayer::reset)).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No rule in force has this name (see
+    /// [`RateLimitLayer::rule_names`](crate::RateLimitLayer::rule_names)).
+    UnknownRule(String),
+    /// The store could not do it (it failed, timed out, or does not support the operation).
+    Store(StoreError),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownRule(name) => write!(f, "no rate limit rule is named {name:?}"),
+            Self::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Store(e) => Some(e),
+            Self::UnknownRule(_) => None,
+        }
+    }
+}
+
+impl From<StoreError> for ControlError {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
     }
 }

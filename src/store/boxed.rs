@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -62,6 +63,26 @@ trait DynStore: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>>;
 
     fn clock(&self) -> Option<&dyn Clock>;
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    fn block<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        n: u32,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
 impl<S: Store + fmt::Debug> DynStore for S {
@@ -84,6 +105,32 @@ impl<S: Store + fmt::Debug> DynStore for S {
     fn clock(&self) -> Option<&dyn Clock> {
         Store::clock(self)
     }
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::reset(self, key, policy))
+    }
+
+    fn block<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::block(self, key, policy, duration))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        n: u32,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::refund(self, key, policy, n))
+    }
 }
 
 impl Store for BoxStore {
@@ -97,6 +144,23 @@ impl Store for BoxStore {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.inner.clock()
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.block(key, policy, duration).await
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, n).await
     }
 }
 
