@@ -97,6 +97,10 @@ pub enum StoreError {
     /// corrupt value): this request's problem, not the store's, so the circuit breaker does
     /// not count it.
     KeyState(Box<dyn std::error::Error + Send + Sync>),
+    /// The store does not implement this operation (e.g. a store written before
+    /// [`Store::peek`](crate::Store::peek) existed): a question for the store's author, not
+    /// an outage, so the circuit breaker does not count it.
+    Unsupported(&'static str),
 }
 
 impl StoreError {
@@ -113,7 +117,7 @@ impl StoreError {
     /// Whether the store itself is failing (errors, timeouts, an open circuit), as opposed
     /// to one key's state being unusable; only these count toward the circuit breaker.
     pub fn is_store_failure(&self) -> bool {
-        !matches!(self, Self::KeyState(_))
+        !matches!(self, Self::KeyState(_) | Self::Unsupported(_))
     }
 }
 
@@ -124,6 +128,9 @@ impl fmt::Display for StoreError {
             Self::CircuitOpen => f.write_str("rate limit store circuit breaker is open"),
             Self::Backend(e) => write!(f, "rate limit store failed: {e}"),
             Self::KeyState(e) => write!(f, "rate limit store cannot use this key's state: {e}"),
+            Self::Unsupported(operation) => {
+                write!(f, "this rate limit store does not support {operation}")
+            }
         }
     }
 }
@@ -134,5 +141,49 @@ impl std::error::Error for StoreError {
             Self::Backend(e) | Self::KeyState(e) => Some(&**e),
             _ => None,
         }
+    }
+}
+
+/// Why acting on one client through the layer (e.g. [`peek`](crate::RateLimitLayer::peek))
+/// failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// No rule in force has this name.
+    UnknownRule {
+        /// The name asked for.
+        rule: String,
+        /// The names of the rules in force.
+        known: Vec<String>,
+    },
+    /// The store could not answer.
+    Store(StoreError),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownRule { rule, known } => write!(
+                f,
+                "no rule named {rule:?} (the rules in force are: {})",
+                known.join(", ")
+            ),
+            Self::Store(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Store(e) => Some(e),
+            Self::UnknownRule { .. } => None,
+        }
+    }
+}
+
+impl From<StoreError> for ControlError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
     }
 }

@@ -12,7 +12,7 @@ use tower_layer::Layer;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
-use crate::error::{ConfigError, StoreError};
+use crate::error::{ConfigError, ControlError, StoreError};
 use crate::key::{self, KeyExtractor};
 use crate::limiter::{DenyResponse, Limiter, OnMissingKey, SkipFn};
 use crate::quiet_log::QuietLog;
@@ -153,6 +153,35 @@ impl<S: Store> RateLimitLayer<S> {
     /// ```
     pub fn reload_rules(&self) -> Result<(), ConfigError> {
         self.limiter.rules.reload()
+    }
+
+    /// What the client `key` has left under the rule named `rule`, consuming nothing: the
+    /// decision a request of cost 1 would get now (see [`Store::peek`]). The key is read as
+    /// a request's would be: the raw key its extractor returns (e.g. the `x-api-key` value,
+    /// or the IP as text), given to the rule's `quota_for` and then sanitized the same way.
+    ///
+    /// An unknown rule is [`ControlError::UnknownRule`]; a store that cannot answer,
+    /// [`ControlError::Store`] (with [`OnStoreError::FallbackToMemory`], the fallback
+    /// answers instead).
+    ///
+    /// ```
+    /// use tollgate::{key, Quota, RateLimitLayer};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let layer = RateLimitLayer::builder()
+    ///     .name("api")
+    ///     .quota(Quota::per_minute(100))
+    ///     .key(key::Header::new("x-api-key"))
+    ///     .build()?;
+    /// let decision = layer.peek("api", "alice").await?;
+    /// assert_eq!(decision.remaining, 99);
+    /// assert!(layer.peek("nope", "alice").await.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.peek(&key, &policy, 1).await?)
     }
 
     /// The names of the rules in force (after the latest reload of a rules file).

@@ -88,7 +88,7 @@ pub use algorithm::Algorithm;
 pub use body::ResponseBody;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
-pub use error::{ConfigError, ConfigErrorKind, StoreError};
+pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use limiter::OnMissingKey;

@@ -15,6 +15,7 @@ use http_body_util::Full;
 use tracing::Instrument;
 
 use crate::decision::Decision;
+use crate::error::ControlError;
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
@@ -196,6 +197,21 @@ impl<S: Store> Limiter<S> {
                 (rule.policy.clone(), rule.quota)
             }
         }
+    }
+
+    /// The sanitized key and the policy (the rule's, or its tier's) by which requests of the
+    /// client `key` are decided under the rule named `rule`: what acting on one client uses.
+    pub(crate) fn client(&self, rule: &str, key: &str) -> Result<(String, Policy), ControlError> {
+        let rules = self.rules.current();
+        let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
+            let known = rules.rules().iter();
+            return Err(ControlError::UnknownRule {
+                rule: rule.to_owned(),
+                known: known.map(|r| r.policy.name().to_owned()).collect(),
+            });
+        };
+        let (policy, _) = self.tier(found, key);
+        Ok((key::sanitize(key.to_owned()), policy))
     }
 
     pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {

@@ -62,6 +62,13 @@ trait DynStore: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>>;
 
     fn clock(&self) -> Option<&dyn Clock>;
+
+    fn peek<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>>;
 }
 
 impl<S: Store + fmt::Debug> DynStore for S {
@@ -84,6 +91,15 @@ impl<S: Store + fmt::Debug> DynStore for S {
     fn clock(&self) -> Option<&dyn Clock> {
         Store::clock(self)
     }
+
+    fn peek<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(Store::peek(self, key, policy, cost))
+    }
 }
 
 impl Store for BoxStore {
@@ -97,6 +113,10 @@ impl Store for BoxStore {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.inner.clock()
+    }
+
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.inner.peek(key, policy, cost).await
     }
 }
 

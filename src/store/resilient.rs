@@ -275,6 +275,21 @@ impl<S: Store> Store for Resilient<S> {
     fn clock(&self) -> Option<&dyn Clock> {
         self.inner.clock()
     }
+
+    /// As [`check`](Self::check): within the timeout, not while the circuit is open, and
+    /// with the fallback's peek while the store is away.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        match self.call(self.inner.peek(key, policy, cost)).await {
+            Ok(decision) => Ok(decision),
+            Err(error) => match self.failed(&error) {
+                Some(fallback) => {
+                    telemetry::fallback_decision();
+                    Ok(fallback.peek_now(key, policy, cost))
+                }
+                None => Err(error),
+            },
+        }
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Resilient<S> {

@@ -54,6 +54,15 @@ impl Scripts {
         }
     }
 
+    /// The call that decides one request as [`single`](Self::single) does, in a dry run
+    /// (`ARGV[7] = "1"`): the algorithm's script decides exactly as usual and writes nothing.
+    /// Every Redis store peeks with it.
+    pub(crate) fn peek(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
+        let mut call = self.single(key, policy, cost, now);
+        call.args.push(b"1".to_vec());
+        call
+    }
+
     /// The call that decides `checks` (whose state keys are `keys`) in one stacked script.
     /// A `dry` call decides and writes nothing, whatever the decisions (see `lua/stacked.lua`).
     pub(crate) fn stacked(
