@@ -33,17 +33,28 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///     .build()?;
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
+///
+/// Its metrics (`tollgate_store_duration_seconds{store}`, `tollgate_circuit_open{store}`) are
+/// labelled by the store inside: `memory`, `redis`, `redis_cluster`, `redis_sentinel`.
 #[derive(Clone)]
 pub struct BoxStore {
     inner: Arc<dyn DynStore>,
+    /// The metrics label of the store inside.
+    label: Arc<str>,
 }
 
 impl BoxStore {
     /// Boxes `store`.
     pub fn new(store: impl Store + fmt::Debug) -> Self {
         Self {
+            label: crate::telemetry::store_label_of(&store),
             inner: Arc::new(store),
         }
+    }
+
+    /// The `store` label of the metrics: the boxed store's.
+    pub(crate) fn label(&self) -> Arc<str> {
+        Arc::clone(&self.label)
     }
 }
 

@@ -104,6 +104,7 @@ impl<S: Store> Resilient<S> {
     /// `inner` with a 50 ms timeout, the default [`CircuitBreaker`], and
     /// [`OnStoreError::Allow`].
     pub fn new(inner: S) -> Self {
+        let label = telemetry::store_label_of(&inner);
         Self {
             inner,
             timeout: Duration::from_millis(50),
@@ -113,7 +114,7 @@ impl<S: Store> Resilient<S> {
             errors: AtomicU64::new(0),
             error_log: QuietLog::new(Duration::from_secs(10)),
             hook: None,
-            label: telemetry::store_label::<S>(),
+            label,
             reported_open: AtomicU8::new(NOT_REPORTED),
         }
     }
