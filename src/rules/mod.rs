@@ -251,6 +251,9 @@ impl Rule {
     /// than its quota (each is counted afterwards, so the client then waits for all of them).
     /// Pair it with a plain rule on the same route when bursts matter.
     ///
+    /// It reads the HTTP status: a gRPC failure is an HTTP 200 with its `grpc-status` in the
+    /// trailers, so list codes for HTTP routes.
+    ///
     /// Not allowed in [`Mode::Delay`], which takes a request's slot before the handler runs.
     /// An empty list, or a code or class HTTP has not (`99`, `6xx`), is a [`ConfigError`].
     ///
