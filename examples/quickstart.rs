@@ -32,18 +32,24 @@
 //! `GET /metrics` answers the limiter's metrics (`tollgate_requests_total` and the others) as
 //! Prometheus text; it is never rate limited.
 //!
+//! `POST /signin` answers 200 when the form body is `password=open-sesame`, else 401. Only
+//! failed sign-ins count (the `signin` rule's `count_status = [401]`: 3 per minute per client);
+//! after three, even the right password gets 429 until the quota refills:
+//! `curl -i -d password=guess http://127.0.0.1:3000/signin`.
+//!
 //! A bad value exits with status 2 and says what is wrong.
 
 use std::net::SocketAddr;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use subtle::ConstantTimeEq;
 use tollgate::key;
+use tollgate::rules::Rule;
 use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
 use tollgate::{
     Algorithm, ConfigError, ConfigErrorKind, ControlError, OnStoreError, Quota, RateLimitLayer,
@@ -104,6 +110,25 @@ fn routes(metrics: PrometheusHandle) -> Router {
         .route("/health", get(|| async { "ok\n" }))
         .route("/api/items", get(|| async { "[\"apple\", \"pear\"]\n" }))
         .route("/login", post(|| async { "logged in\n" }))
+        .route("/signin", post(signin))
+}
+
+/// The demo of `count_status`: 200 for the right password, 401 (counted) for any other.
+async fn signin(form: String) -> (StatusCode, &'static str) {
+    if form == "password=open-sesame" {
+        (StatusCode::OK, "signed in\n")
+    } else {
+        (StatusCode::UNAUTHORIZED, "wrong password\n")
+    }
+}
+
+/// Failed sign-ins: 3 per minute per client; successful ones are not counted. A rules file
+/// has its own (see examples/rules.toml).
+fn signin_rule() -> Rule {
+    Rule::new("signin", Quota::per_minute(3))
+        .methods([Method::POST])
+        .path("/signin")
+        .count_status([401])
 }
 
 fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
@@ -131,7 +156,7 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
             let quota: Quota = rate_limit
                 .parse()
                 .map_err(|e: ConfigError| e.context("RATE_LIMIT"))?;
-            builder.name("quickstart").quota(quota)
+            builder.name("quickstart").quota(quota).rule(signin_rule())
         }
     };
     let layer = builder.store(store()?).build()?;
@@ -181,7 +206,7 @@ async fn reset_client(
     }
     match admin.layer.reset(&rule, &key).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e @ ControlError::UnknownRule(_)) => {
+        Err(e @ ControlError::UnknownRule { .. }) => {
             (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
         }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),

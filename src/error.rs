@@ -97,8 +97,10 @@ pub enum StoreError {
     /// corrupt value): this request's problem, not the store's, so the circuit breaker does
     /// not count it.
     KeyState(Box<dyn std::error::Error + Send + Sync>),
-    /// The store does not implement this operation (a user's own store that only decides
-    /// requests is asked to `reset`, `block` or `refund` a client): names the operation.
+    /// The store does not implement this operation (a store written before
+    /// [`Store::peek`](crate::Store::peek), [`reset`](crate::Store::reset) and the others
+    /// existed): names the operation. A question for the store's author, not an outage, so the
+    /// circuit breaker does not count it.
     Unsupported(&'static str),
 }
 
@@ -127,7 +129,9 @@ impl fmt::Display for StoreError {
             Self::CircuitOpen => f.write_str("rate limit store circuit breaker is open"),
             Self::Backend(e) => write!(f, "rate limit store failed: {e}"),
             Self::KeyState(e) => write!(f, "rate limit store cannot use this key's state: {e}"),
-            Self::Unsupported(op) => write!(f, "rate limit store does not support {op}"),
+            Self::Unsupported(operation) => {
+                write!(f, "this rate limit store does not support {operation}")
+            }
         }
     }
 }
@@ -141,22 +145,30 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// Why the layer could not act on one client (see
-/// [`RateLimitLayer::reset`](crate::RateLimitLayer::reset)).
+/// Why acting on one client through the layer (e.g. [`peek`](crate::RateLimitLayer::peek))
+/// failed.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ControlError {
-    /// No rule in force has this name (see
-    /// [`RateLimitLayer::rule_names`](crate::RateLimitLayer::rule_names)).
-    UnknownRule(String),
-    /// The store could not do it (it failed, timed out, or does not support the operation).
+    /// No rule in force has this name.
+    UnknownRule {
+        /// The name asked for.
+        rule: String,
+        /// The names of the rules in force.
+        known: Vec<String>,
+    },
+    /// The store could not answer.
     Store(StoreError),
 }
 
 impl fmt::Display for ControlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::UnknownRule(name) => write!(f, "no rate limit rule is named {name:?}"),
+            Self::UnknownRule { rule, known } => write!(
+                f,
+                "no rule named {rule:?} (the rules in force are: {})",
+                known.join(", ")
+            ),
             Self::Store(e) => e.fmt(f),
         }
     }
@@ -166,13 +178,13 @@ impl std::error::Error for ControlError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Store(e) => Some(e),
-            Self::UnknownRule(_) => None,
+            Self::UnknownRule { .. } => None,
         }
     }
 }
 
 impl From<StoreError> for ControlError {
-    fn from(error: StoreError) -> Self {
-        Self::Store(error)
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
     }
 }

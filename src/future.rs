@@ -1,5 +1,5 @@
-//! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service |
-//! answering at once.
+//! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service →
+//! (counting, for a rule's `count_status`) | answering at once.
 
 use std::fmt;
 use std::future::Future;
@@ -14,6 +14,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::body::ResponseBody;
+use crate::count::{Counter, Counting};
 use crate::limiter::Verdict;
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the
@@ -49,12 +50,20 @@ pin_project! {
             sleep: Sleep,
             inner: Option<(Svc, Request<ReqBody>)>,
             headers: HeaderMap,
+            count: Option<Counter>,
         },
         /// The inner service is answering; the headers are added to its response.
         Inner {
             #[pin]
             future: Svc::Future,
             headers: HeaderMap,
+            count: Option<Counter>,
+        },
+        /// The response has a status a `count_status` rule lists: it is sent once the count
+        /// (a task of its own, which a hang-up does not stop) is made.
+        Counting {
+            counting: Counting,
+            response: Option<Svc::Response>,
         },
         /// The limiter answered (429, 400, 503).
         Respond {
@@ -81,6 +90,7 @@ where
             state: State::Inner {
                 future,
                 headers: HeaderMap::new(),
+                count: None,
             },
         }
     }
@@ -106,13 +116,20 @@ where
             match this.state.as_mut().project() {
                 StateProj::Checking { deciding, inner } => {
                     let next = match ready!(deciding.as_mut().poll(cx)) {
-                        Verdict::Proceed { headers, wait } if wait.is_zero() => {
-                            call(inner.take(), headers)
-                        }
-                        Verdict::Proceed { headers, wait } => State::Waiting {
+                        Verdict::Proceed {
+                            headers,
+                            wait,
+                            count,
+                        } if wait.is_zero() => call(inner.take(), headers, count),
+                        Verdict::Proceed {
+                            headers,
+                            wait,
+                            count,
+                        } => State::Waiting {
                             sleep: tokio::time::sleep(wait),
                             inner: inner.take(),
                             headers,
+                            count,
                         },
                         Verdict::Respond(response) => State::Respond {
                             response: Some(response),
@@ -124,19 +141,40 @@ where
                     sleep,
                     inner,
                     headers,
+                    count,
                 } => {
                     ready!(sleep.poll(cx));
-                    let next = call(inner.take(), std::mem::take(headers));
+                    let next = call(inner.take(), std::mem::take(headers), count.take());
                     this.state.set(next);
                 }
-                StateProj::Inner { future, headers } => {
+                StateProj::Inner {
+                    future,
+                    headers,
+                    count,
+                } => {
                     let mut response = ready!(future.poll(cx))?;
                     for (name, value) in headers.drain() {
                         if let Some(name) = name {
                             response.headers_mut().insert(name, value);
                         }
                     }
+                    // Started here, in the poll that has the response: nothing between the
+                    // response and the count can be cancelled.
+                    if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {
+                        this.state.set(State::Counting {
+                            counting,
+                            response: Some(response),
+                        });
+                        continue;
+                    }
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                StateProj::Counting { counting, response } => {
+                    ready!(counting.as_mut().poll(cx));
+                    if let Some(response) = response.take() {
+                        return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    }
+                    this.state.set(State::Respond { response: None });
                 }
                 StateProj::Respond { response } => {
                     let response = response.take().unwrap_or_else(|| {
@@ -155,6 +193,7 @@ where
 fn call<Svc, ReqBody>(
     inner: Option<(Svc, Request<ReqBody>)>,
     headers: HeaderMap,
+    count: Option<Counter>,
 ) -> State<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,
@@ -163,6 +202,7 @@ where
         Some((mut svc, request)) => State::Inner {
             future: svc.call(request),
             headers,
+            count,
         },
         // Polled again after completion: answer with an empty 500 rather than panic
         // (futures must not be polled after completion anyway).

@@ -16,7 +16,7 @@ use crate::error::{ConfigError, ControlError, StoreError};
 use crate::key::{self, KeyExtractor};
 use crate::limiter::{DenyResponse, Limiter, OnMissingKey, SkipFn};
 use crate::quiet_log::QuietLog;
-use crate::quota::{Policy, Quota};
+use crate::quota::Quota;
 use crate::response::HeaderStyle;
 use crate::rules::{Rule, RuleSource, SkipSpec};
 use crate::service::RateLimit;
@@ -155,6 +155,35 @@ impl<S: Store> RateLimitLayer<S> {
         self.limiter.rules.reload()
     }
 
+    /// What the client `key` has left under the rule named `rule`, consuming nothing: the
+    /// decision a request of cost 1 would get now (see [`Store::peek`]). The key is read as
+    /// a request's would be: the raw key its extractor returns (e.g. the `x-api-key` value,
+    /// or the IP as text), given to the rule's `quota_for` and then sanitized the same way.
+    ///
+    /// An unknown rule is [`ControlError::UnknownRule`]; a store that cannot answer,
+    /// [`ControlError::Store`] (with [`OnStoreError::FallbackToMemory`], the fallback
+    /// answers instead).
+    ///
+    /// ```
+    /// use tollgate::{key, Quota, RateLimitLayer};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let layer = RateLimitLayer::builder()
+    ///     .name("api")
+    ///     .quota(Quota::per_minute(100))
+    ///     .key(key::Header::new("x-api-key"))
+    ///     .build()?;
+    /// let decision = layer.peek("api", "alice").await?;
+    /// assert_eq!(decision.remaining, 99);
+    /// assert!(layer.peek("nope", "alice").await.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.peek(&key, &policy, 1).await?)
+    }
+
     /// The names of the rules in force (after the latest reload of a rules file).
     pub fn rule_names(&self) -> Vec<String> {
         let rules = self.limiter.rules.current();
@@ -188,13 +217,13 @@ impl<S: Store> RateLimitLayer<S> {
     /// layer.reset("api", "key-123").await?;
     /// assert!(matches!(
     ///     layer.reset("nope", "key-123").await,
-    ///     Err(ControlError::UnknownRule(_))
+    ///     Err(ControlError::UnknownRule { .. })
     /// ));
     /// # Ok(())
     /// # }
     /// ```
     pub async fn reset(&self, rule: &str, key: &str) -> Result<(), ControlError> {
-        let (key, policy) = self.client(rule, key)?;
+        let (key, policy) = self.limiter.client(rule, key)?;
         Ok(self.limiter.store.reset(&key, &policy).await?)
     }
 
@@ -207,7 +236,7 @@ impl<S: Store> RateLimitLayer<S> {
         key: &str,
         duration: Duration,
     ) -> Result<(), ControlError> {
-        let (key, policy) = self.client(rule, key)?;
+        let (key, policy) = self.limiter.client(rule, key)?;
         Ok(self.limiter.store.block(&key, &policy, duration).await?)
     }
 
@@ -215,19 +244,8 @@ impl<S: Store> RateLimitLayer<S> {
     /// algorithm allows (see [`Store::refund`]): e.g. for a request that turned out not to
     /// count. Keys and tiers as in [`reset`](Self::reset).
     pub async fn refund(&self, rule: &str, key: &str, n: u32) -> Result<(), ControlError> {
-        let (key, policy) = self.client(rule, key)?;
+        let (key, policy) = self.limiter.client(rule, key)?;
         Ok(self.limiter.store.refund(&key, &policy, n).await?)
-    }
-
-    /// The store key and policy of client `key` under the rule named `rule`, as a request
-    /// of that client would have them.
-    fn client(&self, rule: &str, key: &str) -> Result<(String, Policy), ControlError> {
-        let rules = self.limiter.rules.current();
-        let Some(compiled) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
-            return Err(ControlError::UnknownRule(rule.to_owned()));
-        };
-        let (policy, _) = self.limiter.tier(compiled, key);
-        Ok((key::sanitize(key.to_owned()), policy))
     }
 }
 

@@ -70,6 +70,7 @@
 mod algorithm;
 mod body;
 mod clock;
+mod count;
 mod decision;
 mod error;
 mod future;

@@ -14,7 +14,9 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
 use tracing::Instrument;
 
+use crate::count::{Counted, Counter};
 use crate::decision::Decision;
+use crate::error::{ControlError, StoreError};
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
@@ -83,6 +85,32 @@ pub(crate) struct Pending {
     grpc: bool,
 }
 
+impl Pending {
+    /// Whether a rule of this request has `count_status`.
+    fn counts_later(&self) -> bool {
+        let rules = self.rules.rules();
+        self.checks
+            .iter()
+            .any(|c| rules[c.rule].count_status.is_some())
+    }
+
+    /// What the request owes its rules with `count_status`, once its response is known.
+    fn counted(self) -> Vec<Counted> {
+        let rules = self.rules.rules();
+        (self.checks.into_iter())
+            .filter_map(|c| {
+                let statuses = rules[c.rule].count_status.clone()?;
+                Some(Counted {
+                    statuses,
+                    key: c.key,
+                    policy: c.policy,
+                    cost: c.cost,
+                })
+            })
+            .collect()
+    }
+}
+
 /// One matching rule's check.
 struct Planned {
     /// Index into `Pending::rules`.
@@ -96,8 +124,13 @@ struct Planned {
 
 /// The outcome of asking the store.
 pub(crate) enum Verdict {
-    /// After `wait` (delay mode), call the inner service and add `headers` to its response.
-    Proceed { headers: HeaderMap, wait: Duration },
+    /// After `wait` (delay mode), call the inner service and add `headers` to its response;
+    /// then `count` it under the rules with `count_status` that list its status.
+    Proceed {
+        headers: HeaderMap,
+        wait: Duration,
+        count: Option<Counter>,
+    },
     /// Answer with this response instead.
     Respond(Response<Full<Bytes>>),
 }
@@ -198,6 +231,21 @@ impl<S: Store> Limiter<S> {
         }
     }
 
+    /// The sanitized key and the policy (the rule's, or its tier's) by which requests of the
+    /// client `key` are decided under the rule named `rule`: what acting on one client uses.
+    pub(crate) fn client(&self, rule: &str, key: &str) -> Result<(String, Policy), ControlError> {
+        let rules = self.rules.current();
+        let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
+            let known = rules.rules().iter();
+            return Err(ControlError::UnknownRule {
+                rule: rule.to_owned(),
+                known: known.map(|r| r.policy.name().to_owned()).collect(),
+            });
+        };
+        let (policy, _) = self.tier(found, key);
+        Ok((key::sanitize(key.to_owned()), policy))
+    }
+
     pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
         let span = tracing::debug_span!(
             target: "tollgate",
@@ -214,7 +262,15 @@ impl<S: Store> Limiter<S> {
                 .collect();
             span.record("rules", names.join(",").as_str());
         }
-        let verdict = self.ask_store(&pending).instrument(span.clone()).await;
+        let counts_later = pending.counts_later();
+        let asked = async {
+            if counts_later {
+                self.ask_store_peeking(&pending).await
+            } else {
+                self.ask_store(&pending).await
+            }
+        };
+        let verdict = asked.instrument(span.clone()).await;
         if !span.is_disabled() {
             let outcome = match &verdict {
                 Verdict::Proceed { .. } => "proceed",
@@ -228,7 +284,73 @@ impl<S: Store> Limiter<S> {
             span.record("outcome", outcome);
             span.in_scope(|| tracing::debug!(target: "tollgate", outcome, "rate limit decision"));
         }
-        verdict
+        match verdict {
+            Verdict::Proceed { headers, wait, .. } if counts_later => Verdict::Proceed {
+                headers,
+                wait,
+                count: Some(Counter::new(Arc::clone(&self), pending.counted())),
+            },
+            verdict => verdict,
+        }
+    }
+
+    /// [`ask_store`](Self::ask_store) for a request under rules with `count_status`: their
+    /// quotas are peeked, consuming nothing (the request is counted once its response is
+    /// known). If one of them denies, the other rules are peeked too, so that nothing is
+    /// consumed from any; else the other rules are checked, together, as usual.
+    async fn ask_store_peeking(&self, pending: &Pending) -> Verdict {
+        let rules = pending.rules.rules();
+        let counted = |c: &Planned| rules[c.rule].count_status.is_some();
+        let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
+        let mut decisions: Vec<Option<Decision>> = vec![None; pending.checks.len()];
+        let decided: Result<(), StoreError> = async {
+            for (i, c) in pending
+                .checks
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| counted(c))
+            {
+                decisions[i] = Some(self.store.peek(&c.key, &c.policy, c.cost).await?);
+            }
+            let denied = (pending.checks.iter().zip(&decisions))
+                .any(|(c, d)| blocking(c) && d.is_some_and(|d| !d.allowed));
+            let others: Vec<usize> = (0..pending.checks.len())
+                .filter(|&i| !counted(&pending.checks[i]))
+                .collect();
+            if denied {
+                for &i in &others {
+                    let c = &pending.checks[i];
+                    decisions[i] = Some(self.store.peek(&c.key, &c.policy, c.cost).await?);
+                }
+            } else if !others.is_empty() {
+                let checks: Vec<Check<'_>> = (others.iter().map(|&i| &pending.checks[i]))
+                    .map(|c| Check::new(&c.key, &c.policy, c.cost).blocking(blocking(c)))
+                    .collect();
+                let checked = self.store.check_many(&checks).await?;
+                for (&i, decision) in others.iter().zip(checked) {
+                    decisions[i] = Some(decision);
+                }
+            }
+            Ok(())
+        }
+        .await;
+        match decided {
+            Ok(()) => self.verdict(pending, decisions.into_iter().flatten()),
+            Err(_) => {
+                for check in &pending.checks {
+                    telemetry::request(rules[check.rule].policy.name(), Outcome::StoreError);
+                }
+                match self.on_store_error {
+                    OnStoreError::Deny => Verdict::Respond(unavailable(pending.grpc)),
+                    // Fail open, without numbers; the response may still be counted.
+                    _ => Verdict::Proceed {
+                        headers: HeaderMap::new(),
+                        wait: Duration::ZERO,
+                        count: None,
+                    },
+                }
+            }
+        }
     }
 
     /// Asks the store about every check and turns its answer into a verdict.
@@ -270,6 +392,7 @@ impl<S: Store> Limiter<S> {
             Err(_) => Verdict::Proceed {
                 headers: HeaderMap::new(),
                 wait: Duration::ZERO,
+                count: None,
             },
         }
     }
@@ -310,7 +433,11 @@ impl<S: Store> Limiter<S> {
         response::write_headers(self.headers, &seen, &mut headers);
         match denial {
             Some(decision) => Verdict::Respond(self.denial(&decision, headers, pending.grpc)),
-            None => Verdict::Proceed { headers, wait },
+            None => Verdict::Proceed {
+                headers,
+                wait,
+                count: None,
+            },
         }
     }
 

@@ -75,7 +75,8 @@ pub(crate) fn denial_cache_hit() {
 }
 
 /// The `store` label for a store type: its name without the path and the `Store` suffix, in
-/// lower case (`MemoryStore` → `memory`, `RedisStore` → `redis`, `BoxStore` → `box`).
+/// snake case (`MemoryStore` → `memory`, `RedisClusterStore` → `redis_cluster`, `BoxStore` →
+/// `box`).
 pub(crate) fn store_label<S>() -> Arc<str> {
     let full = std::any::type_name::<S>();
     let name = full.split('<').next().unwrap_or(full);
@@ -84,7 +85,25 @@ pub(crate) fn store_label<S>() -> Arc<str> {
         .strip_suffix("Store")
         .filter(|n| !n.is_empty())
         .unwrap_or(name);
-    name.to_lowercase().into()
+    let mut label = String::with_capacity(name.len() + 2);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            label.push('_');
+        }
+        label.extend(c.to_lowercase());
+    }
+    label.into()
+}
+
+/// The `store` label for `store`: its type's, or for a [`BoxStore`] the label of the store
+/// inside it (`memory`, `redis`, …), which is what a dashboard needs to tell apart.
+///
+/// [`BoxStore`]: crate::store::BoxStore
+pub(crate) fn store_label_of<S: 'static>(store: &S) -> Arc<str> {
+    match (store as &dyn std::any::Any).downcast_ref::<crate::store::BoxStore>() {
+        Some(boxed) => boxed.label(),
+        None => store_label::<S>(),
+    }
 }
 
 #[cfg(test)]
@@ -100,5 +119,18 @@ mod tests {
         assert_eq!(&*store_label::<MyStore>(), "my");
         assert_eq!(&*store_label::<Vec<u8>>(), "vec");
         assert_eq!(Outcome::ShadowDenied.as_str(), "shadow_denied");
+    }
+
+    #[test]
+    fn a_boxed_store_is_labelled_by_the_store_inside() {
+        assert_eq!(
+            &*store_label_of(&BoxStore::new(MemoryStore::new())),
+            "memory"
+        );
+        let twice = BoxStore::new(BoxStore::new(MemoryStore::new()));
+        assert_eq!(&*store_label_of(&twice), "memory");
+        assert_eq!(&*store_label_of(&MemoryStore::new()), "memory");
+        struct RedisClusterStore;
+        assert_eq!(&*store_label::<RedisClusterStore>(), "redis_cluster");
     }
 }

@@ -271,8 +271,11 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
 
     // An unknown rule is an error that names it.
     let error = layer.reset("apj", "ann").await.unwrap_err();
-    assert!(matches!(&error, ControlError::UnknownRule(name) if name == "apj"));
-    assert_eq!(error.to_string(), "no rate limit rule is named \"apj\"");
+    assert!(matches!(&error, ControlError::UnknownRule { rule, .. } if rule == "apj"));
+    assert_eq!(
+        error.to_string(),
+        "no rule named \"apj\" (the rules in force are: api)"
+    );
 }
 
 #[tokio::test]

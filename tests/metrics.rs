@@ -144,12 +144,14 @@ async fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
         .unwrap();
     let addr = support::serve(app(layer)).await;
     let client = support::client();
+    // A boxed Redis store (another test) is labelled `redis` too: read what changes here.
+    let timed_before = sample("tollgate_store_duration_seconds_count{store=\"redis\"}");
     for _ in 0..2 {
         assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
     }
     assert_eq!(sample("tollgate_circuit_open{store=\"redis\"}"), 0.0);
     assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+        sample("tollgate_store_duration_seconds_count{store=\"redis\"}") - timed_before,
         2.0
     );
 
@@ -162,7 +164,7 @@ async fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
     assert_eq!(sample("tollgate_circuit_open{store=\"redis\"}"), 1.0);
     assert_eq!(sample("tollgate_fallback_decisions_total"), 4.0);
     assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+        sample("tollgate_store_duration_seconds_count{store=\"redis\"}") - timed_before,
         4.0
     );
     assert_eq!(requests("r_api", "allowed"), 6.0);
@@ -184,15 +186,28 @@ async fn a_store_that_cannot_decide_counts_store_errors() {
         .unwrap();
     let addr = support::serve(app(layer)).await;
     let client = support::client();
+    let timed_before = sample("tollgate_store_duration_seconds_count{store=\"redis\"}");
     for _ in 0..3 {
         // Fail open (the default).
         assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
     }
     assert_eq!(requests("b_api", "store_error"), 3.0);
     assert_eq!(requests("b_api", "allowed"), 0.0);
+    // Labelled by the store inside the box.
+    assert_eq!(
+        sample("tollgate_store_duration_seconds_count{store=\"redis\"}") - timed_before,
+        3.0
+    );
     assert_eq!(
         sample("tollgate_store_duration_seconds_count{store=\"box\"}"),
-        3.0
+        0.0
+    );
+    assert!(
+        recorder()
+            .render()
+            .contains("tollgate_circuit_open{store=\"redis\"} 0"),
+        "{}",
+        recorder().render()
     );
 }
 

@@ -219,7 +219,7 @@ async fn the_admin_endpoint_resets_one_client(store: &[(&str, &str)]) {
             404,
             "-".to_owned(),
             false,
-            "no rate limit rule is named \"nope\"\n".to_owned()
+            "no rule named \"nope\" (the rules in force are: quickstart, signin)\n".to_owned()
         )
     );
     // Ten admin calls in a row, more than the quota: none is limited.
@@ -257,4 +257,54 @@ async fn without_admin_token_there_is_no_admin_endpoint() {
     let running = start(&[("RATE_LIMIT", "5/min"), ("ADMIN_TOKEN", "")]);
     let (status, ..) = admin_delete(&running, "quickstart/alice", Some("Bearer ")).await;
     assert_eq!(status, 404);
+}
+
+/// Signs in to the quickstart with `password`: the status and the `ratelimit` header.
+async fn signin(running: &Running, password: &str) -> (u16, String) {
+    let r = support::client()
+        .post(format!("http://127.0.0.1:{}/signin", running.1))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("password={password}"))
+        .send()
+        .await
+        .unwrap();
+    let header = r.headers()["ratelimit"].to_str().unwrap().to_owned();
+    (r.status().as_u16(), header)
+}
+
+/// Right passwords are never counted, three wrong ones are, then even the right one waits.
+async fn assert_signin_counts_only_failures(running: &Running) {
+    for _ in 0..4 {
+        let (status, header) = signin(running, "open-sesame").await;
+        assert_eq!(status, 200);
+        assert!(header.starts_with("\"signin\";r=2;"), "{header}");
+    }
+    // Each failure's headers are the quota before it was counted.
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        let (status, header) = signin(running, "guess").await;
+        let left = header.strip_prefix("\"signin\";r=").map(|rest| &rest[..1]);
+        failures.push((status, left.map(str::to_owned)));
+    }
+    let left = |r: &str| Some(r.to_owned());
+    assert_eq!(
+        failures,
+        [(401, left("2")), (401, left("1")), (401, left("0"))]
+    );
+    let (status, header) = signin(running, "open-sesame").await;
+    assert_eq!(status, 429);
+    assert!(header.starts_with("\"signin\";r=0;"), "{header}");
+}
+
+#[tokio::test]
+async fn signin_counts_only_failed_attempts() {
+    let running = start(&[("RATE_LIMIT", "100/min")]);
+    assert_signin_counts_only_failures(&running).await;
+}
+
+#[tokio::test]
+async fn signin_counts_only_failed_attempts_with_the_example_rules_file() {
+    let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.toml");
+    let running = start(&[("RULES_FILE", rules)]);
+    assert_signin_counts_only_failures(&running).await;
 }

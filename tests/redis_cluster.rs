@@ -83,6 +83,21 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
         assert_eq!(allowed, [true, true, false], "{key}");
     }
 
+    // A peek is one dry run on the key's master: it decides as a check would, writes nothing.
+    let policy = Policy::new("peeked", Quota::per_minute(2), Algorithm::TokenBucket).unwrap();
+    for key in &keys {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let peek = store.peek(key, &policy, 1).await.unwrap();
+            seen.push((peek.allowed, peek.remaining));
+        }
+        let checked = store.check(key, &policy, 1).await.unwrap();
+        seen.push((checked.allowed, checked.remaining));
+        let peek = store.peek(key, &policy, 2).await.unwrap();
+        seen.push((peek.allowed, peek.remaining));
+        assert_eq!(seen, [(true, 1), (true, 1), (true, 1), (false, 1)], "{key}");
+    }
+
     // Stacked limits of two client keys on two masters: a per-IP limit of 3 and a per-API-key
     // limit of 5. A request the IP limit blocks is counted by neither.
     let per_ip = Policy::new("ip", Quota::per_minute(3), Algorithm::SlidingWindow).unwrap();

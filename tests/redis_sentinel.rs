@@ -102,4 +102,16 @@ async fn limits_are_exact_before_and_after_a_failover() {
             "{algorithm}"
         );
     }
+    // A peek on the new master: decides as a check would, and writes nothing.
+    let policy = Policy::new("peeked", Quota::per_minute(2), Algorithm::Gcra).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let peek = store.peek("p", &policy, 1).await.unwrap();
+        seen.push((peek.allowed, peek.remaining));
+    }
+    let checked = store.check("p", &policy, 1).await.unwrap();
+    seen.push((checked.allowed, checked.remaining));
+    let peek = store.peek("p", &policy, 2).await.unwrap();
+    seen.push((peek.allowed, peek.remaining));
+    assert_eq!(seen, [(true, 1), (true, 1), (true, 1), (false, 1)]);
 }

@@ -31,7 +31,8 @@
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
 //! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `trusted_proxies` (networks whose forwarding headers
-//! `client_ip` believes). A rule also has `name` (required), `methods` and `path`; a skip has
+//! `client_ip` believes). A rule also has `name` (required), `methods`, `path` and
+//! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes); a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
 //! peer's networks, or the client's when `[defaults] key` reads `client_ip`), at least one of
 //! `path`, `keys` and `cidrs`, and takes a request when all it sets hold. A `max_delay` or
@@ -64,7 +65,7 @@ mod tests;
 mod value;
 
 use report::{Scope, Source};
-use value::{Cidr, Header, KeySpec, MaxCost, MaxDelay, Method, Text};
+use value::{Cidr, Header, KeySpec, MaxCost, MaxDelay, Method, StatusList, Text};
 
 /// What a rules file says.
 #[derive(Debug, Clone)]
@@ -144,6 +145,8 @@ struct RuleDoc {
     max_delay: Option<Text<MaxDelay>>,
     trusted_proxies: Option<List<Cidr>>,
     block_for: Option<Spanned<Text<MaxDelay>>>,
+    /// Only responses with these statuses are counted: a rule's own, never a default.
+    count_status: Option<Spanned<StatusList>>,
 }
 
 /// A `[[skip]]`.
@@ -244,6 +247,9 @@ fn build_rule(
     if let Some(max) = pick(&doc.max_cost, &defaults.max_cost) {
         rule = rule.max_cost(max.0);
     }
+    if let Some(statuses) = &doc.count_status {
+        rule = rule.count_status(statuses.get_ref().0.iter().copied());
+    }
     // Outside delay mode max_delay is ignored, so a rule switches modes by its mode alone.
     if let (Mode::Delay, Some(delay)) = (mode, pick(&doc.max_delay, &defaults.max_delay)) {
         rule = rule.max_delay(delay.0 .0);
@@ -269,6 +275,11 @@ fn build_rule(
             Setting::CostHeader => (header.clone(), "cost_header"),
             Setting::MaxCost => (header.clone(), "max_cost"),
             Setting::BlockFor => (at(block_for.map(Spanned::span)), "block_for"),
+            // Read entry by entry; what is left is the list as a whole (empty, delay mode).
+            Setting::CountStatus => (
+                at(doc.count_status.as_ref().map(Spanned::span)),
+                "count_status",
+            ),
         };
         fail(span, field, &e)
     })?;

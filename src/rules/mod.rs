@@ -17,6 +17,7 @@ use crate::key::KeyExtractor;
 use crate::quota::{check_policy_name, Policy, Quota};
 
 mod cost;
+mod count_status;
 mod delay;
 mod file;
 mod index;
@@ -25,6 +26,8 @@ mod set;
 mod skip;
 mod source;
 pub(crate) use cost::{Cost, CostFn};
+pub use count_status::StatusMatch;
+pub(crate) use count_status::ALLOWED as COUNT_STATUS_ALLOWED;
 pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
 pub(crate) use route::{parse_methods, Route};
@@ -105,6 +108,7 @@ pub struct Rule {
     max_delay: Option<Duration>,
     quota_for: Option<TierFn>,
     block_for: Option<Duration>,
+    count_status: Option<Vec<StatusMatch>>,
 }
 
 /// A rule's cost as configured; checked by `compile`.
@@ -143,6 +147,7 @@ impl Rule {
             max_delay: None,
             quota_for: None,
             block_for: None,
+            count_status: None,
         }
     }
 
@@ -256,6 +261,48 @@ impl Rule {
         self
     }
 
+    /// Counts only the requests whose response has one of these statuses, e.g. failed logins
+    /// (`[401]`) or errors (`StatusMatch::class(5)`).
+    ///
+    /// Before the handler runs, the quota is peeked, consuming nothing (see
+    /// [`Store::peek`](crate::Store::peek)): a client with nothing left gets the usual 429,
+    /// and the handler is not called. The headers report that peek. Once the handler has
+    /// answered with a listed status, the request is counted at its cost, before the response
+    /// goes out, so a client that asks again always sees it; it is counted even if the client
+    /// hangs up then. A request cancelled before the handler answers counts nothing.
+    ///
+    /// **The race:** requests that arrive together are all checked before any of them is
+    /// counted, so a client sending `n` requests at once can get up to `n − 1` more through
+    /// than its quota (each is counted afterwards, so the client then waits for all of them).
+    /// Pair it with a plain rule on the same route when bursts matter.
+    ///
+    /// It reads the HTTP status: a gRPC failure is an HTTP 200 with its `grpc-status` in the
+    /// trailers, so list codes for HTTP routes.
+    ///
+    /// Not allowed in [`Mode::Delay`], which takes a request's slot before the handler runs.
+    /// An empty list, or a code or class HTTP has not (`99`, `6xx`), is a [`ConfigError`].
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tollgate::{key, rules::{Rule, StatusMatch}, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("signin", Quota::per_minute(3)).methods([Method::POST])
+    ///         .path("/signin").key(key::PeerIp::default()).count_status([401, 403]))
+    ///     .rule(Rule::new("errors", Quota::per_minute(10)).path("/api/*")
+    ///         .count_status([StatusMatch::class(5)]))
+    ///     .build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn count_status<T: Into<StatusMatch>>(
+        mut self,
+        statuses: impl IntoIterator<Item = T>,
+    ) -> Self {
+        self.count_status = Some(statuses.into_iter().map(Into::into).collect());
+        self
+    }
+
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -325,6 +372,12 @@ impl Rule {
                 }
             }
         };
+        let count_status = self.checked_count_status(self.mode).map_err(|why| {
+            (
+                Setting::CountStatus,
+                ConfigError::of(ConfigErrorKind::Rule, why),
+            )
+        })?;
         let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
         if max_cost == 0 {
             return Err((
@@ -342,7 +395,35 @@ impl Rule {
             cost,
             max_cost,
             quota_for: self.quota_for.clone(),
+            count_status,
         })
+    }
+
+    /// The checked `count_status`, if the rule has one.
+    fn checked_count_status(&self, mode: Mode) -> Result<Option<Arc<[StatusMatch]>>, String> {
+        let Some(statuses) = &self.count_status else {
+            return Ok(None);
+        };
+        if statuses.is_empty() {
+            return Err(format!(
+                "count_status is an empty list: {}, or leave it out to count every request",
+                count_status::ALLOWED
+            ));
+        }
+        for status in statuses {
+            status
+                .validate()
+                .map_err(|why| format!("count_status: {why}"))?;
+        }
+        if mode == Mode::Delay {
+            return Err(
+                "count_status cannot be used in delay mode: delay mode takes a \
+                        request's place in the queue before the handler runs, while \
+                        count_status counts a request only after its response"
+                    .to_owned(),
+            );
+        }
+        Ok(Some(statuses.as_slice().into()))
     }
 }
 
@@ -377,6 +458,7 @@ pub(crate) enum Setting {
     CostHeader,
     MaxCost,
     BlockFor,
+    CountStatus,
 }
 
 impl fmt::Debug for Rule {
@@ -393,6 +475,7 @@ impl fmt::Debug for Rule {
             .field("mode", &self.mode)
             .field("max_delay", &self.max_delay)
             .field("block_for", &self.block_for)
+            .field("count_status", &self.count_status)
             .finish_non_exhaustive()
     }
 }
@@ -410,6 +493,8 @@ pub(crate) struct CompiledRule {
     pub(crate) cost: Cost,
     pub(crate) max_cost: u32,
     pub(crate) quota_for: Option<TierFn>,
+    /// Only responses with these statuses are counted (see [`Rule::count_status`]).
+    pub(crate) count_status: Option<Arc<[StatusMatch]>>,
 }
 
 impl CompiledRule {
@@ -437,6 +522,7 @@ impl fmt::Debug for CompiledRule {
             .field("route", &self.route)
             .field("cost", &self.cost)
             .field("max_cost", &self.max_cost)
+            .field("count_status", &self.count_status)
             .finish_non_exhaustive()
     }
 }

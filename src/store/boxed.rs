@@ -34,17 +34,28 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///     .build()?;
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
+///
+/// Its metrics (`tollgate_store_duration_seconds{store}`, `tollgate_circuit_open{store}`) are
+/// labelled by the store inside: `memory`, `redis`, `redis_cluster`, `redis_sentinel`.
 #[derive(Clone)]
 pub struct BoxStore {
     inner: Arc<dyn DynStore>,
+    /// The metrics label of the store inside.
+    label: Arc<str>,
 }
 
 impl BoxStore {
     /// Boxes `store`.
     pub fn new(store: impl Store + fmt::Debug) -> Self {
         Self {
+            label: crate::telemetry::store_label_of(&store),
             inner: Arc::new(store),
         }
+    }
+
+    /// The `store` label of the metrics: the boxed store's.
+    pub(crate) fn label(&self) -> Arc<str> {
+        Arc::clone(&self.label)
     }
 }
 
@@ -64,6 +75,12 @@ trait DynStore: Send + Sync + fmt::Debug {
 
     fn clock(&self) -> Option<&dyn Clock>;
 
+    fn peek<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>>;
     fn reset<'a>(
         &'a self,
         key: &'a str,
@@ -106,6 +123,15 @@ impl<S: Store + fmt::Debug> DynStore for S {
         Store::clock(self)
     }
 
+    fn peek<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(Store::peek(self, key, policy, cost))
+    }
+
     fn reset<'a>(
         &'a self,
         key: &'a str,
@@ -144,6 +170,10 @@ impl Store for BoxStore {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.inner.clock()
+    }
+
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.inner.peek(key, policy, cost).await
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {

@@ -205,6 +205,28 @@ impl<S: Store> Store for DenialCache<S> {
         }
     }
 
+    /// A live cached denial answers (a peek changes nothing the denial depends on); else the
+    /// store peeks, and a denial it reports is cached like a checked one: a dry run's denial
+    /// is as true as a real one until its `retry_after`.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        if self.per_shard == 0 {
+            return self.inner.peek(key, policy, cost).await;
+        }
+        let sent_at = self.now();
+        let hash = self.hash(policy, key);
+        if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            crate::telemetry::denial_cache_hit();
+            return Ok(decision);
+        }
+        let decision = self.inner.peek(key, policy, cost).await?;
+        // An allowed peek consumed nothing, so a denial of a costlier request still holds.
+        if !decision.allowed {
+            self.remember(hash, (key, policy, cost), sent_at, decision);
+        }
+        Ok(decision)
+    }
+
     /// Resets the client in the store, then drops this instance's cached denial of it. Other
     /// instances' caches keep theirs until it ends (at most its `Retry-After`).
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
@@ -302,6 +324,26 @@ mod tests {
         let generous = policy("100/min");
         cache.check("k", &generous, 1).await.unwrap();
         assert_eq!(cache.hits(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cached_denial_answers_a_peek_and_a_peeked_denial_answers_a_check() {
+        let cache = DenialCache::new(MemoryStore::new(), 100);
+        let policy = policy("1/min");
+        assert!(cache.peek("k", &policy, 1).await.unwrap().allowed);
+        assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
+        let denied = cache.check("k", &policy, 1).await.unwrap();
+        assert!(!denied.allowed && cache.hits() == 0);
+        let peeked = cache.peek("k", &policy, 1).await.unwrap();
+        assert!(!peeked.allowed);
+        assert_eq!(cache.hits(), 1);
+        // A denial found by a peek is cached too.
+        let other = policy.clone();
+        assert!(cache.check("j", &other, 1).await.unwrap().allowed);
+        assert!(!cache.peek("j", &other, 1).await.unwrap().allowed);
+        assert_eq!(cache.hits(), 1);
+        assert!(!cache.check("j", &other, 1).await.unwrap().allowed);
+        assert_eq!(cache.hits(), 2);
     }
 
     #[tokio::test]

@@ -180,6 +180,26 @@ impl MemoryStore {
         }
     }
 
+    /// The decision [`check_now`](Self::check_now) would make now, made on a copy of the
+    /// key's state: nothing is consumed or stored (see [`Store::peek`]).
+    pub fn peek_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
+        let now = self.inner.clock.now();
+        let algorithm = policy.algorithm();
+        let (map_key, shard_index) = self.locate(key, policy);
+        let tracked = lock(&self.inner.shards[shard_index])
+            .entries
+            .get(&map_key)
+            .filter(|t| t.is_live(algorithm, now))
+            .map(|t| (t.live_block(algorithm, now), t.state.clone()));
+        match tracked {
+            Some((Some(until), _)) => {
+                algorithm::blocked(policy.params(), now, until, u64::from(cost))
+            }
+            Some((None, mut state)) => state.check(policy.params(), now, u64::from(cost)),
+            None => State::new(algorithm).check(policy.params(), now, u64::from(cost)),
+        }
+    }
+
     /// Decides one request against several limits at once, atomically: see
     /// [`Store::check_many`]. The clock is read once, so every check sees the same instant.
     ///
@@ -511,6 +531,10 @@ impl Store for MemoryStore {
         Some(&*self.inner.clock)
     }
 
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        Ok(self.peek_now(key, policy, cost))
+    }
+
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
         self.reset_now(key, policy);
         Ok(())
@@ -761,6 +785,29 @@ mod tests {
             remaining(store.check_many_now(&twice)),
             [(true, 2), (true, 1)]
         );
+    }
+
+    #[test]
+    fn a_peek_decides_as_a_check_would_and_consumes_nothing() {
+        for algorithm in Algorithm::ALL {
+            let clock = ManualClock::new(1_000_000);
+            let store = MemoryStore::with_clock(clock.clone());
+            let p = policy("p", 3, algorithm);
+            assert_eq!(store.peek_now("k", &p, 1), store.check_now("k", &p, 1));
+            // Peeking again and again changes nothing: the next check sees one used.
+            for _ in 0..5 {
+                let peek = store.peek_now("k", &p, 2);
+                assert!(peek.allowed && peek.remaining == 0, "{algorithm}: {peek:?}");
+            }
+            assert!(store.check_now("k", &p, 2).allowed, "{algorithm}");
+            let denied = store.peek_now("k", &p, 1);
+            assert_eq!(denied, store.check_now("k", &p, 1), "{algorithm}");
+            assert!(!denied.allowed, "{algorithm}");
+        }
+        // A key never seen is not tracked by a peek.
+        let store = MemoryStore::new();
+        store.peek_now("new", &policy("p", 3, Algorithm::Gcra), 1);
+        assert!(store.is_empty());
     }
 
     #[test]

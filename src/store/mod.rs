@@ -104,6 +104,24 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// The decision a request of `cost` by `key` under `policy` would get now, consuming
+    /// nothing: what a client has left, e.g. for an admin page, or to check a quota before
+    /// the work it is counted for (a rule's `count_status`). Every store gives the same peek
+    /// for the same history, and the same decision a [`check`](Self::check) at that instant
+    /// would give.
+    ///
+    /// The default implementation answers [`StoreError::Unsupported`], so stores written
+    /// before it still compile; the built-in stores and wrappers implement it.
+    fn peek(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        let _ = (key, policy, cost);
+        std::future::ready(Err(StoreError::Unsupported("peek")))
+    }
+
     /// Forgets the state of `key` under `policy`, and any block: its next request starts
     /// with a whole quota.
     ///

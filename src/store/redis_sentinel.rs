@@ -212,6 +212,17 @@ impl Store for RedisSentinelStore {
         self.clock.as_deref()
     }
 
+    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
+    /// nothing written.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(self.shared.scripts.peek(key, policy, cost, &now))
+            .await?;
+        script::decision_from_reply(policy.params().burst, &reply)
+    }
+
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
         self.act(key, policy, Control::Reset).await
     }

@@ -104,6 +104,7 @@ impl<S: Store> Resilient<S> {
     /// `inner` with a 50 ms timeout, the default [`CircuitBreaker`], and
     /// [`OnStoreError::Allow`].
     pub fn new(inner: S) -> Self {
+        let label = telemetry::store_label_of(&inner);
         Self {
             inner,
             timeout: Duration::from_millis(50),
@@ -113,7 +114,7 @@ impl<S: Store> Resilient<S> {
             errors: AtomicU64::new(0),
             error_log: QuietLog::new(Duration::from_secs(10)),
             hook: None,
-            label: telemetry::store_label::<S>(),
+            label,
             reported_open: AtomicU8::new(NOT_REPORTED),
         }
     }
@@ -274,6 +275,21 @@ impl<S: Store> Store for Resilient<S> {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.inner.clock()
+    }
+
+    /// As [`check`](Self::check): within the timeout, not while the circuit is open, and
+    /// with the fallback's peek while the store is away.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        match self.call(self.inner.peek(key, policy, cost)).await {
+            Ok(decision) => Ok(decision),
+            Err(error) => match self.failed(&error) {
+                Some(fallback) => {
+                    telemetry::fallback_decision();
+                    Ok(fallback.peek_now(key, policy, cost))
+                }
+                None => Err(error),
+            },
+        }
     }
 
     /// Resets the fallback's state too, so that it holds no stale denial for the next outage;

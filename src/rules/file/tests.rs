@@ -2,7 +2,7 @@
 //! allowed.
 
 use super::*;
-use crate::rules::CompiledRule;
+use crate::rules::{CompiledRule, StatusMatch};
 use http::request::Parts;
 use proptest::prelude::*;
 
@@ -724,4 +724,111 @@ fn bad_block_for() {
             "cannot be used in delay mode",
         ],
     );
+}
+
+#[test]
+fn count_status_takes_codes_classes_and_lists_mixing_them() {
+    let file = parse(
+        r#"
+[[rule]]
+name = "signin"
+quota = "3/min"
+count_status = [401, 403]
+
+[[rule]]
+name = "errors"
+quota = "3/min"
+count_status = "5xx"
+
+[[rule]]
+name = "mixed"
+quota = "3/min"
+count_status = [429, "4xx", "5XX"]
+
+[[rule]]
+name = "one"
+quota = "3/min"
+count_status = 401
+
+[[rule]]
+name = "every"
+quota = "3/min"
+"#,
+        "rules.toml",
+    )
+    .unwrap();
+    let statuses: Vec<Option<Vec<StatusMatch>>> = file
+        .rules
+        .iter()
+        .map(|r| compile(r).count_status.map(|s| s.to_vec()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            Some(vec![StatusMatch::Code(401), StatusMatch::Code(403)]),
+            Some(vec![StatusMatch::class(5)]),
+            Some(vec![
+                StatusMatch::Code(429),
+                StatusMatch::class(4),
+                StatusMatch::class(5)
+            ]),
+            Some(vec![StatusMatch::Code(401)]),
+            None,
+        ]
+    );
+}
+
+#[test]
+fn bad_count_status() {
+    let rule = "[[rule]]\nname = \"signin\"\nquota = \"3/min\"\n";
+    let e = error(&format!("{rule}count_status = [401, 99]\n"));
+    assert_error(
+        &e,
+        "4:22",
+        &[
+            "rule \"signin\": count_status: ",
+            "99 is not an HTTP status (use codes from 100 to 599 and classes \"1xx\" to \"5xx\"",
+        ],
+    );
+    let e = error(&format!("{rule}count_status = \"6xx\"\n"));
+    assert_error(
+        &e,
+        "4:16",
+        &[
+            "rule \"signin\": count_status: ",
+            "\"6xx\" is not an HTTP status",
+        ],
+    );
+    let e = error(&format!("{rule}count_status = [\"4xx\", \"teapot\"]\n"));
+    assert_error(
+        &e,
+        "4:24",
+        &[
+            "rule \"signin\": count_status: ",
+            "\"teapot\" is not a status code or class",
+        ],
+    );
+    let e = error(&format!("{rule}count_status = []\n"));
+    assert_error(
+        &e,
+        "4:16",
+        &["rule \"signin\": count_status: ", "empty list"],
+    );
+    let e = error(&format!("{rule}count_status = [[401]]\n"));
+    assert_error(&e, "4:17", &["rule \"signin\": count_status: "]);
+    let e = error(&format!(
+        "{rule}mode = \"delay\"\nmax_delay = \"1s\"\ncount_status = [401]\n"
+    ));
+    assert_error(
+        &e,
+        "6:16",
+        &[
+            "rule \"signin\": count_status: ",
+            "cannot be used in delay mode: delay mode takes a request's place in the queue \
+             before the handler runs",
+        ],
+    );
+    // Only on a rule.
+    let e = error("[defaults]\ncount_status = [401]\n");
+    assert_error(&e, "2:1", &["defaults: ", "unknown field `count_status`"]);
 }

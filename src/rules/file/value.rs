@@ -15,7 +15,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::key::{self, KeyExtractor};
 use crate::quota::parse_period;
-use crate::rules::parse_methods;
+use crate::rules::{parse_methods, StatusMatch, COUNT_STATUS_ALLOWED};
 
 /// A `T` written as text, e.g. a quota `"5/min"`, read by `T`'s `FromStr`.
 #[derive(Debug, Clone)]
@@ -220,5 +220,78 @@ impl FromStr for KeySpec {
             .map(part)
             .collect::<Result<_, _>>()
             .map(KeySpec)
+    }
+}
+
+/// `count_status`: a code (`401`), a class (`"4xx"`), or a list mixing them
+/// (`[401, 403, "5xx"]`). Each entry is checked as it is read, so an error points at it.
+#[derive(Debug, Clone)]
+pub(super) struct StatusList(pub(super) Vec<StatusMatch>);
+
+impl<'de> Deserialize<'de> for StatusList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StatusVisitor { list: true })
+    }
+}
+
+/// One entry of a `count_status` list: a code or a class, not another list.
+struct StatusEntry(StatusMatch);
+
+impl<'de> Deserialize<'de> for StatusEntry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut one = deserializer
+            .deserialize_any(StatusVisitor { list: false })?
+            .0;
+        one.pop()
+            .map(StatusEntry)
+            .ok_or_else(|| de::Error::custom("an empty entry"))
+    }
+}
+
+/// Reads a code or a class, and when `list`, a list of them.
+struct StatusVisitor {
+    list: bool,
+}
+
+impl<'de> Visitor<'de> for StatusVisitor {
+    type Value = StatusList;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.list {
+            "a status code, a class, or a list of them"
+        } else {
+            "a status code or a class"
+        };
+        write!(f, "{what} ({COUNT_STATUS_ALLOWED})")
+    }
+
+    fn visit_i64<E: de::Error>(self, code: i64) -> Result<StatusList, E> {
+        u16::try_from(code)
+            .ok()
+            .map(StatusMatch::Code)
+            .filter(|status| status.validate().is_ok())
+            .map(|status| StatusList(vec![status]))
+            .ok_or_else(|| {
+                E::custom(format!(
+                    "{code} is not an HTTP status ({COUNT_STATUS_ALLOWED})"
+                ))
+            })
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<StatusList, E> {
+        text.parse::<StatusMatch>()
+            .map(|status| StatusList(vec![status]))
+            .map_err(|e| E::custom(e.message().trim_start_matches("count_status: ")))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<StatusList, A::Error> {
+        if !self.list {
+            return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
+        }
+        let mut statuses = Vec::new();
+        while let Some(StatusEntry(status)) = seq.next_element()? {
+            statuses.push(status);
+        }
+        Ok(StatusList(statuses))
     }
 }

@@ -41,6 +41,17 @@ impl Scripts {
     /// The call that decides one request of `cost` for the state at `key` under `policy`;
     /// `now` is the store clock's µs, or `""` for Redis `TIME`.
     pub(crate) fn single(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
+        self.one(key, policy, cost, now, false)
+    }
+
+    /// The call that decides one request as [`single`](Self::single) does, in a dry run
+    /// (`ARGV[7] = "1"`): the algorithm's script decides exactly as usual and writes nothing.
+    /// Every Redis store peeks with it.
+    pub(crate) fn peek(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
+        self.one(key, policy, cost, now, true)
+    }
+
+    fn one(&self, key: String, policy: &Policy, cost: u32, now: &str, dry: bool) -> Call<'_> {
         let p = policy.params();
         let numbers = [
             p.limit,
@@ -50,7 +61,10 @@ impl Scripts {
             u64::from(cost.max(1)),
         ];
         let mut args = (&numbers[..], now).to_redis_args();
-        if policy.block_for_us() > 0 {
+        if dry {
+            // ARGV[7]: a dry run, which sets no block.
+            args.push(b"1".to_vec());
+        } else if policy.block_for_us() > 0 {
             // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block.
             args.extend(("0", policy.block_for_us()).to_redis_args());
         }
