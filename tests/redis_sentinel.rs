@@ -42,6 +42,31 @@ async fn limits_are_exact_before_and_after_a_failover() {
         );
     }
 
+    // Blocks after a breach, resets, refunds and blocks go to the master too.
+    let login = Policy::new("login", Quota::per_minute(2), Algorithm::Gcra)
+        .unwrap()
+        .block_for(Duration::from_secs(60));
+    let check = async || store.check("eve", &login, 1).await.unwrap();
+    assert_eq!((check().await.allowed, check().await.allowed), (true, true));
+    let denied = check().await;
+    assert_eq!(
+        (denied.allowed, denied.remaining, denied.retry_after),
+        (false, 0, Some(Duration::from_secs(60)))
+    );
+    store.reset("eve", &login).await.unwrap();
+    assert_eq!(check().await.remaining, 1);
+    store.refund("eve", &login, 1).await.unwrap();
+    assert_eq!(check().await.remaining, 1);
+    store
+        .block("eve", &login, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let blocked = check().await;
+    assert_eq!((blocked.allowed, blocked.remaining), (false, 0));
+    assert!(blocked
+        .retry_after
+        .is_some_and(|r| r > Duration::from_secs(4) && r <= Duration::from_secs(5)));
+
     // An app on the same store, failing open, with a quickly probing breaker.
     let layer = RateLimitLayer::builder()
         .quota(Quota::per_minute(1_000_000))

@@ -219,6 +219,61 @@ async fn shadow_denials_block_nothing(
     assert_eq!(summary(&d), [(true, 1), (true, 0)], "{label}");
 }
 
+/// A burst limit (2/min, then blocked for 5 min) on `keys[0]` and an hourly log (100/h, then
+/// blocked for an hour) on `keys[1]`: only the denying limit blocks; then `block`, `refund`
+/// and `reset` of one limit's client, seen by the next stacked decision.
+async fn only_the_denying_limit_blocks(
+    store: &impl Store,
+    clock: &ManualClock,
+    label: &str,
+    keys: [&str; 2],
+) {
+    clock.set(T0);
+    let burst = Policy::new("burst-block", Quota::per_minute(2), Algorithm::Gcra)
+        .unwrap()
+        .block_for(Duration::from_secs(300));
+    let hourly = Policy::new(
+        "hourly-block",
+        Quota::per_hour(100),
+        Algorithm::SlidingWindowLog,
+    )
+    .unwrap()
+    .block_for(Duration::from_secs(3600));
+    let both = [check(keys[0], &burst, true), check(keys[1], &hourly, true)];
+    let ask = async || store.check_many(&both).await.unwrap();
+    assert_eq!(summary(&ask().await), [(true, 1), (true, 99)], "{label}");
+    assert_eq!(summary(&ask().await), [(true, 0), (true, 98)], "{label}");
+    // The burst limit denies and blocks for 5 minutes; the hourly one counts nothing.
+    let d = ask().await;
+    assert_eq!(summary(&d), [(false, 0), (true, 97)], "{label}");
+    assert_eq!(d[0].retry_after, Some(Duration::from_secs(300)), "{label}");
+    assert_eq!(d[0].reset_after, Duration::from_secs(300), "{label}");
+    // A minute on the burst would be whole: the block holds, and is not made longer.
+    clock.set(T0 + 60_000_000);
+    let d = ask().await;
+    assert_eq!(summary(&d), [(false, 0), (true, 97)], "{label}");
+    assert_eq!(d[0].retry_after, Some(Duration::from_secs(240)), "{label}");
+    clock.set(T0 + 300_000_000);
+    assert_eq!(summary(&ask().await), [(true, 1), (true, 97)], "{label}");
+
+    // A block of the hourly client: the request is denied by it, and nothing is counted.
+    store
+        .block(keys[1], &hourly, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let d = ask().await;
+    assert_eq!(summary(&d), [(true, 0), (false, 0)], "{label}");
+    assert_eq!(d[1].retry_after, Some(Duration::from_secs(10)), "{label}");
+    // A refund leaves the block; a reset lifts it, and the log starts afresh.
+    store.refund(keys[1], &hourly, 5).await.unwrap();
+    assert_eq!(summary(&ask().await), [(true, 0), (false, 0)], "{label}");
+    store.reset(keys[1], &hourly).await.unwrap();
+    assert_eq!(summary(&ask().await), [(true, 0), (true, 99)], "{label}");
+    // A refund of the burst client: one back.
+    store.refund(keys[0], &burst, 1).await.unwrap();
+    assert_eq!(summary(&ask().await), [(true, 0), (true, 98)], "{label}");
+}
+
 #[tokio::test]
 async fn a_blocked_request_consumes_nothing_in_either_store() {
     let url = support::shared_redis_url();
@@ -232,9 +287,11 @@ async fn a_blocked_request_consumes_nothing_in_either_store() {
         if run == 0 {
             burst_and_daily_are_atomic(&memory, &clock, "memory", ["k", "k"]).await;
             shadow_denials_block_nothing(&memory, &clock, "memory", ["k", "k"]).await;
+            only_the_denying_limit_blocks(&memory, &clock, "memory", ["k", "k"]).await;
         } else {
             burst_and_daily_are_atomic(&redis, &clock, "redis", ["k", "k"]).await;
             shadow_denials_block_nothing(&redis, &clock, "redis", ["k", "k"]).await;
+            only_the_denying_limit_blocks(&redis, &clock, "redis", ["k", "k"]).await;
         }
     }
 }
@@ -257,6 +314,7 @@ async fn a_blocked_request_consumes_nothing_on_a_cluster_in_one_slot_or_across_m
         let label = format!("cluster {keys:?}");
         burst_and_daily_are_atomic(&store, &clock, &label, keys).await;
         shadow_denials_block_nothing(&store, &clock, &label, keys).await;
+        only_the_denying_limit_blocks(&store, &clock, &label, keys).await;
     }
 }
 

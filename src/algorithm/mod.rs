@@ -464,4 +464,66 @@ mod tests {
     fn every_algorithm_is_checked() {
         assert_eq!(promises_hold_for::ALGORITHMS, Algorithm::ALL);
     }
+
+    /// Remaining after one more request of cost 1 at `now`, on a copy.
+    fn left_after_one(state: &State, p: &Params, now: u64) -> u64 {
+        state.clone().check(p, now, 1).remaining
+    }
+
+    #[test]
+    fn a_refund_gives_back_what_the_algorithm_allows() {
+        const S: u64 = 1_000_000;
+        for algorithm in Algorithm::ALL {
+            // 5 per 10 s: T = 2 s for the buckets.
+            let p = *Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm)
+                .unwrap()
+                .params();
+            let mut state = State::new(algorithm);
+            for _ in 0..3 {
+                assert!(state.check(&p, S, 1).allowed, "{algorithm}");
+            }
+            state.refund(&p, S, 2);
+            // One counted: a request now leaves 3.
+            assert_eq!(left_after_one(&state, &p, S), 3, "{algorithm}");
+            // More than was used gives back a whole quota, no more.
+            state.refund(&p, S, 10);
+            assert_eq!(left_after_one(&state, &p, S), 4, "{algorithm}");
+            assert!(state.expires_at(&p) <= S, "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn a_refund_reaches_neither_past_windows_nor_before_now() {
+        const S: u64 = 1_000_000;
+        let p = |algorithm| {
+            *Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm)
+                .unwrap()
+                .params()
+        };
+        // The sliding window counter: 3 in the window [0, 10 s); at 11 s they weigh 2.7, and a
+        // refund lowers only the current window's count, which is 0.
+        let sw = p(Algorithm::SlidingWindow);
+        let mut state = State::new(Algorithm::SlidingWindow);
+        for _ in 0..3 {
+            state.check(&sw, S, 1);
+        }
+        state.refund(&sw, 11 * S, 2);
+        assert_eq!(left_after_one(&state, &sw, 11 * S), 1);
+        // GCRA: one request at 1 s (TAT 3 s); at 2.5 s a refund of 5 moves the TAT to now,
+        // not 10 s back.
+        let gcra = p(Algorithm::Gcra);
+        let mut state = State::new(Algorithm::Gcra);
+        state.check(&gcra, S, 1);
+        state.refund(&gcra, 2_500_000, 5);
+        assert_eq!(state.expires_at(&gcra), 2_500_000);
+        // The log: three requests at 1, 2 and 3 s; a refund of 2 takes the newest two.
+        let swl = p(Algorithm::SlidingWindowLog);
+        let mut state = State::new(Algorithm::SlidingWindowLog);
+        for at in [S, 2 * S, 3 * S] {
+            state.check(&swl, at, 1);
+        }
+        state.refund(&swl, 3 * S, 2);
+        assert_eq!(state.expires_at(&swl), 11 * S);
+        assert_eq!(left_after_one(&state, &swl, 3 * S), 3);
+    }
 }

@@ -35,6 +35,11 @@ const SHARDS: usize = 16;
 /// still a lower bound. Only requests with one limit are answered from the cache; a request
 /// under stacked limits always asks the store, which reports every limit's numbers.
 ///
+/// Blocks ([`Policy::block_for`], [`Store::block`]) keep it exact: a block only makes a denial
+/// longer, and its `retry_after` is the rest of the block. What makes a denial shorter is
+/// [`Store::reset`] or [`Store::refund`]: through this cache they drop its denial of that
+/// client; another instance's cache keeps its own until that denial's `Retry-After` at most.
+///
 /// Memory is bounded: at most `capacity` denials (default 100,000), dropped as they expire.
 ///
 /// While the store is away and [`Resilient`](crate::store::Resilient) falls back to memory,
