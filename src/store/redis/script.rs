@@ -58,9 +58,20 @@ impl Scripts {
     /// (`ARGV[7] = "1"`): the algorithm's script decides exactly as usual and writes nothing.
     /// Every Redis store peeks with it.
     pub(crate) fn peek(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
-        let mut call = self.single(key, policy, cost, now);
-        call.args.push(b"1".to_vec());
-        call
+        let p = policy.params();
+        let numbers = [
+            p.limit,
+            p.period,
+            p.burst,
+            p.interval,
+            u64::from(cost.max(1)),
+        ];
+        Call {
+            script: &self.single[algorithm_index(policy.algorithm())],
+            keys: vec![key],
+            // ARGV[7] set here, whatever `single` adds after ARGV[6].
+            args: (&numbers[..], now, "1").to_redis_args(),
+        }
     }
 
     /// The call that decides `checks` (whose state keys are `keys`) in one stacked script.
