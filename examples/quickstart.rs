@@ -22,6 +22,13 @@
 //! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
 //!   `RULES_FILE=examples/rules.toml`), and apply changes to it while running.
 //!
+//! - `ADMIN_TOKEN`: turns on `DELETE /admin/limits/{rule}/{key}`, which resets one client
+//!   under one rule (its state and any block), e.g.
+//!   `curl -X DELETE -H "authorization: Bearer $ADMIN_TOKEN" http://127.0.0.1:3000/admin/limits/quickstart/127.0.0.1`.
+//!   It needs `authorization: Bearer <ADMIN_TOKEN>` (else 401), answers 204 when done and 404
+//!   for a rule that does not exist, and is never rate limited. Without `ADMIN_TOKEN`, or with
+//!   `RATE_LIMIT=off`, the route does not exist.
+//!
 //! `GET /metrics` answers the limiter's metrics (`tollgate_requests_total` and the others) as
 //! Prometheus text; it is never rate limited.
 //!
@@ -34,14 +41,19 @@
 
 use std::net::SocketAddr;
 
-use axum::http::{Method, StatusCode};
-use axum::routing::{get, post};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use subtle::ConstantTimeEq;
 use tollgate::key;
 use tollgate::rules::Rule;
 use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
-use tollgate::{Algorithm, ConfigError, ConfigErrorKind, OnStoreError, Quota, RateLimitLayer};
+use tollgate::{
+    Algorithm, ConfigError, ConfigErrorKind, ControlError, OnStoreError, Quota, RateLimitLayer,
+};
 
 #[tokio::main]
 async fn main() {
@@ -147,7 +159,58 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
             builder.name("quickstart").quota(quota).rule(signin_rule())
         }
     };
-    Ok(routes(metrics).layer(builder.store(store()?).build()?))
+    let layer = builder.store(store()?).build()?;
+    let app = routes(metrics).layer(layer.clone());
+    // Added after `.layer`, so the layer never sees it: the admin route is never limited.
+    Ok(match std::env::var("ADMIN_TOKEN") {
+        Ok(token) if !token.is_empty() => app.merge(admin(layer, token)),
+        _ => app,
+    })
+}
+
+/// What the admin route needs: the layer to act through and the token it asks for.
+#[derive(Clone)]
+struct Admin {
+    layer: RateLimitLayer<BoxStore>,
+    token: std::sync::Arc<str>,
+}
+
+/// `DELETE /admin/limits/{rule}/{key}`: resets one client under one rule.
+fn admin(layer: RateLimitLayer<BoxStore>, token: String) -> Router {
+    Router::new()
+        .route("/admin/limits/{rule}/{key}", delete(reset_client))
+        .with_state(Admin {
+            layer,
+            token: token.into(),
+        })
+}
+
+async fn reset_client(
+    State(admin): State<Admin>,
+    Path((rule, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    // Constant time: how long the comparison takes says nothing about the token.
+    if !bool::from(bearer.as_bytes().ct_eq(admin.token.as_bytes())) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "Unauthorized: send authorization: Bearer <ADMIN_TOKEN>\n",
+        )
+            .into_response();
+    }
+    match admin.layer.reset(&rule, &key).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e @ ControlError::UnknownRule { .. }) => {
+            (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+    }
 }
 
 /// The variables that choose a Redis store; at most one may be set.

@@ -12,6 +12,9 @@
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+-- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
+--          (not in a dry run) blocks the client for block_for from now, and the reply is the
+--          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
@@ -41,7 +44,12 @@ if not tat then
 elseif string.find(tat, '^%d+$') then
   tat = tonumber(tat)
 else
-  unreadable(KEYS[1])
+  -- Not a TAT: a block (see lua/prelude.lua), or data that is not ours.
+  local until_us = block_until(tat) or unreadable(KEYS[1])
+  if until_us > now then
+    return blocked_reply(until_us, now, burst, cost)
+  end
+  tat = 0
 end
 -- max(tat, now) - now: the part of the bucket in use now.
 local backlog = math.max(tat - now, 0)
@@ -53,7 +61,8 @@ end
 -- new - now
 local after = backlog + cost * t
 if after > capacity then
-  return {0, idiv(math.max(capacity - backlog, 0), t), backlog, after - capacity}
+  local reply = {0, idiv(math.max(capacity - backlog, 0), t), backlog, after - capacity}
+  return block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
 end
 if ARGV[7] ~= '1' then
   -- The TTL: ceil(after / 1000) ms, at least 1 (after >= t >= 1).

@@ -40,3 +40,55 @@ end
 local function unreadable(key)
   error('tollgate: cannot read the state at ' .. key)
 end
+
+-- Blocks. A blocked client's key holds a marker instead of its state, with a TTL that ends with
+-- the block: the string 'b<until_us>', or for the sliding window log (a sorted set) the one
+-- member 'b' scored until_us. Scripts look for it only where a value is not in their own format,
+-- so the common path pays nothing for it. The block replaces the state: when it ends, the client
+-- starts afresh. A marker whose time has come (the key outlives it by under 1 ms) is no state.
+
+-- Until when the string `value` blocks (µs), or nil when it is not a marker.
+local function block_until(value)
+  local until_us = string.match(value, '^b(%d+)$')
+  if until_us then
+    return tonumber(until_us)
+  end
+  return nil
+end
+
+-- The reply to a request of `cost` at `now` by a client blocked until `until_us` under a
+-- capacity of `burst`: denied, nothing left, whole and allowed when the block ends (never, for
+-- a cost above the capacity).
+local function blocked_reply(until_us, now, burst, cost)
+  local rest = until_us - now
+  if cost > burst then
+    return {0, 0, rest, -1}
+  end
+  return {0, 0, rest, rest}
+end
+
+-- Replaces the state at `key` by a block until `until_us` (a sorted set's when `zset`).
+local function set_block(key, zset, until_us, now)
+  local ms = math.ceil((until_us - now) / 1000)
+  if zset then
+    redis.call('DEL', key)
+    redis.call('ZADD', key, int(until_us), 'b')
+    -- At least 2 ms: see the PEXPIRE in lua/sliding_window_log.lua.
+    redis.call('PEXPIRE', key, int(math.max(ms, 2)))
+  else
+    redis.call('SET', key, 'b' .. int(until_us), 'PX', int(math.max(ms, 1)))
+  end
+end
+
+-- After an algorithm denied a request (`reply`; not in a dry run): when ARGV[8], block_for in
+-- µs, is there and above 0, and a wait could allow the request (retry_after >= 0), blocks the
+-- client from now for block_for and answers as the block does; else answers `reply`.
+local function block_after(key, zset, argv, reply, now, burst, cost)
+  local block_for = tonumber(argv[8])
+  if argv[7] == '1' or not block_for or block_for <= 0 or reply[4] < 0 then
+    return reply
+  end
+  local until_us = now + block_for
+  set_block(key, zset, until_us, now)
+  return blocked_reply(until_us, now, burst, cost)
+end

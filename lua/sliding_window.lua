@@ -9,6 +9,9 @@
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+-- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
+--          (not in a dry run) blocks the client for block_for from now, and the reply is the
+--          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
 -- Calls: the server's clock (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
@@ -31,7 +34,12 @@ local raw = redis.call('GET', key)
 if raw then
   local s, p, c = string.match(raw, '^s(%d+):(%d+):(%d+)$')
   if not s then
-    unreadable(key)
+    -- Not a window: a block (see lua/prelude.lua), or data that is not ours.
+    local until_us = block_until(raw) or unreadable(key)
+    if until_us > now then
+      return blocked_reply(until_us, now, limit, cost)
+    end
+    s, p, c = '0', '0', '0'
   end
   start, prev, curr = tonumber(s), tonumber(p), tonumber(c)
 end
@@ -148,4 +156,5 @@ if cost <= limit then
   end
   retry_after = yes - now
 end
-return {0, remaining(estimate(p, c, elapsed)), reset_after(ws, p, c), retry_after}
+local reply = {0, remaining(estimate(p, c, elapsed)), reset_after(ws, p, c), retry_after}
+return block_after(key, false, ARGV, reply, now, limit, cost)

@@ -13,6 +13,9 @@
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+-- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
+--          (not in a dry run) blocks the client for block_for from now, and the reply is the
+--          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
 -- Calls, each O(log n) for n members: the server's clock (only when ARGV[6] is ""), ZRANGE
@@ -45,12 +48,27 @@ local function member(rank)
   end
   local total, c = string.match(m[1], '^(%d+):(%d+)$')
   if not total then
-    unreadable(key)
+    -- Not a log entry: the block member 'b' (see lua/prelude.lua), with no end, or data that
+    -- is not ours.
+    if m[1] ~= 'b' then
+      unreadable(key)
+    end
+    return tonumber(m[2]), -1, 0, m[1]
   end
   return tonumber(m[2]), tonumber(total), tonumber(c), m[1]
 end
 
 local newest, newest_end, newest_cost, newest_member = member(-1)
+if newest_end == -1 then
+  -- A block: the only member, scored with its end.
+  if newest > now then
+    return blocked_reply(newest, now, limit, cost)
+  end
+  if not dry then
+    redis.call('DEL', key)
+  end
+  newest = nil
+end
 -- A clock that went back is treated as standing at the newest member: the log stays sorted.
 local at = now
 if newest and newest > at then
@@ -115,4 +133,5 @@ local reset_after = 0
 if count > 0 then
   reset_after = newest + period - now
 end
-return {0, math.max(limit - count, 0), reset_after, retry_after}
+local reply = {0, math.max(limit - count, 0), reset_after, retry_after}
+return block_after(key, true, ARGV, reply, now, limit, cost)

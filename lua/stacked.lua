@@ -14,10 +14,11 @@
 -- KEYS     one state key per check (as for that algorithm's own script); all keys of one
 --          client share a hash tag (so, on Redis Cluster, one slot).
 -- ARGV[1]  now in µs, or "" to read the server's clock once for every check
--- then 7 values per check i (ARGV[2 + 7*(i-1)] onwards):
+-- then 8 values per check i (ARGV[2 + 8*(i-1)] onwards):
 --          algorithm index (1-based, Algorithm::ALL order), L, P, B, T, cost (>= 1),
---          blocking ("1": a denial blocks the request; "0": shadow mode, never blocks)
--- ARGV[2 + 7*n] (optional) "dry": decide every check and write nothing, blocked or not; the
+--          blocking ("1": a denial blocks the request; "0": shadow mode, never blocks),
+--          block_for in µs (0: none; see below)
+-- ARGV[2 + 8*n] (optional) "dry": decide every check and write nothing, blocked or not; the
 --          cluster store's first phase when a stacked decision spans hash slots
 -- Reply:   a flat array of 4 integers per check, in order, each as that algorithm's script
 --          replies: allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)
@@ -26,6 +27,9 @@
 -- at the same now. If a blocking check is denied, nothing is written and those decisions are
 -- the reply. Otherwise each allowed check runs again for real with the same now, which decides
 -- the same and stores it; denied checks (shadow ones) write nothing anyway.
+-- When the request is blocked (and not dry), each blocking check that denied it, whose block_for
+-- is above 0 and whose denial a wait could turn into an allow, blocks its own key for block_for
+-- (see lua/prelude.lua) unless a block is running there already, and replies as the block does.
 -- A key named by two checks (the same limit twice) is decided the way two single calls would
 -- decide it, the second seeing what the first consumed: its checks run for real in the first
 -- pass, and if the request is blocked the key is put back as it was (DUMP, then RESTORE or DEL).
@@ -34,9 +38,9 @@
 -- costs reads only.
 
 local n = #KEYS
-local dry_only = #ARGV == 2 + 7 * n and ARGV[#ARGV] == 'dry'
-if #ARGV ~= 1 + 7 * n and not dry_only then
-  return redis.error_reply('tollgate stacked: expected 1 + 7 * ' .. n .. ' arguments, got ' .. #ARGV)
+local dry_only = #ARGV == 2 + 8 * n and ARGV[#ARGV] == 'dry'
+if #ARGV ~= 1 + 8 * n and not dry_only then
+  return redis.error_reply('tollgate stacked: expected 1 + 8 * ' .. n .. ' arguments, got ' .. #ARGV)
 end
 
 -- Every check decides at this one instant, passed on as an exact decimal string.
@@ -53,7 +57,7 @@ end
 
 -- One check's run: its algorithm's script with its own KEYS and ARGV.
 local function run(i, dry)
-  local base = 2 + 7 * (i - 1)
+  local base = 2 + 8 * (i - 1)
   local algorithm = ALGORITHMS[tonumber(ARGV[base])]
   if not algorithm then
     return redis.error_reply('tollgate stacked: unknown algorithm ' .. tostring(ARGV[base]))
@@ -79,7 +83,7 @@ for i = 1, n do
     return reply
   end
   replies[i] = reply
-  if reply[1] ~= 1 and ARGV[2 + 7 * (i - 1) + 6] == '1' then
+  if reply[1] ~= 1 and ARGV[2 + 8 * (i - 1) + 6] == '1' then
     blocked = true
   end
 end
@@ -97,6 +101,30 @@ if blocked or dry_only then
       redis.call('RESTORE', key, ttl, dump, 'REPLACE')
     else
       redis.call('DEL', key)
+    end
+  end
+  if not dry_only then
+    for i = 1, n do
+      local base = 2 + 8 * (i - 1)
+      local block_for = tonumber(ARGV[base + 7])
+      if replies[i][1] ~= 1 and ARGV[base + 6] == '1' and block_for > 0 and replies[i][4] >= 0 then
+        local zset = tonumber(ARGV[base]) == 6
+        local now = tonumber(now_arg)
+        -- A block running already (this key named twice, or the denial was a block's) stays.
+        local until_us
+        if zset then
+          until_us = tonumber(redis.call('ZSCORE', KEYS[i], 'b'))
+        else
+          local value = redis.call('GET', KEYS[i])
+          until_us = value and block_until(value)
+        end
+        if not until_us or until_us <= now then
+          until_us = now + block_for
+          set_block(KEYS[i], zset, until_us, now)
+        end
+        replies[i] = blocked_reply(until_us, now, tonumber(ARGV[base + 3]),
+          math.max(tonumber(ARGV[base + 5]), 1))
+      end
     end
   end
 else

@@ -13,6 +13,9 @@
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
 --          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+-- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
+--          (not in a dry run) blocks the client for block_for from now, and the reply is the
+--          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
@@ -34,11 +37,18 @@ local capacity = burst * t
 -- pending: how far now lies before updated_at (a clock that went back); refill starts then.
 local credit, pending, updated_at = capacity, 0, now
 local value = redis.call('GET', KEYS[1])
+local stored, at
 if value then
-  local stored, at = string.match(value, '^(%d+):(%d+)$')
+  stored, at = string.match(value, '^(%d+):(%d+)$')
   if not stored then
-    unreadable(KEYS[1])
+    -- Not a bucket: a block (see lua/prelude.lua), or data that is not ours.
+    local until_us = block_until(value) or unreadable(KEYS[1])
+    if until_us > now then
+      return blocked_reply(until_us, now, burst, cost)
+    end
   end
+end
+if stored then
   stored, at = tonumber(stored), tonumber(at)
   credit = math.min(stored + math.max(now - at, 0), capacity)
   pending = math.max(at - now, 0)
@@ -51,7 +61,8 @@ if cost > burst or credit < need then
   if cost <= burst then
     retry_after = need - credit + pending
   end
-  return {0, idiv(credit, t), capacity - credit + pending, retry_after}
+  local reply = {0, idiv(credit, t), capacity - credit + pending, retry_after}
+  return block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
 end
 credit = credit - need
 local reset_after = capacity - credit + pending

@@ -97,9 +97,10 @@ pub enum StoreError {
     /// corrupt value): this request's problem, not the store's, so the circuit breaker does
     /// not count it.
     KeyState(Box<dyn std::error::Error + Send + Sync>),
-    /// The store does not implement this operation (e.g. a store written before
-    /// [`Store::peek`](crate::Store::peek) existed): a question for the store's author, not
-    /// an outage, so the circuit breaker does not count it.
+    /// The store does not implement this operation (a store written before
+    /// [`Store::peek`](crate::Store::peek), [`reset`](crate::Store::reset) and the others
+    /// existed): names the operation. A question for the store's author, not an outage, so the
+    /// circuit breaker does not count it.
     Unsupported(&'static str),
 }
 

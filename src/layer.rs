@@ -193,6 +193,60 @@ impl<S: Store> RateLimitLayer<S> {
             .map(|r| r.policy.name().to_owned())
             .collect()
     }
+
+    /// Forgets the state of client `key` under the rule named `rule`, and any block: its next
+    /// request starts with a whole quota. `key` is the client key as the rule's key extractor
+    /// reads it (e.g. the IP address, or the header's value); it is sanitized as requests'
+    /// keys are, and a rule with tiers uses the key's tier. On Redis every instance sees the
+    /// reset; this instance's cache of denials forgets the client, and other instances' caches
+    /// answer a denial they hold until its `Retry-After` at most.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{key, ControlError, Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::builder()
+    ///     .name("api")
+    ///     .quota(Quota::per_minute(100))
+    ///     .key(key::Header::new("x-api-key"))
+    ///     .build()?;
+    /// layer.block("api", "key-123", Duration::from_secs(600)).await?;
+    /// layer.refund("api", "key-456", 1).await?;
+    /// layer.reset("api", "key-123").await?;
+    /// assert!(matches!(
+    ///     layer.reset("nope", "key-123").await,
+    ///     Err(ControlError::UnknownRule { .. })
+    /// ));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reset(&self, rule: &str, key: &str) -> Result<(), ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.reset(&key, &policy).await?)
+    }
+
+    /// Denies every request of client `key` under the rule named `rule` for `duration`
+    /// from now, with `Retry-After` the rest of the block; the client starts afresh after it
+    /// (see [`Store::block`]). Keys and tiers as in [`reset`](Self::reset).
+    pub async fn block(
+        &self,
+        rule: &str,
+        key: &str,
+        duration: Duration,
+    ) -> Result<(), ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.block(&key, &policy, duration).await?)
+    }
+
+    /// Gives `n` units back to client `key` under the rule named `rule`, as far as the rule's
+    /// algorithm allows (see [`Store::refund`]): e.g. for a request that turned out not to
+    /// count. Keys and tiers as in [`reset`](Self::reset).
+    pub async fn refund(&self, rule: &str, key: &str, n: u32) -> Result<(), ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.refund(&key, &policy, n).await?)
+    }
 }
 
 impl<S> Clone for RateLimitLayer<S> {

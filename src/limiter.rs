@@ -213,7 +213,7 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The policy for `key` under `rule`: its tier's quota if the rule has tiers.
-    fn tier(&self, rule: &CompiledRule, key: &str) -> (Policy, Quota) {
+    pub(crate) fn tier(&self, rule: &CompiledRule, key: &str) -> (Policy, Quota) {
         let Some(quota) = rule.quota_for.as_ref().and_then(|tiers| tiers(key)) else {
             return (rule.policy.clone(), rule.quota);
         };

@@ -306,6 +306,8 @@ pub struct Policy {
     quota: Quota,
     algorithm: Algorithm,
     params: Params,
+    /// How long a client denied under this policy stays blocked, in µs (0: not at all).
+    block_for_us: u64,
 }
 
 impl Policy {
@@ -346,7 +348,42 @@ impl Policy {
             name,
             quota,
             algorithm,
+            block_for_us: 0,
         })
+    }
+
+    /// Blocks a client for `duration` once a blocking check denies it: every request is then
+    /// denied (with `remaining` 0 and `Retry-After` the rest of the block) until the block
+    /// ends, even if the quota refills meanwhile, and the client starts afresh after it. The
+    /// store sets the block in the same atomic call that denies, so on Redis every instance
+    /// sees it. A denial that no wait could turn into an allow (a cost above the capacity)
+    /// blocks nothing, and a denial by a block does not make it longer. Zero turns it off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Policy, Quota};
+    ///
+    /// let policy = Policy::new("login", Quota::per_minute(5), Algorithm::Gcra)?
+    ///     .block_for(Duration::from_secs(600));
+    /// assert_eq!(policy.blocks_for(), Some(Duration::from_secs(600)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.block_for_us = u64::try_from(duration.as_micros())
+            .unwrap_or(u64::MAX)
+            .min(MAX_BUCKET_SPAN_US);
+        self
+    }
+
+    /// How long a denied client is blocked (see [`block_for`](Self::block_for)), if at all.
+    pub fn blocks_for(&self) -> Option<Duration> {
+        (self.block_for_us > 0).then(|| Duration::from_micros(self.block_for_us))
+    }
+
+    /// [`blocks_for`](Self::blocks_for) in µs, 0 for none: what the stores compute with.
+    pub(crate) fn block_for_us(&self) -> u64 {
+        self.block_for_us
     }
 
     /// The policy's name, as used in store keys and headers.

@@ -16,7 +16,12 @@ use tollgate::{key, Algorithm, ControlError, ManualClock, Policy, Quota, RateLim
 async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() {
     let url = support::shared_redis_url();
     let mut conn = support::redis_connection(&url);
-    for algorithm in Algorithm::ALL {
+    // Without and with blocks (3 s after each denial, which this history meets often): a
+    // blocked client peeks as its block, in both stores.
+    for (algorithm, block_for) in Algorithm::ALL
+        .into_iter()
+        .flat_map(|a| [(a, None), (a, Some(Duration::from_secs(3)))])
+    {
         let clock = ManualClock::new(1_700_000_000_000_000);
         let prefix = support::unique_prefix("peek-diff");
         let redis = RedisStore::from_url(&url)
@@ -24,7 +29,11 @@ async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() 
             .prefix(prefix.as_str())
             .with_clock(clock.clone());
         let memory = MemoryStore::with_clock(clock.clone());
-        let policy = Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm).unwrap();
+        let mut policy =
+            Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm).unwrap();
+        if let Some(block_for) = block_for {
+            policy = policy.block_for(block_for);
+        }
         let mut rng = SmallRng::seed_from_u64(0x9ee4 ^ algorithm as u64);
 
         // A peek of a client never seen writes nothing.
@@ -45,14 +54,20 @@ async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() 
             // that follows them.
             let m = memory.peek("a", &policy, cost).await.unwrap();
             let r = redis.peek("a", &policy, cost).await.unwrap();
-            assert_eq!(m, r, "{algorithm} step {step} cost {cost}");
+            assert_eq!(m, r, "{algorithm} {block_for:?} step {step} cost {cost}");
             assert_eq!(r, redis.peek("a", &policy, cost).await.unwrap());
             if rng.random_bool(0.7) {
                 let checked = redis.check("a", &policy, cost).await.unwrap();
-                assert_eq!(
-                    checked, r,
-                    "{algorithm} step {step}: the check after the peek"
-                );
+                if block_for.is_some() && !r.allowed {
+                    // The check that denies sets a block (the peek sets none), or meets one.
+                    assert!(!checked.allowed && checked.remaining == 0, "{algorithm}");
+                    assert!(checked.retry_after <= block_for, "{algorithm}");
+                } else {
+                    assert_eq!(
+                        checked, r,
+                        "{algorithm} step {step}: the check after the peek"
+                    );
+                }
                 assert_eq!(memory.check("a", &policy, cost).await.unwrap(), checked);
             }
         }

@@ -24,6 +24,7 @@ fn quickstart() -> Command {
         "REDIS_CLUSTER_NODES",
         "REDIS_SENTINEL",
         "RULES_FILE",
+        "ADMIN_TOKEN",
     ] {
         command.env_remove(name);
     }
@@ -131,6 +132,131 @@ async fn the_quickstart_limits_exactly_through_a_cluster() {
     let key = "tollgate:quickstart:gcra:{alice}";
     let master = cluster.master_of(key);
     assert_eq!(support::redis_cli(master, &["exists", key]).trim(), "1");
+}
+
+/// `n` GET requests of client `key`: their statuses.
+async fn statuses_of(running: &Running, key: &str, n: usize) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        let r = support::client()
+            .get(format!("http://127.0.0.1:{}/", running.1))
+            .header("x-api-key", key)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    statuses
+}
+
+/// `DELETE /admin/limits/{path}` with this `authorization` header (if any): status, the
+/// `www-authenticate` header (or "-"), whether it had rate-limit headers, and the body.
+async fn admin_delete(
+    running: &Running,
+    path: &str,
+    authorization: Option<&str>,
+) -> (u16, String, bool, String) {
+    let mut request = support::client().delete(format!(
+        "http://127.0.0.1:{}/admin/limits/{path}",
+        running.1
+    ));
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    let r = request.send().await.unwrap();
+    let status = r.status().as_u16();
+    let challenge = r
+        .headers()
+        .get("www-authenticate")
+        .map_or("-".to_owned(), |v| v.to_str().unwrap().to_owned());
+    let limited = r.headers().contains_key("ratelimit");
+    (status, challenge, limited, r.text().await.unwrap())
+}
+
+/// The admin endpoint: only with the token (401 otherwise, whatever else is sent), 404 for
+/// an unknown rule, 204 and a whole quota again for the client, never rate limited.
+async fn the_admin_endpoint_resets_one_client(store: &[(&str, &str)]) {
+    let token = "t0ken-with-enough-entropy";
+    let mut vars = vec![("ADMIN_TOKEN", token), ("RATE_LIMIT", "5/min")];
+    vars.extend_from_slice(store);
+    let running = start(&vars);
+    let client = support::unique_prefix("admin-client");
+    assert_eq!(
+        statuses_of(&running, &client, 6).await,
+        [200, 200, 200, 200, 200, 429]
+    );
+
+    let path = format!("quickstart/{client}");
+    let unauthorized = (
+        401,
+        "Bearer".to_owned(),
+        false,
+        "Unauthorized: send authorization: Bearer <ADMIN_TOKEN>\n".to_owned(),
+    );
+    for wrong in [
+        None,
+        Some("Bearer"),
+        Some("Bearer "),
+        Some("Bearer t0ken"),
+        Some("Bearer t0ken-with-enough-entropy2"),
+        Some("bearer t0ken-with-enough-entropy"),
+        Some("Basic dDBrZW4td2l0aC1lbm91Z2gtZW50cm9weQ=="),
+        Some("t0ken-with-enough-entropy"),
+    ] {
+        assert_eq!(
+            admin_delete(&running, &path, wrong).await,
+            unauthorized,
+            "{wrong:?}"
+        );
+    }
+    // Still denied: nothing was reset.
+    assert_eq!(statuses_of(&running, &client, 1).await, [429]);
+
+    let bearer = format!("Bearer {token}");
+    assert_eq!(
+        admin_delete(&running, &format!("nope/{client}"), Some(&bearer)).await,
+        (
+            404,
+            "-".to_owned(),
+            false,
+            "no rule named \"nope\" (the rules in force are: quickstart, signin)\n".to_owned()
+        )
+    );
+    // Ten admin calls in a row, more than the quota: none is limited.
+    for _ in 0..10 {
+        assert_eq!(
+            admin_delete(&running, &path, Some(&bearer)).await,
+            (204, "-".to_owned(), false, String::new())
+        );
+    }
+    assert_eq!(
+        statuses_of(&running, &client, 6).await,
+        [200, 200, 200, 200, 200, 429]
+    );
+}
+
+#[tokio::test]
+async fn the_admin_endpoint_resets_one_client_in_memory() {
+    the_admin_endpoint_resets_one_client(&[]).await;
+}
+
+#[tokio::test]
+async fn the_admin_endpoint_resets_one_client_on_redis() {
+    let url = support::shared_redis_url();
+    the_admin_endpoint_resets_one_client(&[("REDIS_URL", &url)]).await;
+}
+
+#[tokio::test]
+async fn without_admin_token_there_is_no_admin_endpoint() {
+    let running = start(&[("RATE_LIMIT", "5/min")]);
+    for authorization in [None, Some("Bearer "), Some("Bearer anything")] {
+        let (status, ..) = admin_delete(&running, "quickstart/alice", authorization).await;
+        assert_eq!(status, 404, "{authorization:?}");
+    }
+    // An empty token is no token: it would let anyone in with "Bearer ".
+    let running = start(&[("RATE_LIMIT", "5/min"), ("ADMIN_TOKEN", "")]);
+    let (status, ..) = admin_delete(&running, "quickstart/alice", Some("Bearer ")).await;
+    assert_eq!(status, 404);
 }
 
 /// Signs in to the quickstart with `password`: the status and the `ratelimit` header.

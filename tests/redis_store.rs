@@ -83,6 +83,74 @@ async fn redis_and_memory_give_identical_decisions() {
     }
 }
 
+/// The same history as above, with blocks after a denial (`block_for`), and now and then a
+/// reset, a block or a refund of a client: both stores still decide alike, step for step.
+#[tokio::test]
+async fn redis_and_memory_agree_on_blocks_resets_and_refunds() {
+    let url = support::shared_redis_url();
+    let start = Instant::now();
+    let clock = ManualClock::new(0);
+    let (mut blocked, mut refunded) = (0, 0);
+    for algorithm in Algorithm::ALL {
+        for (q, quota) in quotas(algorithm).into_iter().enumerate() {
+            let seed = 0xb10c_0000 ^ (algorithm as u64) << 8 ^ q as u64;
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let redis = RedisStore::from_url(&url)
+                .unwrap()
+                .prefix(support::unique_prefix("diff-ops"))
+                .with_clock(clock.clone());
+            let memory = MemoryStore::with_clock(clock.clone());
+            let period = quota.period().as_micros() as u64;
+            let block_for = Duration::from_micros(period / 2 + 1);
+            let policy = Policy::new("p", quota, algorithm)
+                .unwrap()
+                .block_for(block_for);
+            let mut offset: u64 = 1_700_000_000_000_000;
+            for step in 0..400 {
+                offset += match rng.random_range(0..10) {
+                    0..=3 => 0,
+                    4..=6 => rng.random_range(0..period / 4 + 1),
+                    7..=8 => rng.random_range(0..period + 1),
+                    _ => rng.random_range(0..3 * period),
+                };
+                clock.set(offset + start.elapsed().as_micros() as u64);
+                let key = ["a", "b", "c"][rng.random_range(0..3)];
+                let at = format!("{algorithm} {quota} seed {seed:#x} step {step} key {key}");
+                match rng.random_range(0..20) {
+                    0 => {
+                        memory.reset(key, &policy).await.unwrap();
+                        redis.reset(key, &policy).await.unwrap();
+                    }
+                    1 => {
+                        let d = Duration::from_micros(rng.random_range(0..2 * period));
+                        memory.block(key, &policy, d).await.unwrap();
+                        redis.block(key, &policy, d).await.unwrap();
+                    }
+                    2..=4 => {
+                        let n = rng.random_range(1..4);
+                        memory.refund(key, &policy, n).await.unwrap();
+                        redis.refund(key, &policy, n).await.unwrap();
+                        refunded += 1;
+                    }
+                    _ => {
+                        let cost = rng.random_range(1..4);
+                        let m = memory.check(key, &policy, cost).await.unwrap();
+                        let r = redis.check(key, &policy, cost).await.unwrap();
+                        assert_eq!(m, r, "{at} cost {cost}");
+                        if !m.allowed && m.remaining == 0 && m.retry_after == Some(m.reset_after) {
+                            blocked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        blocked > 100 && refunded > 100,
+        "{blocked} blocked, {refunded} refunds"
+    );
+}
+
 fn routes(layer: RateLimitLayer<RedisStore>) -> Router {
     Router::new()
         .route("/", get(|| async { "hello" }))

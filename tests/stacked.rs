@@ -47,14 +47,52 @@ fn policies() -> Vec<Policy> {
         .collect()
 }
 
+const STEPS: usize = 3_000;
+
 #[tokio::test]
 async fn stacked_decisions_are_identical_in_memory_and_redis() {
-    const STEPS: usize = 3_000;
+    let seeds = [0x57ac_4ed1_u64, 0x0dd_ba11, 0x5eed_0003];
+    let (matched, blocked, repeated, _) = differential(&policies(), &seeds).await;
+    assert_eq!(matched, STEPS);
+    // Both outcomes, and the same limit twice in one request, were exercised well.
+    assert!(
+        blocked > STEPS / 10 && blocked < STEPS * 9 / 10,
+        "{blocked} blocked"
+    );
+    assert!(repeated > 50, "{repeated} with a repeated limit");
+    eprintln!("{matched} stacked decisions matched ({blocked} blocked, {repeated} repeated)");
+}
+
+/// The same, with half the policies blocking a client for 1.5 s after a denial (`block_for`):
+/// only the denying limit's key is blocked, and both stores agree on every block.
+#[tokio::test]
+async fn stacked_blocks_are_identical_in_memory_and_redis() {
+    let policies: Vec<Policy> = policies()
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if i % 2 == 0 {
+                p.block_for(Duration::from_millis(1_500))
+            } else {
+                p
+            }
+        })
+        .collect();
+    let seeds = [0xb10c_0001_u64, 0xb10c_0002, 0xb10c_0003];
+    let (matched, _, _, blocks) = differential(&policies, &seeds).await;
+    assert_eq!(matched, STEPS);
+    assert!(blocks > STEPS / 10, "{blocks} decisions by a block");
+}
+
+/// Runs `STEPS` random stacked decisions over `policies` (a third per seed) in both stores
+/// and checks that they agree. Returns how many matched, how many requests were blocked,
+/// how many named a limit twice, and how many decisions were a block's (nothing left, and
+/// retry when whole again).
+async fn differential(policies: &[Policy], seeds: &[u64]) -> (usize, usize, usize, usize) {
     let url = support::shared_redis_url();
-    let policies = policies();
     let start = Instant::now();
-    let (mut matched, mut blocked, mut repeated) = (0, 0, 0);
-    for seed in [0x57ac_4ed1_u64, 0x0dd_ba11, 0x5eed_0003] {
+    let (mut matched, mut blocked, mut repeated, mut blocks) = (0, 0, 0, 0);
+    for &seed in seeds {
         let mut rng = SmallRng::seed_from_u64(seed);
         let clock = ManualClock::new(0);
         let redis = RedisStore::from_url(&url)
@@ -110,16 +148,13 @@ async fn stacked_decisions_are_identical_in_memory_and_redis() {
                     .iter()
                     .any(|b| a.key == b.key && a.policy.name() == b.policy.name())
             }));
+            blocks += m
+                .iter()
+                .filter(|d| !d.allowed && d.remaining == 0 && d.retry_after == Some(d.reset_after))
+                .count();
         }
     }
-    assert_eq!(matched, STEPS);
-    // Both outcomes, and the same limit twice in one request, were exercised well.
-    assert!(
-        blocked > STEPS / 10 && blocked < STEPS * 9 / 10,
-        "{blocked} blocked"
-    );
-    assert!(repeated > 50, "{repeated} with a repeated limit");
-    eprintln!("{matched} stacked decisions matched ({blocked} blocked, {repeated} repeated)");
+    (matched, blocked, repeated, blocks)
 }
 
 /// A burst limit (2/min) on `keys[0]` and a daily one (3/day) on `keys[1]` (the same key, or

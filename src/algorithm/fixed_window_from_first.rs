@@ -30,6 +30,15 @@ impl FixedWindowFromFirst {
     }
 
     /// From the end of the stored window on, the key decides like a new one.
+    /// Gives back `n` units of the current window.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {
+        let current = self
+            .0
+            .started()
+            .is_some_and(|start| now < start.saturating_add(p.period.max(1)));
+        self.0.refund(current, n);
+    }
+
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         self.0.expires_at(p)
     }

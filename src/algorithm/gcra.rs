@@ -56,6 +56,15 @@ impl Gcra {
     }
 
     /// The bucket is full again, and the key decides like a new one, from `tat` on.
+    /// Gives back `n` units at `now`: the TAT moves back by `n·T`, never before `now` (units
+    /// already drained were given back by time itself).
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {
+        if self.tat > now {
+            let back = n.saturating_mul(p.interval.max(1));
+            self.tat = self.tat.saturating_sub(back).max(now);
+        }
+    }
+
     pub(crate) fn expires_at(&self, _p: &Params) -> u64 {
         self.tat
     }

@@ -149,6 +149,15 @@ pub(crate) enum State {
     SlidingWindow(sliding_window::SlidingWindow),
 }
 
+/// The decision for a request of `cost` at `now` by a client blocked until `until`: denied,
+/// nothing left, whole again and allowed when the block ends (never, for a cost above the
+/// capacity).
+pub(crate) fn blocked(p: &Params, now: u64, until: u64, cost: u64) -> Decision {
+    let rest = until.saturating_sub(now);
+    let retry_after = (cost.max(1) <= p.burst).then_some(rest);
+    Decision::from_micros(false, p.burst, 0, rest, retry_after)
+}
+
 impl State {
     /// The state of a key that has no history.
     pub(crate) fn new(algorithm: Algorithm) -> Self {
@@ -188,6 +197,18 @@ impl State {
             State::FixedWindowFromFirst(s) => s.expires_at(p),
             State::SlidingWindowLog(s) => s.expires_at(p),
             State::SlidingWindow(s) => s.expires_at(p),
+        }
+    }
+
+    /// Gives back `n` units at `now`, as far as the algorithm allows (see `Store::refund`).
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {
+        match self {
+            State::Gcra(s) | State::LeakyBucket(s) => s.refund(p, now, n),
+            State::TokenBucket(s) => s.refund(p, now, n),
+            State::FixedWindow(s) => s.refund(p, now, n),
+            State::FixedWindowFromFirst(s) => s.refund(p, now, n),
+            State::SlidingWindowLog(s) => s.refund(n),
+            State::SlidingWindow(s) => s.refund(p, now, n),
         }
     }
 

@@ -91,6 +91,14 @@ impl SlidingWindow {
     }
 
     /// Both counts stop counting one window after the last one they belong to.
+    /// Gives back `n` units of the current window (the previous one's count stays).
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {
+        let period = p.period.max(1);
+        if self.view(period, now).start == self.start {
+            self.curr = self.curr.saturating_sub(n);
+        }
+    }
+
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         let period = p.period.max(1);
         if self.curr > 0 {

@@ -113,6 +113,32 @@ impl SlidingWindowLog {
     }
 
     /// Once the newest entry has expired the log is empty in effect.
+    /// Removes the newest `n` units of the log.
+    pub(crate) fn refund(&mut self, n: u64) {
+        let mut left = n;
+        while left > 0 {
+            let len = self.entries.len();
+            let before = match len {
+                0 => break,
+                1 => self.base,
+                _ => self.entries.get(len - 2).map_or(self.base, |e| e.end),
+            };
+            let Some(newest) = self.entries.back_mut() else {
+                break;
+            };
+            let cost = newest.end.wrapping_sub(before);
+            if cost > left {
+                newest.end = newest.end.wrapping_sub(left);
+                break;
+            }
+            left -= cost;
+            self.entries.pop_back();
+        }
+        if self.entries.is_empty() {
+            self.base = 0;
+        }
+    }
+
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         self.entries
             .back()

@@ -60,6 +60,22 @@ impl TokenBucket {
     }
 
     /// The time the bucket is full again; from then on it decides like a new key.
+    /// Gives back `n` tokens at `now`, up to the capacity.
+    pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {
+        let t = p.interval.max(1);
+        let capacity = p.burst.saturating_mul(t);
+        if let Some(b) = self.bucket {
+            let credit = b
+                .credit
+                .saturating_add(now.saturating_sub(b.updated_at))
+                .min(capacity);
+            self.bucket = Some(Bucket {
+                credit: credit.saturating_add(n.saturating_mul(t)).min(capacity),
+                updated_at: b.updated_at.max(now),
+            });
+        }
+    }
+
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         let capacity = p.burst.saturating_mul(p.interval.max(1));
         self.bucket.map_or(0, |b| {

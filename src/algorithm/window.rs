@@ -62,6 +62,13 @@ impl Window {
     }
 
     /// From the end of the stored window on, the key decides like a new one.
+    /// Lowers the count by `n` (not below 0) when the stored window is the current one.
+    pub(crate) fn refund(&mut self, current: bool, n: u64) {
+        if current {
+            self.count = self.count.saturating_sub(n);
+        }
+    }
+
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
         self.started()
             .map_or(0, |start| start.saturating_add(p.period.max(1)))

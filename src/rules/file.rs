@@ -21,10 +21,16 @@
 //! quota = "2/s"
 //! mode = "delay"                  # enforce | shadow | delay
 //! max_delay = "2s"                # delay mode only
+//!
+//! [[rule]]
+//! name = "signin"
+//! path = "/signin"
+//! quota = "5/min"
+//! block_for = "15m"               # once denied, denied for 15 minutes
 //! ```
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
-//! `max_cost`, `mode`, `max_delay`, `trusted_proxies` (networks whose forwarding headers
+//! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `trusted_proxies` (networks whose forwarding headers
 //! `client_ip` believes). A rule also has `name` (required), `methods`, `path` and
 //! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes); a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
@@ -119,6 +125,7 @@ struct Settings {
     mode: Option<Spanned<Text<Mode>>>,
     max_delay: Option<Text<MaxDelay>>,
     trusted_proxies: Option<List<Cidr>>,
+    block_for: Option<Spanned<Text<MaxDelay>>>,
 }
 
 /// A `[[rule]]`: the settings written out again, because serde's `flatten` ignores
@@ -137,6 +144,7 @@ struct RuleDoc {
     mode: Option<Spanned<Text<Mode>>>,
     max_delay: Option<Text<MaxDelay>>,
     trusted_proxies: Option<List<Cidr>>,
+    block_for: Option<Spanned<Text<MaxDelay>>>,
     /// Only responses with these statuses are counted: a rule's own, never a default.
     count_status: Option<Spanned<StatusList>>,
 }
@@ -246,6 +254,10 @@ fn build_rule(
     if let (Mode::Delay, Some(delay)) = (mode, pick(&doc.max_delay, &defaults.max_delay)) {
         rule = rule.max_delay(delay.0 .0);
     }
+    let block_for = pick(&doc.block_for, &defaults.block_for);
+    if let Some(block_for) = block_for {
+        rule = rule.block_for(block_for.get_ref().0 .0);
+    }
 
     // The rule sets its own key and algorithm, so the defaults given here never apply.
     let unused_key: Arc<dyn KeyExtractor> = Arc::new(key::Global);
@@ -262,6 +274,7 @@ fn build_rule(
             // Checked as they were read.
             Setting::CostHeader => (header.clone(), "cost_header"),
             Setting::MaxCost => (header.clone(), "max_cost"),
+            Setting::BlockFor => (at(block_for.map(Spanned::span)), "block_for"),
             // Read entry by entry; what is left is the list as a whole (empty, delay mode).
             Setting::CountStatus => (
                 at(doc.count_status.as_ref().map(Spanned::span)),

@@ -107,6 +107,7 @@ pub struct Rule {
     mode: Mode,
     max_delay: Option<Duration>,
     quota_for: Option<TierFn>,
+    block_for: Option<Duration>,
     count_status: Option<Vec<StatusMatch>>,
 }
 
@@ -145,6 +146,7 @@ impl Rule {
             mode: Mode::Enforce,
             max_delay: None,
             quota_for: None,
+            block_for: None,
             count_status: None,
         }
     }
@@ -233,6 +235,29 @@ impl Rule {
         F: Fn(&str) -> Option<Quota> + Send + Sync + 'static,
     {
         self.quota_for = Some(Arc::new(tiers));
+        self
+    }
+
+    /// Once this rule denies a client, keeps denying it for `duration`, even if its quota
+    /// refills meanwhile; `Retry-After` tells the rest of the block, and the client starts
+    /// afresh after it (see [`Policy::block_for`]). The block lives in the store, next to the
+    /// client's state, so on Redis every instance sees it. Under stacked limits only the
+    /// denying rule blocks. A shadow rule never blocks (its denials let requests through), and
+    /// delay mode refuses it: a queued client waits for its slot rather than being blocked.
+    /// At most a year.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{rules::Rule, Quota};
+    ///
+    /// let login = Rule::new("login", Quota::per_minute(5))
+    ///     .path("/login")
+    ///     .block_for(Duration::from_secs(15 * 60));
+    /// # let _ = login;
+    /// ```
+    #[must_use]
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.block_for = Some(duration);
         self
     }
 
@@ -335,6 +360,18 @@ impl Rule {
             None => Policy::new(self.name.as_str(), self.quota, algorithm)
                 .map_err(at(Setting::Quota))?,
         };
+        let policy = match self.block_for {
+            None => policy,
+            Some(block_for) => {
+                check_block_for(block_for, self.mode).map_err(at(Setting::BlockFor))?;
+                // A shadow rule's denials let requests through: it never blocks.
+                if self.mode == Mode::Shadow {
+                    policy
+                } else {
+                    policy.block_for(block_for)
+                }
+            }
+        };
         let count_status = self.checked_count_status(self.mode).map_err(|why| {
             (
                 Setting::CountStatus,
@@ -390,6 +427,27 @@ impl Rule {
     }
 }
 
+/// The longest block a rule may set (a year, as the longest period).
+const MAX_BLOCK: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Checks a rule's `block_for` in `mode`.
+fn check_block_for(block_for: Duration, mode: Mode) -> Result<(), ConfigError> {
+    let rule = |message: String| Err(ConfigError::of(ConfigErrorKind::Rule, message));
+    if block_for.is_zero() || block_for > MAX_BLOCK {
+        return rule(format!(
+            "block_for {block_for:?} is out of range: use from 1µs to 365 days, e.g. \"10m\""
+        ));
+    }
+    if mode == Mode::Delay {
+        return rule(
+            "block_for cannot be used in delay mode (a queued request waits for its slot); use \
+             mode enforce, or remove block_for"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// A rule's setting, to say which one an error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Setting {
@@ -399,6 +457,7 @@ pub(crate) enum Setting {
     Mode,
     CostHeader,
     MaxCost,
+    BlockFor,
     CountStatus,
 }
 
@@ -415,6 +474,7 @@ impl fmt::Debug for Rule {
             .field("max_cost", &self.max_cost)
             .field("mode", &self.mode)
             .field("max_delay", &self.max_delay)
+            .field("block_for", &self.block_for)
             .field("count_status", &self.count_status)
             .finish_non_exhaustive()
     }
@@ -440,10 +500,15 @@ pub(crate) struct CompiledRule {
 impl CompiledRule {
     /// The policy of this rule for another quota (a tier's), in the rule's mode.
     pub(crate) fn policy_for(&self, quota: Quota) -> Result<Policy, ConfigError> {
-        match &self.delay {
+        let policy = match &self.delay {
             Some(queue) => queue.policy(self.policy.name(), quota),
             None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
-        }
+        }?;
+        // A tier blocks as the rule does.
+        Ok(match self.policy.blocks_for() {
+            Some(block_for) => policy.block_for(block_for),
+            None => policy,
+        })
     }
 }
 

@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -80,6 +81,25 @@ trait DynStore: Send + Sync + fmt::Debug {
         policy: &'a Policy,
         cost: u32,
     ) -> BoxFuture<'a, Result<Decision, StoreError>>;
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    fn block<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        n: u32,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }
 
 impl<S: Store + fmt::Debug> DynStore for S {
@@ -111,6 +131,32 @@ impl<S: Store + fmt::Debug> DynStore for S {
     ) -> BoxFuture<'a, Result<Decision, StoreError>> {
         Box::pin(Store::peek(self, key, policy, cost))
     }
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::reset(self, key, policy))
+    }
+
+    fn block<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::block(self, key, policy, duration))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        n: u32,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::refund(self, key, policy, n))
+    }
 }
 
 impl Store for BoxStore {
@@ -128,6 +174,23 @@ impl Store for BoxStore {
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         self.inner.peek(key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.block(key, policy, duration).await
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, n).await
     }
 }
 

@@ -135,6 +135,18 @@ impl<S: Store> DenialCache<S> {
         })
     }
 
+    /// Drops the cached denial of `key` under `policy`, if any.
+    fn forget(&self, policy: &Policy, key: &str) {
+        let hash = self.hash(policy, key);
+        let mut shard = self.shard(hash);
+        if shard
+            .get(&hash)
+            .is_some_and(|d| &*d.key == key && d.policy == *policy)
+        {
+            shard.remove(&hash);
+        }
+    }
+
     /// Remembers the store's answer to a call sent at `sent_at`: a denial is kept; an
     /// allowed request drops the key's denial, whose numbers it changed.
     fn remember(&self, hash: u64, request: (&str, &Policy, u32), sent_at: u64, decision: Decision) {
@@ -213,6 +225,35 @@ impl<S: Store> Store for DenialCache<S> {
             self.remember(hash, (key, policy, cost), sent_at, decision);
         }
         Ok(decision)
+    }
+
+    /// Resets the client in the store, then drops this instance's cached denial of it. Other
+    /// instances' caches keep theirs until it ends (at most its `Retry-After`).
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        let result = self.inner.reset(key, policy).await;
+        self.forget(policy, key);
+        result
+    }
+
+    /// Blocks the client in the store and drops this instance's cached denial of it: the
+    /// next request asks the store, which answers with the block (and is cached then).
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        let result = self.inner.block(key, policy, duration).await;
+        self.forget(policy, key);
+        result
+    }
+
+    /// Refunds the client in the store, then drops this instance's cached denial of it, as
+    /// [`reset`](Self::reset) does.
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        let result = self.inner.refund(key, policy, n).await;
+        self.forget(policy, key);
+        result
     }
 }
 

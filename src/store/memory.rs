@@ -4,8 +4,9 @@ use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use crate::algorithm::{Algorithm, Params, State};
+use crate::algorithm::{self, Algorithm, Params, State};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
@@ -68,6 +69,9 @@ impl Default for Shard {
 struct Tracked {
     state: State,
     expires_at: u64,
+    /// Until when (µs) the client is blocked, if it is: the state is then a new one, for the
+    /// client to start afresh when the block ends (`expires_at` is the same time).
+    blocked_until: Option<u64>,
 }
 
 /// A shard is swept after at least this many decisions, however few keys it holds.
@@ -142,11 +146,19 @@ impl MemoryStore {
         match shard.entries.entry(map_key) {
             Entry::Occupied(mut occupied) => {
                 let tracked = occupied.get_mut();
+                if let Some(until) = tracked.live_block(policy.algorithm(), now) {
+                    return algorithm::blocked(params, now, until, u64::from(cost));
+                }
                 if !tracked.is_live(policy.algorithm(), now) {
                     tracked.state = State::new(policy.algorithm());
+                    tracked.blocked_until = None;
                 }
                 let decision = tracked.state.check(params, now, u64::from(cost));
                 tracked.expires_at = tracked.state.expires_at(params);
+                if let Some(until) = block_after(&decision, policy, now) {
+                    *tracked = Tracked::blocked(policy.algorithm(), until);
+                    return algorithm::blocked(params, now, until, u64::from(cost));
+                }
                 decision
             }
             Entry::Vacant(vacant) => {
@@ -154,7 +166,14 @@ impl MemoryStore {
                 let decision = state.check(params, now, u64::from(cost));
                 if decision.allowed {
                     let expires_at = state.expires_at(params);
-                    vacant.insert(Tracked { state, expires_at });
+                    vacant.insert(Tracked {
+                        state,
+                        expires_at,
+                        blocked_until: None,
+                    });
+                } else if let Some(until) = block_after(&decision, policy, now) {
+                    vacant.insert(Tracked::blocked(policy.algorithm(), until));
+                    return algorithm::blocked(params, now, until, u64::from(cost));
                 }
                 decision
             }
@@ -167,12 +186,18 @@ impl MemoryStore {
         let now = self.inner.clock.now();
         let algorithm = policy.algorithm();
         let (map_key, shard_index) = self.locate(key, policy);
-        let mut state = lock(&self.inner.shards[shard_index])
+        let tracked = lock(&self.inner.shards[shard_index])
             .entries
             .get(&map_key)
             .filter(|t| t.is_live(algorithm, now))
-            .map_or_else(|| State::new(algorithm), |t| t.state.clone());
-        state.check(policy.params(), now, u64::from(cost))
+            .map(|t| (t.live_block(algorithm, now), t.state.clone()));
+        match tracked {
+            Some((Some(until), _)) => {
+                algorithm::blocked(policy.params(), now, until, u64::from(cost))
+            }
+            Some((None, mut state)) => state.check(policy.params(), now, u64::from(cost)),
+            None => State::new(algorithm).check(policy.params(), now, u64::from(cost)),
+        }
     }
 
     /// Decides one request against several limits at once, atomically: see
@@ -204,6 +229,8 @@ impl MemoryStore {
         // checks of one key see each other.
         let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
         let mut pending: Vec<Pending<'_>> = Vec::with_capacity(checks.len());
+        // Which checks were denied by a block already in place.
+        let mut by_block = vec![false; checks.len()];
         for (shard_index, shard) in &mut guards {
             for (i, (check, (map_key, _))) in checks
                 .iter()
@@ -213,6 +240,23 @@ impl MemoryStore {
             {
                 count_decision(shard, now);
                 let algorithm = check.policy.algorithm();
+                let until = shard
+                    .entries
+                    .get(map_key.as_str())
+                    .and_then(|t| t.live_block(algorithm, now));
+                if let Some(until) = until {
+                    by_block[i] = true;
+                    let decision = algorithm::blocked(
+                        check.policy.params(),
+                        now,
+                        until,
+                        u64::from(check.cost),
+                    );
+                    if let Some(d) = decisions.get_mut(i) {
+                        *d = Some(decision);
+                    }
+                    continue;
+                }
                 let slot = match pending.iter().position(|p| p.map_key == map_key.as_str()) {
                     Some(slot) => slot,
                     None => {
@@ -245,13 +289,33 @@ impl MemoryStore {
                 }
             }
         }
-        let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+        let mut decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
 
         let blocked = checks
             .iter()
             .zip(&decisions)
             .any(|(c, d)| c.blocking && !d.allowed);
         if blocked {
+            // Only what this decision denied starts a block: blocking checks of a policy
+            // with `block_for`, on keys not blocked already.
+            for (i, check) in checks.iter().enumerate() {
+                let (Some(decision), Some((map_key, shard_index))) =
+                    (decisions.get_mut(i), located.get(i))
+                else {
+                    continue;
+                };
+                let until = block_after(decision, check.policy, now);
+                let (Some(until), true, false) = (until, check.blocking, by_block[i]) else {
+                    continue;
+                };
+                if let Some((_, shard)) = guards.iter_mut().find(|(s, _)| s == shard_index) {
+                    self.make_room_for(shard, map_key, now);
+                    let tracked = Tracked::blocked(check.policy.algorithm(), until);
+                    shard.entries.insert(map_key.clone(), tracked);
+                }
+                *decision =
+                    algorithm::blocked(check.policy.params(), now, until, u64::from(check.cost));
+            }
             return decisions;
         }
         // Stored as check_now stores: a tracked key always (its state may have been renewed
@@ -268,11 +332,52 @@ impl MemoryStore {
                 let tracked = Tracked {
                     state: p.state,
                     expires_at,
+                    blocked_until: None,
                 };
                 shard.entries.insert(p.map_key.to_owned(), tracked);
             }
         }
         decisions
+    }
+
+    /// Forgets `key`'s state under `policy`, and any block.
+    fn reset_now(&self, key: &str, policy: &Policy) {
+        let (map_key, shard_index) = self.locate(key, policy);
+        lock(&self.inner.shards[shard_index])
+            .entries
+            .remove(&map_key);
+    }
+
+    /// Blocks `key` under `policy` for `duration_us` from now (0: a reset).
+    fn block_now(&self, key: &str, policy: &Policy, duration_us: u64) {
+        if duration_us == 0 {
+            return self.reset_now(key, policy);
+        }
+        let now = self.inner.clock.now();
+        let (map_key, shard_index) = self.locate(key, policy);
+        let mut shard = lock(&self.inner.shards[shard_index]);
+        self.make_room_for(&mut shard, &map_key, now);
+        let until = now.saturating_add(duration_us);
+        shard
+            .entries
+            .insert(map_key, Tracked::blocked(policy.algorithm(), until));
+    }
+
+    /// Gives `n` units back to `key` under `policy` (see [`Store::refund`]).
+    fn refund_now(&self, key: &str, policy: &Policy, n: u32) {
+        let now = self.inner.clock.now();
+        let params = policy.params();
+        let (map_key, shard_index) = self.locate(key, policy);
+        let mut shard = lock(&self.inner.shards[shard_index]);
+        let Some(tracked) = shard.entries.get_mut(&map_key) else {
+            return;
+        };
+        let algorithm = policy.algorithm();
+        if tracked.live_block(algorithm, now).is_some() || !tracked.is_live(algorithm, now) {
+            return;
+        }
+        tracked.state.refund(params, now, u64::from(n));
+        tracked.expires_at = tracked.state.expires_at(params);
     }
 
     /// Makes room for `map_key` in a full shard that does not hold it yet (when `max_keys` is
@@ -310,7 +415,31 @@ struct Pending<'a> {
     allowed: bool,
 }
 
+/// When a decision starts a block under `policy` (one with `block_for`, denying what a wait
+/// could allow): until when.
+fn block_after(decision: &Decision, policy: &Policy, now: u64) -> Option<u64> {
+    let block_for = policy.block_for_us();
+    let starts = !decision.allowed && block_for > 0 && decision.retry_after.is_some();
+    starts.then(|| now.saturating_add(block_for))
+}
+
 impl Tracked {
+    /// A client blocked until `until`, with a new state for after the block.
+    fn blocked(algorithm: Algorithm, until: u64) -> Self {
+        Self {
+            state: State::new(algorithm),
+            expires_at: until,
+            blocked_until: Some(until),
+        }
+    }
+
+    /// Until when the client is blocked under `algorithm` at `now`, if it is. A block of
+    /// another algorithm's state does not count (on Redis it is another key).
+    fn live_block(&self, algorithm: Algorithm, now: u64) -> Option<u64> {
+        self.blocked_until
+            .filter(|&until| until > now && self.state.is(algorithm))
+    }
+
     /// Whether this state still decides for `algorithm` at `now`. Expired state decides like
     /// no history, and state of another algorithm (a policy changed on reload) means nothing.
     fn is_live(&self, algorithm: Algorithm, now: u64) -> bool {
@@ -404,6 +533,27 @@ impl Store for MemoryStore {
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         Ok(self.peek_now(key, policy, cost))
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.reset_now(key, policy);
+        Ok(())
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        self.block_now(key, policy, micros);
+        Ok(())
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.refund_now(key, policy, n);
+        Ok(())
     }
 }
 
@@ -538,6 +688,7 @@ mod tests {
         let tracked = || Tracked {
             state: State::new(Algorithm::Gcra),
             expires_at: u64::MAX,
+            blocked_until: None,
         };
         let mut entries: HashMap<String, Tracked> =
             (0..10_000).map(|i| (i.to_string(), tracked())).collect();

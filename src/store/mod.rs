@@ -6,6 +6,7 @@
 //! a backend at run time.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -119,6 +120,58 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         let _ = (key, policy, cost);
         std::future::ready(Err(StoreError::Unsupported("peek")))
+    }
+
+    /// Forgets the state of `key` under `policy`, and any block: its next request starts
+    /// with a whole quota.
+    ///
+    /// The default returns [`StoreError::Unsupported`], so stores that only decide still
+    /// compile; the built-in stores implement it.
+    fn reset(
+        &self,
+        key: &str,
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (key, policy);
+        async { Err(StoreError::Unsupported("reset")) }
+    }
+
+    /// Denies every request of `key` under `policy` for `duration` from now, with
+    /// `remaining` 0 and `retry_after` the rest of the block. The block replaces the
+    /// client's state, so once it ends the client starts with a whole quota. A zero
+    /// `duration` is a [`reset`](Self::reset).
+    ///
+    /// The default returns [`StoreError::Unsupported`].
+    fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (key, policy, duration);
+        async { Err(StoreError::Unsupported("block")) }
+    }
+
+    /// Gives `n` units back to `key` under `policy`, as far as the algorithm allows:
+    ///
+    /// - `Gcra`, `LeakyBucket`: the TAT moves back by `n·T`, never before now;
+    /// - `TokenBucket`: `n` tokens are added, up to the capacity;
+    /// - `FixedWindow`, `FixedWindowFromFirst`, `SlidingWindow`: the count of the current
+    ///   window goes down by `n`, not below 0 (earlier windows are left as they are);
+    /// - `SlidingWindowLog`: the newest `n` units of the log are removed.
+    ///
+    /// A blocked client stays blocked (use [`reset`](Self::reset) to lift a block), and a
+    /// client with no state has nothing to get back.
+    ///
+    /// The default returns [`StoreError::Unsupported`].
+    fn refund(
+        &self,
+        key: &str,
+        policy: &Policy,
+        n: u32,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (key, policy, n);
+        async { Err(StoreError::Unsupported("refund")) }
     }
 }
 

@@ -20,7 +20,7 @@ pub(crate) mod script;
 pub(crate) mod tls;
 use cached::CachedConnection;
 use redact::Secrets;
-use script::{Call, Scripts, DEFAULT_PREFIX};
+use script::{Call, Control, Scripts, DEFAULT_PREFIX};
 
 /// How long getting, connecting or checking a pooled connection may take in a pool made by
 /// `from_url`. The layer's own `store_timeout` (50 ms by default) bounds each decision well
@@ -171,6 +171,15 @@ impl RedisStore {
 
     /// Runs `call` on the store's connection; an error that may have broken the connection
     /// makes the next decision reconnect.
+    /// Runs `lua/control.lua` on `key`'s state under `policy`.
+    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        self.eval(self.shared.scripts.control(key, policy, action, &now))
+            .await
+            .map(drop)
+    }
+
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
         self.shared
             .connection
@@ -230,6 +239,23 @@ impl Store for RedisStore {
             .eval(self.shared.scripts.peek(key, policy, cost, &now))
             .await?;
         script::decision_from_reply(policy.params().burst, &reply)
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Reset).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        self.act(key, policy, Control::block(duration)).await
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Refund(u64::from(n))).await
     }
 }
 

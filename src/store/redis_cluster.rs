@@ -16,7 +16,7 @@ use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::redis::cached::CachedConnection;
 use crate::store::redis::redact::Secrets;
-use crate::store::redis::script::{self, Call, Scripts, DEFAULT_PREFIX};
+use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
 use crate::store::{Check, Store};
 
 /// How long getting or checking a pooled connection may take in a pool made by `from_nodes`
@@ -174,6 +174,15 @@ impl RedisClusterStore {
             .map_or_else(String::new, |c| c.now().to_string())
     }
 
+    /// Runs `lua/control.lua` on `key`'s state under `policy`.
+    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        self.eval(self.shared.scripts.control(key, policy, action, &now))
+            .await
+            .map(drop)
+    }
+
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
         self.shared
             .connection
@@ -207,6 +216,39 @@ impl RedisClusterStore {
             .eval(self.shared.scripts.stacked(group_keys, &group, now, dry))
             .await?;
         script::decisions_from_reply(&group, &reply)
+    }
+
+    /// After a dry run that blocked the request: each group with a blocking check whose denial
+    /// starts a block (its policy has `block_for`) runs again for real, which writes only
+    /// the blocks when it is denied again (a group that became allowed between the two calls
+    /// consumes, as any group of an allowed request would).
+    async fn start_blocks(
+        &self,
+        checks: &[Check<'_>],
+        keys: &[String],
+        groups: &[Vec<usize>],
+        now: &str,
+        mut decisions: Vec<Decision>,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let starts_block = |i: &usize| {
+            let denied = decisions.get(*i).is_some_and(|d| !d.allowed);
+            checks
+                .get(*i)
+                .is_some_and(|c| c.blocking && denied && c.policy.block_for_us() > 0)
+        };
+        let blocking: Vec<&Vec<usize>> = groups
+            .iter()
+            .filter(|g| g.iter().any(starts_block))
+            .collect();
+        for group in blocking {
+            let again = self.decide_group(checks, keys, group, now, false).await?;
+            for (&i, decision) in group.iter().zip(again) {
+                if let Some(slot) = decisions.get_mut(i) {
+                    *slot = decision;
+                }
+            }
+        }
+        Ok(decisions)
     }
 
     /// Decides every group concurrently and puts the decisions back in the checks' order.
@@ -294,7 +336,7 @@ impl Store for RedisClusterStore {
             .zip(&dry)
             .any(|(c, d)| c.blocking && !d.allowed);
         if blocked {
-            return Ok(dry);
+            return self.start_blocks(checks, &keys, &groups, &now, dry).await;
         }
         self.decide_groups(checks, &keys, &groups, &now, false)
             .await
@@ -313,6 +355,23 @@ impl Store for RedisClusterStore {
             .eval(self.shared.scripts.peek(key, policy, cost, &now))
             .await?;
         script::decision_from_reply(policy.params().burst, &reply)
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Reset).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        self.act(key, policy, Control::block(duration)).await
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Refund(u64::from(n))).await
     }
 }
 

@@ -14,7 +14,7 @@ use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::redis::cached::CachedConnection;
 use crate::store::redis::redact::Secrets;
-use crate::store::redis::script::{self, Call, Scripts, DEFAULT_PREFIX};
+use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
 use crate::store::{Check, Store};
 
 /// How long getting or checking a pooled connection may take in a pool made by
@@ -155,6 +155,15 @@ impl RedisSentinelStore {
             .map_or_else(String::new, |c| c.now().to_string())
     }
 
+    /// Runs `lua/control.lua` on `key`'s state under `policy`.
+    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        self.eval(self.shared.scripts.control(key, policy, action, &now))
+            .await
+            .map(drop)
+    }
+
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
         self.shared
             .connection
@@ -212,6 +221,23 @@ impl Store for RedisSentinelStore {
             .eval(self.shared.scripts.peek(key, policy, cost, &now))
             .await?;
         script::decision_from_reply(policy.params().burst, &reply)
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Reset).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        self.act(key, policy, Control::block(duration)).await
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Refund(u64::from(n))).await
     }
 }
 

@@ -291,6 +291,37 @@ impl<S: Store> Store for Resilient<S> {
             },
         }
     }
+
+    /// Resets the fallback's state too, so that it holds no stale denial for the next outage;
+    /// the inner store's error, if any, is returned (within the timeout, through the breaker).
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.reset(key, policy).await?;
+        }
+        self.call(self.inner.reset(key, policy)).await
+    }
+
+    /// Blocks in the fallback too, so that the block holds through an outage on this
+    /// instance.
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.block(key, policy, duration).await?;
+        }
+        self.call(self.inner.block(key, policy, duration)).await
+    }
+
+    /// Refunds the fallback too (what it counted during an outage).
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.refund(key, policy, n).await?;
+        }
+        self.call(self.inner.refund(key, policy, n)).await
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Resilient<S> {

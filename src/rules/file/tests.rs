@@ -653,6 +653,80 @@ proptest! {
 }
 
 #[test]
+fn block_for_from_the_rule_or_the_defaults() {
+    let file = parse(
+        "[defaults]\nblock_for = \"15m\"\n\n[[rule]]\nname = \"login\"\nquota = \"5/min\"\n\n\
+         [[rule]]\nname = \"api\"\nquota = \"10/s\"\nblock_for = \"30s\"\n",
+        "rules.toml",
+    )
+    .unwrap();
+    let shown: Vec<String> = file.rules.iter().map(|r| format!("{r:?}")).collect();
+    assert!(shown[0].contains("block_for: Some(900s)"), "{}", shown[0]);
+    assert!(shown[1].contains("block_for: Some(30s)"), "{}", shown[1]);
+    let unused: Arc<dyn KeyExtractor> = Arc::new(key::Global);
+    let login = file.rules[0].compile(&unused, Algorithm::Gcra).unwrap();
+    assert_eq!(
+        login.policy.blocks_for(),
+        Some(std::time::Duration::from_secs(900))
+    );
+    // A shadow rule never blocks.
+    let file = parse(
+        "[[rule]]\nname = \"api\"\nquota = \"1/s\"\nmode = \"shadow\"\nblock_for = \"1m\"\n",
+        "rules.toml",
+    )
+    .unwrap();
+    let api = file.rules[0].compile(&unused, Algorithm::Gcra).unwrap();
+    assert_eq!(api.policy.blocks_for(), None);
+}
+
+#[test]
+fn bad_block_for() {
+    let e = error("[[rule]]\nname = \"api\"\nquota = \"1/s\"\nblock_for = \"10 fortnights\"\n");
+    assert_error(
+        &e,
+        "4:13",
+        &[
+            "rule \"api\": block_for: ",
+            "invalid duration \"10 fortnights\"",
+            "us, ms, s, min, h or day",
+        ],
+    );
+    let e = error("[[rule]]\nname = \"api\"\nquota = \"1/s\"\nblock_for = 600\n");
+    assert_error(&e, "4:13", &["rule \"api\": block_for: "]);
+    let e = error("[[rule]]\nname = \"api\"\nquota = \"1/s\"\nblock_for = \"400d\"\n");
+    assert_error(
+        &e,
+        "4:13",
+        &["rule \"api\": block_for: ", "out of range", "365 days"],
+    );
+    // Delay mode refuses it, pointing at the block_for the rule takes (its own or the default).
+    let e = error(
+        "[[rule]]\nname = \"export\"\nquota = \"2/s\"\nmode = \"delay\"\nmax_delay = \"1s\"\n\
+         block_for = \"1m\"\n",
+    );
+    assert_error(
+        &e,
+        "6:13",
+        &[
+            "rule \"export\": block_for: ",
+            "cannot be used in delay mode",
+        ],
+    );
+    let e = error(
+        "[defaults]\nblock_for = \"1m\"\n[[rule]]\nname = \"export\"\nquota = \"2/s\"\n\
+         mode = \"delay\"\nmax_delay = \"1s\"\n",
+    );
+    assert_error(
+        &e,
+        "2:13",
+        &[
+            "rule \"export\": block_for: ",
+            "cannot be used in delay mode",
+        ],
+    );
+}
+
+#[test]
 fn count_status_takes_codes_classes_and_lists_mixing_them() {
     let file = parse(
         r#"

@@ -23,6 +23,8 @@ pub(crate) struct Scripts {
     single: [LuaScript; 7],
     /// Every algorithm's script and `lua/stacked.lua` in one: see [`STACKED_SOURCE`].
     stacked: LuaScript,
+    /// `lua/control.lua`: reset, block and refund one client.
+    control: LuaScript,
 }
 
 impl Scripts {
@@ -32,32 +34,24 @@ impl Scripts {
                 .each_ref()
                 .map(|s| LuaScript::new(s.as_str())),
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
+            control: LuaScript::new(CONTROL_SOURCE.as_str()),
         }
     }
 
     /// The call that decides one request of `cost` for the state at `key` under `policy`;
     /// `now` is the store clock's µs, or `""` for Redis `TIME`.
     pub(crate) fn single(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
-        let p = policy.params();
-        let numbers = [
-            p.limit,
-            p.period,
-            p.burst,
-            p.interval,
-            u64::from(cost.max(1)),
-        ];
-        Call {
-            // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
-            script: &self.single[algorithm_index(policy.algorithm())],
-            keys: vec![key],
-            args: (&numbers[..], now).to_redis_args(),
-        }
+        self.one(key, policy, cost, now, false)
     }
 
     /// The call that decides one request as [`single`](Self::single) does, in a dry run
     /// (`ARGV[7] = "1"`): the algorithm's script decides exactly as usual and writes nothing.
     /// Every Redis store peeks with it.
     pub(crate) fn peek(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
+        self.one(key, policy, cost, now, true)
+    }
+
+    fn one(&self, key: String, policy: &Policy, cost: u32, now: &str, dry: bool) -> Call<'_> {
         let p = policy.params();
         let numbers = [
             p.limit,
@@ -66,11 +60,19 @@ impl Scripts {
             p.interval,
             u64::from(cost.max(1)),
         ];
+        let mut args = (&numbers[..], now).to_redis_args();
+        if dry {
+            // ARGV[7]: a dry run, which sets no block.
+            args.push(b"1".to_vec());
+        } else if policy.block_for_us() > 0 {
+            // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block.
+            args.extend(("0", policy.block_for_us()).to_redis_args());
+        }
         Call {
+            // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
             script: &self.single[algorithm_index(policy.algorithm())],
             keys: vec![key],
-            // ARGV[7] set here, whatever `single` adds after ARGV[6].
-            args: (&numbers[..], now, "1").to_redis_args(),
+            args,
         }
     }
 
@@ -83,7 +85,7 @@ impl Scripts {
         now: &str,
         dry: bool,
     ) -> Call<'_> {
-        let mut numbers = Vec::with_capacity(7 * checks.len());
+        let mut numbers = Vec::with_capacity(8 * checks.len());
         for c in checks {
             let p = c.policy.params();
             numbers.extend([
@@ -94,6 +96,7 @@ impl Scripts {
                 p.interval,
                 u64::from(c.cost.max(1)),
                 u64::from(c.blocking),
+                c.policy.block_for_us(),
             ]);
         }
         let mut args = (now, &numbers[..]).to_redis_args();
@@ -105,6 +108,53 @@ impl Scripts {
             keys,
             args,
         }
+    }
+
+    /// The call that acts on the state at `key` under `policy` (see `lua/control.lua`).
+    pub(crate) fn control(
+        &self,
+        key: String,
+        policy: &Policy,
+        action: Control,
+        now: &str,
+    ) -> Call<'_> {
+        let (op, amount) = match action {
+            Control::Reset => ("reset", 0),
+            Control::Block(micros) => ("block", micros),
+            Control::Refund(units) => ("refund", units),
+        };
+        let p = policy.params();
+        let numbers = [
+            algorithm_index(policy.algorithm()) as u64 + 1,
+            p.limit,
+            p.period,
+            p.burst,
+            p.interval,
+            amount,
+        ];
+        Call {
+            script: &self.control,
+            keys: vec![key],
+            args: (op, &numbers[..], now).to_redis_args(),
+        }
+    }
+}
+
+/// What [`Scripts::control`] does to one client.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Control {
+    /// Forget the state and any block.
+    Reset,
+    /// Block for this many µs from now (0: reset).
+    Block(u64),
+    /// Give back this many units.
+    Refund(u64),
+}
+
+impl Control {
+    /// A block of `duration`, in µs as the script takes it.
+    pub(crate) fn block(duration: std::time::Duration) -> Self {
+        Self::Block(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
     }
 }
 
@@ -241,6 +291,10 @@ pub(crate) fn decisions_from_reply(
 /// What every script needs (the server clock, exact integer helpers), written once in
 /// `lua/prelude.lua` and put in front of each script: the only Lua that reads `TIME`.
 const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+
+/// `lua/control.lua` as it runs: the prelude in front.
+static CONTROL_SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/control.lua")));
 
 /// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
 /// `lua/<algorithm>.lua`. Assembled once per process.
