@@ -130,7 +130,7 @@ impl fmt::Display for StoreError {
             Self::Backend(e) => write!(f, "rate limit store failed: {e}"),
             Self::KeyState(e) => write!(f, "rate limit store cannot use this key's state: {e}"),
             Self::Unsupported(operation) => {
-                write!(f, "this rate limit store does not support {operation}")
+                write!(f, "rate limit store does not support {operation}")
             }
         }
     }

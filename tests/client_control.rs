@@ -233,6 +233,12 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
         .block("api", "ann", Duration::from_secs(90))
         .await
         .unwrap();
+    // A peek sees the block (the store's answer: the block forgot any cached denial).
+    let peek = layer.peek("api", "ann").await.unwrap();
+    assert_eq!(
+        (peek.allowed, peek.remaining, peek.retry_after),
+        (false, 0, Some(Duration::from_secs(90)))
+    );
     assert_eq!(
         hit(addr, "ann").await,
         answer(429, "90", "\"api\";r=0;t=90")
