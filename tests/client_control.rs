@@ -320,7 +320,7 @@ async fn a_store_without_them_says_so() {
     let error = layer.refund("api", "ann", 1).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "this rate limit store does not support refund"
+        "rate limit store does not support refund"
     );
 }
 
