@@ -1,5 +1,5 @@
 -- tollgate: the prelude. RedisStore puts this file in front of every script it runs (each
--- lua/<algorithm>.lua, and once in front of the stacked script), so what every script needs is
+-- lua/<algorithm>.lua, once in front of the stacked script, and lua/control.lua), so what every script needs is
 -- written once, and this is the only place that reads the server clock.
 --
 -- A script alone is not runnable: run it with the prelude in front, e.g.
