@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Params};
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::lease::Lease;
 
 /// The shortest period a quota may have.
 const MIN_PERIOD: Duration = Duration::from_micros(50);
@@ -306,6 +307,8 @@ pub struct Policy {
     quota: Quota,
     algorithm: Algorithm,
     params: Params,
+    /// How instances lease this policy's quota, if they do (see [`Lease`]).
+    lease: Option<Lease>,
 }
 
 impl Policy {
@@ -346,7 +349,37 @@ impl Policy {
             name,
             quota,
             algorithm,
+            lease: None,
         })
+    }
+
+    /// The policy with its quota leased to instances in batches (see [`Lease`]): the store
+    /// is asked for up to that many units at once, and the instance decides locally from them.
+    /// The policy carries the setting because a store sees only (key, policy, cost).
+    ///
+    /// Fails for the sliding windows (which cannot take unused units back exactly) and for a
+    /// lease of more tokens than the quota's capacity.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Lease, Policy, Quota};
+    ///
+    /// let policy = Policy::new("global", Quota::per_second(20_000), Algorithm::Gcra)?
+    ///     .with_lease(Lease::Auto)?;
+    /// assert_eq!(policy.lease(), Some(Lease::Auto));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn with_lease(mut self, lease: Lease) -> Result<Self, ConfigError> {
+        lease.validate(
+            self.algorithm,
+            u32::try_from(self.params.burst).unwrap_or(u32::MAX),
+        )?;
+        self.lease = Some(lease);
+        Ok(self)
+    }
+
+    /// How this policy's quota is leased, if it is.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease
     }
 
     /// The policy's name, as used in store keys and headers.

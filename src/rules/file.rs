@@ -21,10 +21,16 @@
 //! quota = "2/s"
 //! mode = "delay"                  # enforce | shadow | delay
 //! max_delay = "2s"                # delay mode only
+//!
+//! [[rule]]
+//! name = "global"
+//! quota = "20000/s"
+//! key = "global"
+//! lease = "auto"                  # or a number of tokens: hot keys, see Lease
 //! ```
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
-//! `max_cost`, `mode`, `max_delay`, `trusted_proxies` (networks whose forwarding headers
+//! `max_cost`, `mode`, `max_delay`, `lease`, `trusted_proxies` (networks whose forwarding headers
 //! `client_ip` believes). A rule also has `name` (required), `methods` and `path`; a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
 //! peer's networks, or the client's when `[defaults] key` reads `client_ip`), at least one of
@@ -58,7 +64,7 @@ mod tests;
 mod value;
 
 use report::{Scope, Source};
-use value::{Cidr, Header, KeySpec, MaxCost, MaxDelay, Method, Text};
+use value::{Cidr, Header, KeySpec, LeaseSetting, MaxCost, MaxDelay, Method, Text};
 
 /// What a rules file says.
 #[derive(Debug, Clone)]
@@ -118,6 +124,7 @@ struct Settings {
     mode: Option<Spanned<Text<Mode>>>,
     max_delay: Option<Text<MaxDelay>>,
     trusted_proxies: Option<List<Cidr>>,
+    lease: Option<Spanned<LeaseSetting>>,
 }
 
 /// A `[[rule]]`: the settings written out again, because serde's `flatten` ignores
@@ -136,6 +143,7 @@ struct RuleDoc {
     mode: Option<Spanned<Text<Mode>>>,
     max_delay: Option<Text<MaxDelay>>,
     trusted_proxies: Option<List<Cidr>>,
+    lease: Option<Spanned<LeaseSetting>>,
 }
 
 /// A `[[skip]]`.
@@ -241,6 +249,10 @@ fn build_rule(
         rule = rule.max_delay(delay.0 .0);
     }
 
+    if let Some(lease) = pick(&doc.lease, &defaults.lease) {
+        rule = rule.lease(lease.get_ref().0);
+    }
+
     // The rule sets its own key and algorithm, so the defaults given here never apply.
     let unused_key: Arc<dyn KeyExtractor> = Arc::new(key::Global);
     rule.check(&unused_key, algorithm).map_err(|(setting, e)| {
@@ -256,6 +268,7 @@ fn build_rule(
             // Checked as they were read.
             Setting::CostHeader => (header.clone(), "cost_header"),
             Setting::MaxCost => (header.clone(), "max_cost"),
+            Setting::Lease => (at(doc.lease.as_ref().map(Spanned::span)), "lease"),
         };
         fail(span, field, &e)
     })?;

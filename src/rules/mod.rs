@@ -14,6 +14,7 @@ use http::{HeaderName, Method};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
+use crate::lease::Lease;
 use crate::quota::{check_policy_name, Policy, Quota};
 
 mod cost;
@@ -104,6 +105,7 @@ pub struct Rule {
     mode: Mode,
     max_delay: Option<Duration>,
     quota_for: Option<TierFn>,
+    lease: Option<Lease>,
 }
 
 /// A rule's cost as configured; checked by `compile`.
@@ -141,6 +143,7 @@ impl Rule {
             mode: Mode::Enforce,
             max_delay: None,
             quota_for: None,
+            lease: None,
         }
     }
 
@@ -231,6 +234,25 @@ impl Rule {
         self
     }
 
+    /// Leases this rule's quota to each instance in batches, for a hot key (a global limit,
+    /// one big customer): see [`Lease`] and [`Leases`](crate::store::Leases). Never admits
+    /// more than the quota; may admit a little less. Works with the bucket algorithms and the
+    /// fixed windows; the sliding windows and delay mode refuse it with a [`ConfigError`].
+    ///
+    /// ```
+    /// use tollgate::{key, rules::Rule, Lease, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("global", Quota::per_second(20_000)).key(key::Global).lease(Lease::Auto))
+    ///     .build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -272,6 +294,18 @@ impl Rule {
         let algorithm = self.algorithm.unwrap_or(default_algorithm);
         let route =
             Route::new(self.methods.clone(), self.path.as_deref()).map_err(at(Setting::Path))?;
+        // Delay mode waits for each request's slot in the store; a lease has no slots.
+        // (When `count_status` lands, it must be refused with a lease too.)
+        if self.lease.is_some() && self.mode == Mode::Delay {
+            return Err((
+                Setting::Lease,
+                ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    "lease does not work in delay mode, which waits for each request's slot in \
+                     the store; remove lease or use mode enforce or shadow",
+                ),
+            ));
+        }
         // max_delay is ignored outside delay mode, so a rule switches modes by its mode alone.
         let delay = match self.mode {
             Mode::Delay => {
@@ -287,6 +321,10 @@ impl Rule {
                 .map_err(at(Setting::Mode))?,
             None => Policy::new(self.name.as_str(), self.quota, algorithm)
                 .map_err(at(Setting::Quota))?,
+        };
+        let policy = match self.lease {
+            Some(lease) => policy.with_lease(lease).map_err(at(Setting::Lease))?,
+            None => policy,
         };
         let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
         if max_cost == 0 {
@@ -318,6 +356,7 @@ pub(crate) enum Setting {
     Mode,
     CostHeader,
     MaxCost,
+    Lease,
 }
 
 impl fmt::Debug for Rule {
@@ -333,6 +372,7 @@ impl fmt::Debug for Rule {
             .field("max_cost", &self.max_cost)
             .field("mode", &self.mode)
             .field("max_delay", &self.max_delay)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -355,9 +395,13 @@ pub(crate) struct CompiledRule {
 impl CompiledRule {
     /// The policy of this rule for another quota (a tier's), in the rule's mode.
     pub(crate) fn policy_for(&self, quota: Quota) -> Result<Policy, ConfigError> {
-        match &self.delay {
+        let policy = match &self.delay {
             Some(queue) => queue.policy(self.policy.name(), quota),
             None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
+        }?;
+        match self.policy.lease() {
+            Some(lease) => policy.with_lease(lease),
+            None => Ok(policy),
         }
     }
 }
@@ -373,5 +417,52 @@ impl fmt::Debug for CompiledRule {
             .field("cost", &self.cost)
             .field("max_cost", &self.max_cost)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key;
+
+    fn compile(rule: Rule) -> Result<CompiledRule, ConfigError> {
+        let default_key: Arc<dyn KeyExtractor> = Arc::new(key::Global);
+        rule.compile(&default_key, Algorithm::Gcra)
+    }
+
+    #[test]
+    fn a_lease_is_carried_by_the_policy_and_refused_where_it_cannot_be_exact() {
+        let rule = Rule::new("g", Quota::per_second(100)).lease(Lease::Auto);
+        assert_eq!(compile(rule).unwrap().policy.lease(), Some(Lease::Auto));
+        let e = compile(
+            Rule::new("s", Quota::per_second(100))
+                .algorithm(Algorithm::SlidingWindowLog)
+                .lease(Lease::tokens(5)),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ConfigErrorKind::Rule);
+        assert!(
+            e.to_string()
+                .starts_with("rule \"s\": lease does not work with sliding_window_log"),
+            "{e}"
+        );
+        let e = compile(
+            Rule::new("d", Quota::per_second(100))
+                .mode(Mode::Delay)
+                .lease(Lease::Auto),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("lease does not work in delay mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_tier_keeps_the_rules_lease() {
+        let rule = Rule::new("t", Quota::per_second(100)).lease(Lease::tokens(5));
+        let compiled = compile(rule).unwrap();
+        let tier = compiled.policy_for(Quota::per_second(1_000)).unwrap();
+        assert_eq!(tier.lease(), Some(Lease::tokens(5)));
     }
 }
