@@ -27,7 +27,7 @@ use crate::error::{ConfigError, ConfigErrorKind};
 #[non_exhaustive]
 pub enum Lease {
     /// Sized from this instance's recent rate for the key: about a tenth of a second of its
-    /// traffic, at least 1, at most a tenth of the limit and never more than the burst.
+    /// traffic, at least 1, at most a fifth of the limit and never more than the burst.
     Auto,
     /// Up to this many units per lease (at least 1, at most the burst).
     Tokens(u32),

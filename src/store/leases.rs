@@ -32,16 +32,16 @@ const DEFAULT_CAPACITY: usize = 10_000;
 ///   refusal to lease (no unit fits) is answered as a denial with the store's `retry_after`.
 /// - **Under-admission, bounded.** Units leased but not yet spent are unavailable to other
 ///   instances: at most the sum of the outstanding leases, each at most its size
-///   ([`Lease::Auto`]: about a tenth of a second of this instance's traffic, at most a tenth of
+///   ([`Lease::Auto`]: about a tenth of a second of this instance's traffic, at most a fifth of
 ///   the limit and the burst). A lease lasts at most 1 s, and never longer than the policy's
 ///   period or its fixed window. Unused units are given back when the lease expires, by a
 ///   task spawned for it (or at the key's next request, whichever comes first), as far as the
 ///   algorithm can take them back exactly ([`Store::release`]).
 /// - **Saturated keys.** After a lease got fewer units than it asked for (the key is over its
-///   quota), the next one asks for at least a quarter of its size, or none: a refused lease's
-///   denial then lasts until that many fit, and the key costs a few store calls per lease
-///   instead of one per request. Those units are not lost (the bucket keeps filling); they are
-///   granted a little later.
+///   quota), the next one asks for a whole lease or none: a refused lease's denial then lasts
+///   until a whole lease fits, so a key over its quota costs about two store calls per lease
+///   instead of one per request. Those units are not lost (the bucket keeps filling, it is
+///   far from full); they are granted a little later, in one piece.
 /// - **One refill at a time.** Concurrent requests on a key whose lease is spent wait for one
 ///   refill. The refill runs as a spawned task, so a request dropped while waiting loses no
 ///   units: the task stores them for the next requests.
@@ -184,8 +184,14 @@ impl LeaseState {
                 let horizon = u64::try_from(lifetime.as_micros() / 10).unwrap_or(u64::MAX);
                 let elapsed = now.saturating_sub(self.last_refill).max(1);
                 let by_rate = self.demand.saturating_mul(horizon).div_ceil(elapsed);
-                let cap = params.burst.min(params.limit.div_ceil(10)).max(1);
-                let size = by_rate.max(u64::from(self.size / 2)).clamp(1, cap);
+                let cap = params.burst.min(params.limit.div_ceil(5)).max(1);
+                // Over its quota, a key's requests are mostly answered by the cache of denials
+                // above and its rate looks lower than it is: the size does not shrink then.
+                let floor = match self.saturated {
+                    true => self.size,
+                    false => self.size / 2,
+                };
+                let size = by_rate.max(u64::from(floor)).clamp(1, cap);
                 u32::try_from(size).unwrap_or(u32::MAX)
             }
         };
@@ -193,11 +199,7 @@ impl LeaseState {
         self.demand = 0;
         self.last_refill = now;
         let max = size.max(cost);
-        let min = if self.saturated {
-            (size / 4).max(cost)
-        } else {
-            cost
-        };
+        let min = if self.saturated { size.max(cost) } else { cost };
         (min.min(max), max)
     }
 }
@@ -693,14 +695,17 @@ mod tests {
         let again = leases.check("k", &policy, 1).await.unwrap();
         assert_eq!(again.retry_after, Some(Duration::from_millis(150)));
         assert_eq!(store.acquires.load(Ordering::SeqCst), 2);
-        // A saturated key asks for at least a quarter of its lease size (here 1).
+        // A saturated key asks for a whole lease: 4 units fit 1 s after they were spent.
         clock.advance(Duration::from_millis(150));
+        let whole = leases.check("k", &policy, 1).await.unwrap();
+        assert_eq!(whole.retry_after, Some(Duration::from_millis(750)));
+        clock.advance(Duration::from_millis(750));
         assert!(leases.check("k", &policy, 1).await.unwrap().allowed);
-        assert_eq!(store.acquires.load(Ordering::SeqCst), 3);
+        assert_eq!(store.acquires.load(Ordering::SeqCst), 4);
     }
 
     #[tokio::test]
-    async fn auto_sizes_from_the_rate_within_a_tenth_of_the_limit() {
+    async fn auto_sizes_from_the_rate_within_a_fifth_of_the_limit() {
         let clock = ManualClock::new(1_000_000_000);
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
@@ -712,11 +717,11 @@ mod tests {
         }
         let calls = store.acquires.load(Ordering::SeqCst);
         assert!((20..=40).contains(&calls), "{calls} leases");
-        // Far faster traffic is capped at a tenth of the limit: 1,000.
+        // Far faster traffic is capped at a fifth of the limit: 2,000.
         for _ in 0..5_000 {
             assert!(leases.check("k", &policy, 1).await.unwrap().allowed);
         }
         let entry = leases.entry("k", &policy, clock.now()).unwrap();
-        assert_eq!(entry.lock().size, 1_000);
+        assert_eq!(entry.lock().size, 2_000);
     }
 }
