@@ -43,8 +43,9 @@ const DEFAULT_CAPACITY: usize = 10_000;
 ///   instead of one per request. Those units are not lost (the bucket keeps filling, it is
 ///   far from full); they are granted a little later, in one piece.
 /// - **One refill at a time.** Concurrent requests on a key whose lease is spent wait for one
-///   refill. The refill runs as a spawned task, so a request dropped while waiting loses no
-///   units: the task stores them for the next requests.
+///   refill (and share its error if it fails). The refill runs as a spawned task, so a request
+///   dropped while waiting loses no units: the task stores them for the next requests (the
+///   dropped request's own cost counts as spent).
 /// - **Failures.** A failing store is seen at the next refill, where the store below
 ///   (a [`Resilient`](crate::store::Resilient)) applies the layer's
 ///   [`OnStoreError`](crate::OnStoreError); the lease in hand is spent first.
@@ -119,6 +120,10 @@ struct LeaseState {
     saturated: bool,
     /// The store's last refusal, and until when it holds.
     denial: Option<(u64, Decision)>,
+    /// Refills done, and why the last one failed if it did: requests that waited for a
+    /// refill that failed share its error instead of each trying (and timing out) in turn.
+    refills: u64,
+    failed: Option<String>,
 }
 
 /// What the lease in hand says about a request.
@@ -382,8 +387,16 @@ impl Entry {
         sent_at: u64,
         lifetime: Duration,
     ) -> Result<(Decision, Option<u64>, Duration), StoreError> {
-        let grant = grant?;
         let mut state = self.lock();
+        state.refills += 1;
+        let grant = match grant {
+            Ok(grant) => grant,
+            Err(error) => {
+                state.failed = Some(error.to_string());
+                return Err(error);
+            }
+        };
+        state.failed = None;
         if grant.granted == 0 {
             let until = grant.decision.retry_after.map_or(sent_at, |r| {
                 sent_at.saturating_add(u64::try_from(r.as_micros()).unwrap_or(u64::MAX))
@@ -432,8 +445,20 @@ impl<S: Store> Store for Leases<S> {
             Spend::Direct => return self.shared.inner.check(key, policy, cost).await,
             Spend::Empty => {}
         }
+        let refills = entry.lock().refills;
         let guard = Arc::clone(&entry.refill).lock_owned().await;
-        // Another request's refill may have come meanwhile.
+        // Another request's refill may have come meanwhile, or failed.
+        let failed = {
+            let state = entry.lock();
+            (state.refills != refills)
+                .then(|| state.failed.clone())
+                .flatten()
+        };
+        if let Some(failure) = failed {
+            return Err(StoreError::backend(format!(
+                "the lease refill this request waited for failed: {failure}"
+            )));
+        }
         match self.spend(&entry, cost, false) {
             Spend::Answer(decision) => Ok(decision),
             Spend::Direct => {
@@ -675,6 +700,43 @@ mod tests {
         }
         assert_eq!(store.acquires.load(Ordering::SeqCst), 1);
         assert_eq!(store.inner.check_now("k", &policy, 1).remaining, 989);
+    }
+
+    /// A store whose leases fail after a while.
+    #[derive(Debug)]
+    struct Failing;
+
+    impl Store for Failing {
+        async fn check(&self, _: &str, _: &Policy, _: u32) -> Result<Decision, StoreError> {
+            Err(StoreError::Timeout)
+        }
+
+        async fn acquire(&self, _: &str, _: &Policy, _: u32, _: u32) -> Result<Grant, StoreError> {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Err(StoreError::Timeout)
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_waiting_for_a_failed_refill_share_its_error() {
+        let leases = Arc::new(Leases::new(Failing));
+        let policy = leased(Quota::per_minute(1_000), Lease::tokens(100));
+        let started = Instant::now();
+        let requests: Vec<_> = (0..20)
+            .map(|_| {
+                let (leases, policy) = (Arc::clone(&leases), policy.clone());
+                tokio::spawn(async move { leases.check("k", &policy, 1).await })
+            })
+            .collect();
+        for request in requests {
+            assert!(request.await.unwrap().is_err());
+        }
+        // One failed refill of 30 ms for all 20, not 20 in turn.
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
