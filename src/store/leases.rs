@@ -256,8 +256,9 @@ impl<S: Store> Leases<S> {
         Some(entry)
     }
 
-    /// Spends from the lease in hand; gives back an expired one's unused units first.
-    fn spend(&self, entry: &Arc<Entry>, cost: u32, count_demand: bool) -> Spend {
+    /// Spends from the lease in hand; first gives an expired lease's unused units back, and
+    /// waits for that, so that a refill after it can get them again.
+    async fn spend(&self, entry: &Arc<Entry>, cost: u32, count_demand: bool) -> Spend {
         let now = self.shared.now();
         let (spent, expired) = {
             let mut state = entry.lock();
@@ -267,27 +268,21 @@ impl<S: Store> Leases<S> {
             let expired = state.take_expired(now);
             (state.spend(cost, now), expired)
         };
-        if let Some((unused, grant)) = expired {
-            self.give_back_later(entry, unused, grant, Duration::ZERO);
-        }
-        spent
-    }
-
-    /// Gives units back after `delay`, in a spawned task (without a Tokio runtime they are
-    /// not given back: they count as used, which only admits less).
-    fn give_back_later(&self, entry: &Arc<Entry>, unused: u32, grant: Grant, delay: Duration) {
-        if unused == 0 {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            telemetry::lease_tokens_expired(entry.policy.name(), unused);
-            return;
+        let Some((unused, grant)) = expired else {
+            return spent;
         };
-        let (shared, entry) = (Arc::clone(&self.shared), Arc::clone(entry));
-        runtime.spawn(async move {
-            tokio::time::sleep(delay).await;
-            shared.give_back(&entry, unused, grant).await;
-        });
+        // Spawned, so that a request dropped meanwhile still gives them back.
+        let (shared, returned) = (Arc::clone(&self.shared), Arc::clone(entry));
+        let give_back = async move { shared.give_back(&returned, unused, grant).await };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let _ = runtime.spawn(give_back).await;
+            }
+            Err(_) => give_back.await,
+        }
+        // The lease was expired: nothing was spent from it.
+        let now = self.shared.now();
+        entry.lock().spend(cost, now)
     }
 
     /// Returns the unused units of lease `generation` of `entry` when it expires, unless a
@@ -440,7 +435,7 @@ impl<S: Store> Store for Leases<S> {
         let Some(entry) = entry else {
             return self.shared.inner.check(key, policy, cost).await;
         };
-        match self.spend(&entry, cost, true) {
+        match self.spend(&entry, cost, true).await {
             Spend::Answer(decision) => return Ok(decision),
             Spend::Direct => return self.shared.inner.check(key, policy, cost).await,
             Spend::Empty => {}
@@ -459,7 +454,7 @@ impl<S: Store> Store for Leases<S> {
                 "the lease refill this request waited for failed: {failure}"
             )));
         }
-        match self.spend(&entry, cost, false) {
+        match self.spend(&entry, cost, false).await {
             Spend::Answer(decision) => Ok(decision),
             Spend::Direct => {
                 drop(guard);
@@ -700,6 +695,30 @@ mod tests {
         }
         assert_eq!(store.acquires.load(Ordering::SeqCst), 1);
         assert_eq!(store.inner.check_now("k", &policy, 1).remaining, 989);
+    }
+
+    #[tokio::test]
+    async fn what_is_held_back_is_at_most_the_outstanding_leases_and_comes_back() {
+        let clock = ManualClock::new(1_000_000_000);
+        let store = MemoryStore::with_clock(clock.clone());
+        // Two instances on one store; 20 per minute (T = 3 s), leases of 8.
+        let (a, b) = (Leases::new(store.clone()), Leases::new(store.clone()));
+        let policy = leased(Quota::per_minute(20), Lease::tokens(8));
+        assert!(a.check("k", &policy, 1).await.unwrap().allowed);
+        // A holds 7 unused: B gets exactly the other 12, then is denied.
+        let mut allowed = 0;
+        while b.check("k", &policy, 1).await.unwrap().allowed {
+            allowed += 1;
+        }
+        assert_eq!(allowed, 12);
+        // A's lease expires after 1 s; its next request gives the 7 back, then leases again
+        // and gets them: without the return, nothing would fit.
+        clock.advance(Duration::from_millis(1_001));
+        let again = a.check("k", &policy, 1).await.unwrap();
+        assert!(again.allowed);
+        // The store's 0 left, and the 6 A holds.
+        assert_eq!(again.remaining, 6);
+        assert!(!store.check_now("k", &policy, 1).allowed);
     }
 
     /// A store whose leases fail after a while.
