@@ -76,6 +76,14 @@ async fn memory_and_redis_lease_and_return_alike() {
     }
 }
 
+#[tokio::test]
+async fn the_redis_store_leases_every_algorithm_that_leases() {
+    let store = RedisStore::from_url(&support::shared_redis_url())
+        .unwrap()
+        .prefix(support::unique_prefix("every"));
+    support::leases_are_exact(&store, "k").await;
+}
+
 /// DESIGN's example on Redis: a lease of 10 at 0, 1 unit from elsewhere at 20T, and a return
 /// of 5 at 20T leave TAT = 21T.
 #[tokio::test]

@@ -41,6 +41,7 @@ async fn limits_are_exact_before_and_after_a_failover() {
             "{algorithm}"
         );
     }
+    support::leases_are_exact(&store, "leased").await;
 
     // An app on the same store, failing open, with a quickly probing breaker.
     let layer = RateLimitLayer::builder()
