@@ -10,6 +10,14 @@
 #
 # BENCH_SECONDS (default 3) is the length of each measured wrk run; BENCH_ROUNDS (default 5)
 # how many times every setup is measured, interleaved, reporting the median (about 4 minutes).
+#
+# Then the hot-key run (issue 13), alone with `scripts/bench.sh hot`: two quickstart instances
+# share one global "20000/1s" limit through Redis (RULES_FILE with key = "global" and
+# lease = "auto"), wrk with 32 connections on each for 5 s; it prints what was allowed against
+# the bounds (at most 20000 × s + 20000, at least 0.9 × 20000 × (s − 0.5)), Redis calls per
+# request (target at most 0.05) and any status other than 200 and 429, and the same run
+# without the lease for comparison. BENCH_HOT_QUOTA (default 20000) changes the limit, e.g. to
+# load it above its quota on a machine too busy to send 20,000 requests a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,8 +62,10 @@ bin="${CARGO_TARGET_DIR:-target}/release/examples"
 work=$(mktemp -d)
 server_pid=""
 server_port=""
+hot_pids=()
 cleanup() {
     if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
+    for pid in "${hot_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     if [ -f "$work/redis.pid" ]; then kill "$(cat "$work/redis.pid")" 2>/dev/null || true; fi
     rm -rf "$work"
 }
@@ -70,6 +80,7 @@ for _ in $(seq 1 50); do
     sleep 0.1
 done
 redis_url="redis://127.0.0.1:$redis_port"
+
 
 # A new random client on every request; each wrk thread seeds its own generator.
 cat >"$work/random.lua" <<'LUA'
@@ -139,6 +150,88 @@ redis_counts() {
         $1 == "cmdstat_evalsha" { evalsha = $3; usec = $5 }
         END { printf "%d %d %d\n", calls, evalsha, usec }'
 }
+
+# The hot-key run: prints one paragraph per setup (with and without the lease).
+hot_seconds=5
+hot_quota=${BENCH_HOT_QUOTA:-20000}
+cat >"$work/status.lua" <<'LUA'
+-- Counts statuses: 200, 429 and anything else (wrk itself only counts non-2xx).
+local threads = {}
+function setup(thread)
+    table.insert(threads, thread)
+end
+function init(args)
+    ok, denied, other = 0, 0, 0
+end
+function response(status, headers, body)
+    if status == 200 then
+        ok = ok + 1
+    elseif status == 429 then
+        denied = denied + 1
+    else
+        other = other + 1
+    end
+end
+function done(summary, latency, requests)
+    local o, d, x = 0, 0, 0
+    for _, t in ipairs(threads) do
+        o, d, x = o + t:get("ok"), d + t:get("denied"), x + t:get("other")
+    end
+    io.write(string.format("statuses: %d %d %d\n", o, d, x))
+end
+LUA
+
+hot_key() {
+    local lease_line=$1 label=$2
+    printf '[[rule]]\nname = "global"\nquota = "%s/1s"\nkey = "global"\n%s\n' \
+        "$hot_quota" "$lease_line" >"$work/hot.toml"
+    redis-cli -p "$redis_port" flushall >/dev/null
+    local ports=()
+    hot_pids=()
+    for i in 1 2; do
+        start_server quickstart REDIS_URL="$redis_url" RULES_FILE="$work/hot.toml"
+        hot_pids+=("$server_pid")
+        ports+=("$server_port")
+        server_pid=""
+    done
+    redis_stat config resetstat
+    local wrk_pids=()
+    for i in 0 1; do
+        timeout $((hot_seconds + 30)) wrk -t1 -c32 -d"${hot_seconds}s" --timeout 2s \
+            -s "$work/status.lua" "http://127.0.0.1:${ports[$i]}/" >"$work/hot.$i" &
+        wrk_pids+=($!)
+    done
+    wait "${wrk_pids[@]}"
+    read -r calls _ _ <<<"$(redis_counts)"
+    for pid in "${hot_pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    hot_pids=()
+    awk -v calls="$calls" -v quota="$hot_quota" -v label="$label" '
+        /^statuses:/ { ok += $2; denied += $3; other += $4 }
+        / requests in / { s = $4; sub(/s,$/, "", s); if (s + 0 > secs) secs = s + 0 }
+        END {
+            requests = ok + denied + other
+            printf "%s: allowed %d of %d requests in %.2f s (at most %d, at least %d); %.0f/s\n",
+                label, ok, requests, secs, quota * secs + quota, 0.9 * quota * (secs - 0.5),
+                ok / secs
+            printf "  Redis calls: %d, %.4f per request (target at most 0.05); statuses other than 200/429: %d\n",
+                calls, calls / requests, other
+        }' "$work/hot.0" "$work/hot.1"
+}
+
+run_hot_keys() {
+    echo
+    echo "hot key: two quickstart instances, one global ${hot_quota}/1s limit in Redis, wrk -t1 -c32 -d${hot_seconds}s on each"
+    hot_key 'lease = "auto"' 'lease = "auto"'
+    hot_key '' 'no lease'
+}
+
+if [ "${1:-}" = "hot" ]; then
+    run_hot_keys
+    exit 0
+fi
 
 # setup name | example binary | environment (a quota goes where QUOTA is)
 setups=(
@@ -229,3 +322,5 @@ awk -F'|' -v rounds="$rounds" '
                 median(shares), 100 * f[6] / f[5], calls, usec
         }
     }' "$results"
+
+run_hot_keys

@@ -21,7 +21,7 @@ use crate::response::HeaderStyle;
 use crate::rules::{Rule, RuleSource, SkipSpec};
 use crate::service::RateLimit;
 use crate::store::{
-    CircuitBreaker, DenialCache, ErrorHook, MemoryStore, OnStoreError, Resilient, Store,
+    CircuitBreaker, DenialCache, ErrorHook, Leases, MemoryStore, OnStoreError, Resilient, Store,
 };
 
 /// The policy name used when none is given; it appears in store keys and headers.
@@ -102,12 +102,12 @@ impl<S: Store> RateLimitLayer<S> {
     /// How many times the store failed (errors, timeouts, and requests answered while the
     /// circuit breaker was open) since the layer was built.
     pub fn store_errors(&self) -> u64 {
-        self.limiter.store.get_ref().errors()
+        self.limiter.store.get_ref().get_ref().errors()
     }
 
     /// Whether the circuit breaker is open: the store is failing and not being called.
     pub fn store_circuit_open(&self) -> bool {
-        self.limiter.store.get_ref().circuit_open()
+        self.limiter.store.get_ref().get_ref().circuit_open()
     }
 
     /// How many requests the cache of denials answered without asking the store (see
@@ -558,7 +558,7 @@ impl<S: Store> RateLimitLayerBuilder<S> {
             .on_error(self.on_store_error)
             .circuit_breaker(self.breaker)
             .on_error_hook(self.error_hook);
-        let store = DenialCache::new(store, self.denial_cache);
+        let store = DenialCache::new(Leases::new(store), self.denial_cache);
         Ok(RateLimitLayer {
             limiter: Arc::new(Limiter {
                 rules,

@@ -35,11 +35,13 @@
 //! returns a [`ResponseFuture`] (`future.rs`) that waits for the limiter's decision, waits
 //! again in delay mode, then calls your service or answers itself. The limiter asks one
 //! [`Store`]: the layer's builder stacks, outermost first, the [`DenialCache`] (a client
-//! already denied is answered locally), [`Resilient`] (timeout, circuit breaker, fallback)
-//! and your backend, [`MemoryStore`] or [`RedisStore`]. The limiter turns the store's
-//! [`Decision`]s into headers or a denial (`response.rs`).
+//! already denied is answered locally), [`Leases`] (hot keys decided locally from quota
+//! leased in the backend), [`Resilient`] (timeout, circuit breaker, fallback) and your
+//! backend, [`MemoryStore`] or [`RedisStore`]. The limiter turns the store's [`Decision`]s
+//! into headers or a denial (`response.rs`).
 //!
 //! [`DenialCache`]: store::DenialCache
+//! [`Leases`]: store::Leases
 //! [`Resilient`]: store::Resilient
 //! [`MemoryStore`]: store::MemoryStore
 //! [`RedisStore`]: store::RedisStore
@@ -76,6 +78,7 @@ mod error;
 mod future;
 pub mod key;
 mod layer;
+mod lease;
 mod limiter;
 mod quiet_log;
 mod quota;
@@ -92,6 +95,7 @@ pub use decision::Decision;
 pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use lease::Lease;
 pub use limiter::OnMissingKey;
 pub use quota::{Policy, Quota};
 pub use response::HeaderStyle;

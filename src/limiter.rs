@@ -22,7 +22,7 @@ use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle};
 use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
-use crate::store::{Check, DenialCache, OnStoreError, Resilient, Store};
+use crate::store::{Check, DenialCache, Leases, OnStoreError, Resilient, Store};
 use crate::telemetry::{self, Outcome};
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
@@ -54,8 +54,9 @@ pub(crate) struct Limiter<S> {
     /// The rules in force; replaced whole when a rules file changes.
     pub(crate) rules: Arc<RuleSource>,
     pub(crate) skip: Option<SkipFn>,
-    /// The user's store inside the failure handling, behind the cache of denials.
-    pub(crate) store: DenialCache<Resilient<S>>,
+    /// The user's store inside the failure handling, behind the leases for hot keys and
+    /// the cache of denials.
+    pub(crate) store: DenialCache<Leases<Resilient<S>>>,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::algorithm::{Algorithm, Params};
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::lease::Lease;
 
 /// The shortest period a quota may have.
 const MIN_PERIOD: Duration = Duration::from_micros(50);
@@ -308,6 +309,8 @@ pub struct Policy {
     params: Params,
     /// How long a client denied under this policy stays blocked, in µs (0: not at all).
     block_for_us: u64,
+    /// How instances lease this policy's quota, if they do (see [`Lease`]).
+    lease: Option<Lease>,
 }
 
 impl Policy {
@@ -349,6 +352,7 @@ impl Policy {
             quota,
             algorithm,
             block_for_us: 0,
+            lease: None,
         })
     }
 
@@ -384,6 +388,43 @@ impl Policy {
     /// [`blocks_for`](Self::blocks_for) in µs, 0 for none: what the stores compute with.
     pub(crate) fn block_for_us(&self) -> u64 {
         self.block_for_us
+    }
+
+    /// The policy with its quota leased to instances in batches (see [`Lease`]): the store
+    /// is asked for up to that many units at once, and the instance decides locally from them.
+    /// The policy carries the setting because a store sees only (key, policy, cost).
+    ///
+    /// Fails for the sliding windows (which cannot take unused units back exactly), for a
+    /// lease of more tokens than the quota's capacity, and for a policy that
+    /// [blocks](Self::block_for) (set `block_for` after this and it is ignored by leased keys).
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Lease, Policy, Quota};
+    ///
+    /// let policy = Policy::new("global", Quota::per_second(20_000), Algorithm::Gcra)?
+    ///     .with_lease(Lease::Auto)?;
+    /// assert_eq!(policy.lease(), Some(Lease::Auto));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn with_lease(mut self, lease: Lease) -> Result<Self, ConfigError> {
+        lease.validate(
+            self.algorithm,
+            u32::try_from(self.params.burst).unwrap_or(u32::MAX),
+        )?;
+        if self.block_for_us > 0 {
+            return Err(ConfigError::of(
+                ConfigErrorKind::Rule,
+                "lease does not work with block_for: a leased key is decided locally, where no \
+                 block is set; remove one of them",
+            ));
+        }
+        self.lease = Some(lease);
+        Ok(self)
+    }
+
+    /// How this policy's quota is leased, if it is.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease
     }
 
     /// The policy's name, as used in store keys and headers.

@@ -74,6 +74,40 @@ pub(crate) fn denial_cache_hit() {
     metrics::counter!("tollgate_denial_cache_hits_total").increment(1);
 }
 
+/// Counts one lease asked of the store for `rule`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn lease_call(rule: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_lease_calls_total", "rule" => rule.to_owned()).increment(1);
+}
+
+/// Counts units of quota leased from the store for `rule`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn lease_tokens_granted(rule: &str, units: u32) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_lease_tokens_granted_total", "rule" => rule.to_owned())
+        .increment(u64::from(units));
+}
+
+/// Counts unused leased units the store took back for `rule`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn lease_tokens_returned(rule: &str, units: u32) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_lease_tokens_returned_total", "rule" => rule.to_owned())
+        .increment(u64::from(units));
+}
+
+/// Counts leased units that expired unused and could not be given back for `rule` (their
+/// slots had passed, their window had ended, or the store failed).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn lease_tokens_expired(rule: &str, units: u32) {
+    #[cfg(feature = "metrics")]
+    if units > 0 {
+        metrics::counter!("tollgate_lease_tokens_expired_total", "rule" => rule.to_owned())
+            .increment(u64::from(units));
+    }
+}
+
 /// The `store` label for a store type: its name without the path and the `Store` suffix, in
 /// snake case (`MemoryStore` → `memory`, `RedisClusterStore` → `redis_cluster`, `BoxStore` →
 /// `box`).

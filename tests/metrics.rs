@@ -276,3 +276,45 @@ async fn each_decision_is_traced_with_its_rules_and_outcome() {
     );
     assert!(decisions.iter().all(|l| l.contains("DEBUG")), "{text}");
 }
+
+#[tokio::test]
+async fn leases_count_calls_and_units_granted_and_returned() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    recorder();
+    let layer = RateLimitLayer::builder()
+        .key(key::Global)
+        .rule(
+            Rule::new("l_api", Quota::per_minute(10))
+                .path("/api")
+                .lease(tollgate::Lease::tokens(4)),
+        )
+        .build()
+        .unwrap();
+    let addr = support::serve(app(layer)).await;
+    let client = support::client();
+    for _ in 0..6 {
+        assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+    }
+    let rule = "{rule=\"l_api\"}";
+    // Two leases of 4: 6 units spent, 2 held.
+    assert_eq!(sample(&format!("tollgate_lease_calls_total{rule}")), 2.0);
+    assert_eq!(
+        sample(&format!("tollgate_lease_tokens_granted_total{rule}")),
+        8.0
+    );
+    assert_eq!(
+        sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
+        0.0
+    );
+    // The lease lasts 1 s; then its 2 unused units go back (their slots are still ahead).
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert_eq!(
+        sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
+        2.0
+    );
+    assert_eq!(
+        sample(&format!("tollgate_lease_tokens_expired_total{rule}")),
+        0.0
+    );
+    assert_eq!(requests("l_api", "allowed"), 6.0);
+}

@@ -70,6 +70,11 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
         }
     }
 
+    // Leases on every master.
+    for key in &keys {
+        support::leases_are_exact(&store, key).await;
+    }
+
     // A script cache emptied on every node: the next decisions load the scripts again.
     for &port in &cluster.ports {
         support::redis_cli(port, &["script", "flush"]);

@@ -41,6 +41,7 @@ async fn limits_are_exact_before_and_after_a_failover() {
             "{algorithm}"
         );
     }
+    support::leases_are_exact(&store, "leased").await;
 
     // Blocks after a breach, resets, refunds and blocks go to the master too.
     let login = Policy::new("login", Quota::per_minute(2), Algorithm::Gcra)

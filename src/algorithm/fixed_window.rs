@@ -14,7 +14,7 @@ use crate::decision::Decision;
 
 /// One key's fixed-window state. `Default` is a key with no history.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct FixedWindow(Window);
+pub(crate) struct FixedWindow(pub(super) Window);
 
 impl FixedWindow {
     /// Decides a request of `cost` at `now`; stores the new count only when allowed.

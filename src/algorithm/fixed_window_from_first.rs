@@ -15,7 +15,7 @@ use crate::decision::Decision;
 
 /// One key's state. `Default` is a key with no history.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct FixedWindowFromFirst(Window);
+pub(crate) struct FixedWindowFromFirst(pub(super) Window);
 
 impl FixedWindowFromFirst {
     /// Decides a request of `cost` at `now`; stores the new window and count only when allowed.

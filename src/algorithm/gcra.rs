@@ -27,7 +27,7 @@ use crate::decision::Decision;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Gcra {
     /// Theoretical arrival time in µs. Any value `≤ now` (0 for a new key) means a full bucket.
-    tat: u64,
+    pub(super) tat: u64,
 }
 
 impl Gcra {

@@ -14,6 +14,7 @@ use crate::quota::Quota;
 mod fixed_window;
 mod fixed_window_from_first;
 mod gcra;
+mod lease;
 mod sliding_window;
 mod sliding_window_log;
 mod token_bucket;

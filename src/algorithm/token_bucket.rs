@@ -18,16 +18,16 @@ use crate::decision::Decision;
 /// One key's bucket. `None` is a key with no history: a full bucket.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct TokenBucket {
-    bucket: Option<Bucket>,
+    pub(super) bucket: Option<Bucket>,
 }
 
 /// The credit at the last allowed request. Redis stores it as the string `"credit:updated_at"`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Bucket {
+pub(super) struct Bucket {
     /// µs of credit (`T` per token) at `updated_at`.
-    credit: u64,
+    pub(super) credit: u64,
     /// When `credit` was computed, µs. Refill counts from here.
-    updated_at: u64,
+    pub(super) updated_at: u64,
 }
 
 impl TokenBucket {

@@ -7,9 +7,9 @@ use crate::decision::Decision;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Window {
     /// Start (µs) of the window `count` belongs to.
-    start: u64,
+    pub(super) start: u64,
     /// Cost allowed in that window so far.
-    count: u64,
+    pub(super) count: u64,
 }
 
 impl Window {

@@ -27,10 +27,16 @@
 //! path = "/signin"
 //! quota = "5/min"
 //! block_for = "15m"               # once denied, denied for 15 minutes
+//!
+//! [[rule]]
+//! name = "global"
+//! quota = "20000/s"
+//! key = "global"
+//! lease = "auto"                  # or a number of tokens: hot keys, see Lease
 //! ```
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
-//! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `trusted_proxies` (networks whose forwarding headers
+//! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `lease`, `trusted_proxies` (networks whose forwarding headers
 //! `client_ip` believes). A rule also has `name` (required), `methods`, `path` and
 //! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes); a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
@@ -65,7 +71,7 @@ mod tests;
 mod value;
 
 use report::{Scope, Source};
-use value::{Cidr, Header, KeySpec, MaxCost, MaxDelay, Method, StatusList, Text};
+use value::{Cidr, Header, KeySpec, LeaseSetting, MaxCost, MaxDelay, Method, StatusList, Text};
 
 /// What a rules file says.
 #[derive(Debug, Clone)]
@@ -126,6 +132,7 @@ struct Settings {
     max_delay: Option<Text<MaxDelay>>,
     trusted_proxies: Option<List<Cidr>>,
     block_for: Option<Spanned<Text<MaxDelay>>>,
+    lease: Option<Spanned<LeaseSetting>>,
 }
 
 /// A `[[rule]]`: the settings written out again, because serde's `flatten` ignores
@@ -147,6 +154,7 @@ struct RuleDoc {
     block_for: Option<Spanned<Text<MaxDelay>>>,
     /// Only responses with these statuses are counted: a rule's own, never a default.
     count_status: Option<Spanned<StatusList>>,
+    lease: Option<Spanned<LeaseSetting>>,
 }
 
 /// A `[[skip]]`.
@@ -259,6 +267,10 @@ fn build_rule(
         rule = rule.block_for(block_for.get_ref().0 .0);
     }
 
+    if let Some(lease) = pick(&doc.lease, &defaults.lease) {
+        rule = rule.lease(lease.get_ref().0);
+    }
+
     // The rule sets its own key and algorithm, so the defaults given here never apply.
     let unused_key: Arc<dyn KeyExtractor> = Arc::new(key::Global);
     rule.check(&unused_key, algorithm).map_err(|(setting, e)| {
@@ -280,6 +292,7 @@ fn build_rule(
                 at(doc.count_status.as_ref().map(Spanned::span)),
                 "count_status",
             ),
+            Setting::Lease => (at(doc.lease.as_ref().map(Spanned::span)), "lease"),
         };
         fail(span, field, &e)
     })?;

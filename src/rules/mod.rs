@@ -14,6 +14,7 @@ use http::{HeaderName, Method};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
+use crate::lease::Lease;
 use crate::quota::{check_policy_name, Policy, Quota};
 
 mod cost;
@@ -109,6 +110,7 @@ pub struct Rule {
     quota_for: Option<TierFn>,
     block_for: Option<Duration>,
     count_status: Option<Vec<StatusMatch>>,
+    lease: Option<Lease>,
 }
 
 /// A rule's cost as configured; checked by `compile`.
@@ -148,6 +150,7 @@ impl Rule {
             quota_for: None,
             block_for: None,
             count_status: None,
+            lease: None,
         }
     }
 
@@ -303,6 +306,25 @@ impl Rule {
         self
     }
 
+    /// Leases this rule's quota to each instance in batches, for a hot key (a global limit,
+    /// one big customer): see [`Lease`] and [`Leases`](crate::store::Leases). Never admits
+    /// more than the quota; may admit a little less. Works with the bucket algorithms and the
+    /// fixed windows; the sliding windows and delay mode refuse it with a [`ConfigError`].
+    ///
+    /// ```
+    /// use tollgate::{key, rules::Rule, Lease, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .rule(Rule::new("global", Quota::per_second(20_000)).key(key::Global).lease(Lease::Auto))
+    ///     .build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -344,6 +366,17 @@ impl Rule {
         let algorithm = self.algorithm.unwrap_or(default_algorithm);
         let route =
             Route::new(self.methods.clone(), self.path.as_deref()).map_err(at(Setting::Path))?;
+        // Delay mode waits for each request's slot in the store; a lease has no slots.
+        if self.lease.is_some() && self.mode == Mode::Delay {
+            return Err((
+                Setting::Lease,
+                ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    "lease does not work in delay mode, which waits for each request's slot in \
+                     the store; remove lease or use mode enforce or shadow",
+                ),
+            ));
+        }
         // max_delay is ignored outside delay mode, so a rule switches modes by its mode alone.
         let delay = match self.mode {
             Mode::Delay => {
@@ -378,6 +411,21 @@ impl Rule {
                 ConfigError::of(ConfigErrorKind::Rule, why),
             )
         })?;
+        let policy = match self.lease {
+            Some(lease) => policy.with_lease(lease).map_err(at(Setting::Lease))?,
+            None => policy,
+        };
+        if count_status.is_some() && self.lease.is_some() {
+            return Err((
+                Setting::Lease,
+                ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    "lease does not work with count_status: a leased unit is spent before the \
+                     handler runs, and count_status counts a request only after its response; \
+                     remove one of them",
+                ),
+            ));
+        }
         let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
         if max_cost == 0 {
             return Err((
@@ -459,6 +507,7 @@ pub(crate) enum Setting {
     MaxCost,
     BlockFor,
     CountStatus,
+    Lease,
 }
 
 impl fmt::Debug for Rule {
@@ -476,6 +525,7 @@ impl fmt::Debug for Rule {
             .field("max_delay", &self.max_delay)
             .field("block_for", &self.block_for)
             .field("count_status", &self.count_status)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -504,11 +554,15 @@ impl CompiledRule {
             Some(queue) => queue.policy(self.policy.name(), quota),
             None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
         }?;
-        // A tier blocks as the rule does.
-        Ok(match self.policy.blocks_for() {
+        // A tier blocks and leases as the rule does.
+        let policy = match self.policy.blocks_for() {
             Some(block_for) => policy.block_for(block_for),
             None => policy,
-        })
+        };
+        match self.policy.lease() {
+            Some(lease) => policy.with_lease(lease),
+            None => Ok(policy),
+        }
     }
 }
 
@@ -524,5 +578,52 @@ impl fmt::Debug for CompiledRule {
             .field("max_cost", &self.max_cost)
             .field("count_status", &self.count_status)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key;
+
+    fn compile(rule: Rule) -> Result<CompiledRule, ConfigError> {
+        let default_key: Arc<dyn KeyExtractor> = Arc::new(key::Global);
+        rule.compile(&default_key, Algorithm::Gcra)
+    }
+
+    #[test]
+    fn a_lease_is_carried_by_the_policy_and_refused_where_it_cannot_be_exact() {
+        let rule = Rule::new("g", Quota::per_second(100)).lease(Lease::Auto);
+        assert_eq!(compile(rule).unwrap().policy.lease(), Some(Lease::Auto));
+        let e = compile(
+            Rule::new("s", Quota::per_second(100))
+                .algorithm(Algorithm::SlidingWindowLog)
+                .lease(Lease::tokens(5)),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ConfigErrorKind::Rule);
+        assert!(
+            e.to_string()
+                .starts_with("rule \"s\": lease does not work with sliding_window_log"),
+            "{e}"
+        );
+        let e = compile(
+            Rule::new("d", Quota::per_second(100))
+                .mode(Mode::Delay)
+                .lease(Lease::Auto),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("lease does not work in delay mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_tier_keeps_the_rules_lease() {
+        let rule = Rule::new("t", Quota::per_second(100)).lease(Lease::tokens(5));
+        let compiled = compile(rule).unwrap();
+        let tier = compiled.policy_for(Quota::per_second(1_000)).unwrap();
+        assert_eq!(tier.lease(), Some(Lease::tokens(5)));
     }
 }

@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::{Check, Store};
+use crate::store::{Check, Grant, Store};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -100,6 +100,22 @@ trait DynStore: Send + Sync + fmt::Debug {
         policy: &'a Policy,
         n: u32,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        min: u32,
+        max: u32,
+    ) -> BoxFuture<'a, Result<Grant, StoreError>>;
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        unused: u32,
+        grant: &'a Grant,
+    ) -> BoxFuture<'a, Result<u32, StoreError>>;
 }
 
 impl<S: Store + fmt::Debug> DynStore for S {
@@ -157,6 +173,26 @@ impl<S: Store + fmt::Debug> DynStore for S {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(Store::refund(self, key, policy, n))
     }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        min: u32,
+        max: u32,
+    ) -> BoxFuture<'a, Result<Grant, StoreError>> {
+        Box::pin(Store::acquire(self, key, policy, min, max))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        policy: &'a Policy,
+        unused: u32,
+        grant: &'a Grant,
+    ) -> BoxFuture<'a, Result<u32, StoreError>> {
+        Box::pin(Store::release(self, key, policy, unused, grant))
+    }
 }
 
 impl Store for BoxStore {
@@ -191,6 +227,26 @@ impl Store for BoxStore {
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
         self.inner.refund(key, policy, n).await
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        self.inner.acquire(key, policy, min, max).await
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        self.inner.release(key, policy, unused, grant).await
     }
 }
 

@@ -260,6 +260,30 @@ impl<S: Store> Store for DenialCache<S> {
         self.forget(policy, key);
         result
     }
+
+    fn clock(&self) -> Option<&dyn crate::clock::Clock> {
+        self.inner.clock()
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<crate::store::Grant, StoreError> {
+        self.inner.acquire(key, policy, min, max).await
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &crate::store::Grant,
+    ) -> Result<u32, StoreError> {
+        self.inner.release(key, policy, unused, grant).await
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for DenialCache<S> {

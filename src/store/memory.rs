@@ -11,7 +11,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::{Check, Store};
+use crate::store::{Check, Grant, Store};
 
 /// Keeps rate-limit state in this process, in independently locked shards.
 ///
@@ -555,6 +555,93 @@ impl Store for MemoryStore {
         self.refund_now(key, policy, n);
         Ok(())
     }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        Ok(self.acquire_now(key, policy, min, max))
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        Ok(self.release_now(key, policy, unused, grant))
+    }
+}
+
+impl MemoryStore {
+    /// Leases from `min` to `max` units without going through a future: see
+    /// [`Store::acquire`].
+    pub fn acquire_now(&self, key: &str, policy: &Policy, min: u32, max: u32) -> Grant {
+        let now = self.inner.clock.now();
+        let params = policy.params();
+        let (map_key, shard_index) = self.locate(key, policy);
+        let mut shard = lock(&self.inner.shards[shard_index]);
+        count_decision(&mut shard, now);
+        self.make_room_for(&mut shard, &map_key, now);
+        let (min, max) = (u64::from(min), u64::from(max));
+        let granted = match shard.entries.entry(map_key) {
+            Entry::Occupied(mut occupied) => {
+                let tracked = occupied.get_mut();
+                if let Some(until) = tracked.live_block(policy.algorithm(), now) {
+                    return Grant::new(0, algorithm::blocked(params, now, until, min), 0);
+                }
+                if !tracked.is_live(policy.algorithm(), now) {
+                    tracked.state = State::new(policy.algorithm());
+                    tracked.blocked_until = None;
+                }
+                let granted = tracked.state.acquire(params, now, min, max);
+                tracked.expires_at = tracked.state.expires_at(params);
+                granted
+            }
+            Entry::Vacant(vacant) => {
+                let mut state = State::new(policy.algorithm());
+                let granted = state.acquire(params, now, min, max);
+                if granted.granted > 0 {
+                    let expires_at = state.expires_at(params);
+                    vacant.insert(Tracked {
+                        state,
+                        expires_at,
+                        blocked_until: None,
+                    });
+                }
+                granted
+            }
+        };
+        let units = u32::try_from(granted.granted).unwrap_or(u32::MAX);
+        Grant::new(units, granted.decision, granted.mark)
+    }
+
+    /// Gives back unused units of a lease without going through a future: see
+    /// [`Store::release`].
+    pub fn release_now(&self, key: &str, policy: &Policy, unused: u32, grant: &Grant) -> u32 {
+        let now = self.inner.clock.now();
+        let params = policy.params();
+        let (map_key, shard_index) = self.locate(key, policy);
+        let mut shard = lock(&self.inner.shards[shard_index]);
+        let Some(tracked) = shard.entries.get_mut(&map_key) else {
+            return 0;
+        };
+        // A block replaced the state the lease was taken from: nothing to give back to.
+        if !tracked.is_live(policy.algorithm(), now)
+            || tracked.live_block(policy.algorithm(), now).is_some()
+        {
+            return 0;
+        }
+        let taken = tracked
+            .state
+            .release(params, now, u64::from(unused), grant.mark);
+        tracked.expires_at = tracked.state.expires_at(params);
+        u32::try_from(taken).unwrap_or(u32::MAX)
+    }
 }
 
 #[cfg(test)]
@@ -824,5 +911,32 @@ mod tests {
         let ds = store.check_many_now(&[check("k", &big, true), heavy]);
         assert!(ds[0].allowed && !ds[1].allowed);
         assert!(store.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::quota::Quota;
+
+    #[tokio::test]
+    async fn the_design_example_leaves_the_tat_after_what_others_consumed() {
+        // T = 100 ms. A lease of 10 at 0, 1 unit from elsewhere at 20T, 5 returned at 20T.
+        let clock = ManualClock::new(0);
+        let store = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new("p", Quota::per_second(10).burst(20), Algorithm::Gcra).unwrap();
+        let grant = store.acquire("k", &policy, 1, 10).await.unwrap();
+        assert_eq!((grant.granted, grant.mark), (10, 1_000_000));
+        assert_eq!(grant.decision.remaining, 10);
+        clock.set(2_000_000);
+        assert!(store.check("k", &policy, 1).await.unwrap().allowed);
+        assert_eq!(store.release("k", &policy, 5, &grant).await.unwrap(), 0);
+        // TAT = 21T: the bucket is whole 100 ms later.
+        let d = store.check_now("k", &policy, 1);
+        assert_eq!(d.reset_after, Duration::from_millis(200));
+        assert_eq!(d.remaining, 18);
     }
 }

@@ -15,6 +15,8 @@ use crate::quota::Policy;
 
 mod memory;
 pub use memory::MemoryStore;
+mod grant;
+pub use grant::Grant;
 
 /// One limit of a stacked decision: a client key under a policy, at a cost.
 ///
@@ -173,6 +175,48 @@ pub trait Store: Send + Sync + 'static {
         let _ = (key, policy, n);
         async { Err(StoreError::Unsupported("refund")) }
     }
+
+    /// Leases from `min` to `max` units (`1 ≤ min ≤ max`) of `key`'s quota under `policy` in
+    /// one atomic step, for an instance to spend locally (see [`Leases`]): as many as the
+    /// algorithm admits back to back at this instant, consumed as if that many requests had
+    /// been allowed; none if fewer than `min` fit, with the denial a request of cost `min`
+    /// would get.
+    ///
+    /// The default implementation decides one request of cost `min` with
+    /// [`check`](Self::check) and grants `min` units if it is allowed: exact, and no cheaper
+    /// than a check per request. The built-in stores override it.
+    fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> impl Future<Output = Result<Grant, StoreError>> + Send {
+        let _ = max;
+        async move {
+            let decision = self.check(key, policy, min).await?;
+            let granted = if decision.allowed { min } else { 0 };
+            Ok(Grant::new(granted, decision, 0))
+        }
+    }
+
+    /// Gives back up to `unused` units of `grant` (a lease of `key` under `policy`) and
+    /// returns how many were taken back: only what the algorithm can take back exactly (see
+    /// DESIGN: for the buckets, what is still ahead of now; for the fixed windows, within the
+    /// lease's window).
+    ///
+    /// The default implementation takes nothing back: unused units then count as used, which
+    /// only ever admits less.
+    fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> impl Future<Output = Result<u32, StoreError>> + Send {
+        let _ = (key, policy, unused, grant);
+        async { Ok(0) }
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -200,3 +244,5 @@ pub use breaker::CircuitBreaker;
 pub use denial_cache::DenialCache;
 pub(crate) use resilient::ErrorHook;
 pub use resilient::{OnStoreError, Resilient};
+mod leases;
+pub use leases::Leases;

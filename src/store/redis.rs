@@ -11,7 +11,8 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
-use crate::store::{Check, Store};
+use crate::store::{Check, Grant, Store};
+use crate::Lease;
 
 pub(crate) mod cached;
 pub(crate) mod redact;
@@ -256,6 +257,51 @@ impl Store for RedisStore {
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
         self.act(key, policy, Control::Refund(u64::from(n))).await
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
+            let decision = self.check(key, policy, min).await?;
+            return Ok(Grant::new(
+                if decision.allowed { min } else { 0 },
+                decision,
+                0,
+            ));
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(self.shared.scripts.acquire(key, policy, (min, max), &now))
+            .await?;
+        script::grant_from_reply(policy.params().burst, &reply)
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
+            return Ok(0);
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(
+                self.shared
+                    .scripts
+                    .release(key, policy, (unused, grant.mark), &now),
+            )
+            .await?;
+        script::released_from_reply(&reply)
     }
 }
 

@@ -15,7 +15,8 @@ use crate::quota::Policy;
 use crate::store::redis::cached::CachedConnection;
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
-use crate::store::{Check, Store};
+use crate::store::{Check, Grant, Store};
+use crate::Lease;
 
 /// How long getting or checking a pooled connection may take in a pool made by
 /// `from_sentinels` (the layer's `store_timeout` bounds each decision well below this).
@@ -238,6 +239,51 @@ impl Store for RedisSentinelStore {
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
         self.act(key, policy, Control::Refund(u64::from(n))).await
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
+            let decision = self.check(key, policy, min).await?;
+            return Ok(Grant::new(
+                if decision.allowed { min } else { 0 },
+                decision,
+                0,
+            ));
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(self.shared.scripts.acquire(key, policy, (min, max), &now))
+            .await?;
+        script::grant_from_reply(policy.params().burst, &reply)
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
+            return Ok(0);
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(
+                self.shared
+                    .scripts
+                    .release(key, policy, (unused, grant.mark), &now),
+            )
+            .await?;
+        script::released_from_reply(&reply)
     }
 }
 

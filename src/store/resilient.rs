@@ -15,7 +15,7 @@ use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
 use crate::store::breaker::Breaker;
-use crate::store::{Check, CircuitBreaker, MemoryStore, Store};
+use crate::store::{Check, CircuitBreaker, Grant, MemoryStore, Store};
 use crate::telemetry;
 
 /// `Resilient::reported_open` before the gauge was first set.
@@ -292,6 +292,29 @@ impl<S: Store> Store for Resilient<S> {
         }
     }
 
+    /// Leases through the timeout and breaker; on failure, by the policy like a check (the
+    /// fallback's grants carry no mark, so that nothing of them is ever given back to the
+    /// inner store).
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        match self.call(self.inner.acquire(key, policy, min, max)).await {
+            Ok(grant) => Ok(grant),
+            Err(error) => match self.failed(&error) {
+                Some(fallback) => {
+                    telemetry::fallback_decision();
+                    let grant = fallback.acquire_now(key, policy, min, max);
+                    Ok(Grant::new(grant.granted, grant.decision, 0))
+                }
+                None => Err(error),
+            },
+        }
+    }
+
     /// Resets the fallback's state too, so that it holds no stale denial for the next outage;
     /// the inner store's error, if any, is returned (within the timeout, through the breaker).
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
@@ -321,6 +344,22 @@ impl<S: Store> Store for Resilient<S> {
             fallback.refund(key, policy, n).await?;
         }
         self.call(self.inner.refund(key, policy, n)).await
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        let released = self
+            .call(self.inner.release(key, policy, unused, grant))
+            .await;
+        if let Err(error) = &released {
+            self.failed(error);
+        }
+        released
     }
 }
 

@@ -654,3 +654,29 @@ pub fn command_calls(conn: &mut deadpool_redis::redis::Connection, command: &str
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
 }
+
+/// Leases of `key` at 5 per minute under every algorithm that leases, on `store`: 3 units,
+/// then 2, then none (a denial with its wait); 2 unused units given back are leased again.
+pub async fn leases_are_exact<S: tollgate::Store>(store: &S, key: &str) {
+    use tollgate::{Lease, Policy, Quota};
+    for algorithm in Lease::ALGORITHMS {
+        let policy = Policy::new("leased", Quota::per_minute(5), algorithm).unwrap();
+        let first = store.acquire(key, &policy, 1, 3).await.unwrap();
+        let second = store.acquire(key, &policy, 1, 3).await.unwrap();
+        let none = store.acquire(key, &policy, 1, 3).await.unwrap();
+        let at = format!("{algorithm} on {key}");
+        assert_eq!(
+            (first.granted, second.granted, none.granted),
+            (3, 2, 0),
+            "{at}"
+        );
+        assert!(none.decision.retry_after.is_some(), "{at}");
+        assert_eq!(
+            store.release(key, &policy, 2, &second).await.unwrap(),
+            2,
+            "{at}"
+        );
+        let again = store.acquire(key, &policy, 1, 3).await.unwrap();
+        assert_eq!(again.granted, 2, "{at}");
+    }
+}

@@ -832,3 +832,85 @@ fn bad_count_status() {
     let e = error("[defaults]\ncount_status = [401]\n");
     assert_error(&e, "2:1", &["defaults: ", "unknown field `count_status`"]);
 }
+
+#[test]
+fn lease_is_auto_or_a_number_and_bad_values_point_at_it() {
+    let file = parse(
+        "[[rule]]\nname = \"global\"\nquota = \"20000/s\"\nkey = \"global\"\nlease = \"auto\"\n\
+         [[rule]]\nname = \"partner\"\nquota = \"500/s\"\nlease = 25\n",
+        "rules.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        compile(&file.rules[0]).policy.lease(),
+        Some(crate::Lease::Auto)
+    );
+    assert_eq!(
+        compile(&file.rules[1]).policy.lease(),
+        Some(crate::Lease::tokens(25))
+    );
+
+    let e = error("[[rule]]\nname = \"api\"\nquota = \"1/s\"\nlease = \"lots\"\n");
+    assert_error(
+        &e,
+        "4:9",
+        &[
+            "rule \"api\": lease: ",
+            "invalid lease \"lots\"",
+            "\"auto\"",
+        ],
+    );
+    let e = error("[[rule]]\nname = \"api\"\nquota = \"1/s\"\nlease = 0\n");
+    assert_error(
+        &e,
+        "4:9",
+        &["rule \"api\": lease: ", "lease 0 is out of range"],
+    );
+    let e = error("[[rule]]\nname = \"api\"\nquota = \"10/s\"\nlease = 11\n");
+    assert_error(
+        &e,
+        "4:9",
+        &[
+            "rule \"api\": lease: ",
+            "more than the quota's capacity of 10",
+        ],
+    );
+    let e = error(
+        "[[rule]]\nname = \"api\"\nquota = \"10/s\"\nalgorithm = \"sliding_window\"\nlease = 5\n",
+    );
+    assert_error(
+        &e,
+        "5:9",
+        &[
+            "rule \"api\": lease: ",
+            "lease does not work with sliding_window",
+            "leases work with gcra, token_bucket, leaky_bucket, fixed_window, fixed_window_from_first",
+        ],
+    );
+    let e =
+        error("[[rule]]\nname = \"api\"\nquota = \"10/s\"\nmode = \"delay\"\nlease = \"auto\"\n");
+    assert_error(
+        &e,
+        "5:9",
+        &["rule \"api\": lease: ", "lease does not work in delay mode"],
+    );
+    let e =
+        error("[[rule]]\nname = \"signin\"\nquota = \"10/s\"\ncount_status = [401]\nlease = 5\n");
+    assert_error(
+        &e,
+        "5:9",
+        &[
+            "rule \"signin\": lease: ",
+            "lease does not work with count_status",
+        ],
+    );
+    let e = error("[[rule]]\nname = \"api\"\nquota = \"10/s\"\nblock_for = \"1m\"\nlease = 5\n");
+    assert_error(
+        &e,
+        "5:9",
+        &[
+            "rule \"api\": lease: ",
+            "lease does not work with block_for",
+        ],
+    );
+}

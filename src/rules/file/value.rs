@@ -295,3 +295,47 @@ impl<'de> Visitor<'de> for StatusVisitor {
         Ok(StatusList(statuses))
     }
 }
+
+/// `lease`: `"auto"` or a whole number of tokens from 1.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LeaseSetting(pub(super) crate::Lease);
+
+impl<'de> Deserialize<'de> for LeaseSetting {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(LeaseVisitor)
+    }
+}
+
+struct LeaseVisitor;
+
+impl Visitor<'_> for LeaseVisitor {
+    type Value = LeaseSetting;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"auto\" or a whole number of tokens from 1")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<LeaseSetting, E> {
+        if text != "auto" {
+            return Err(E::custom(format!(
+                "invalid lease {text:?} (use \"auto\" or a whole number of tokens from 1, \
+                 e.g. lease = 50)"
+            )));
+        }
+        Ok(LeaseSetting(crate::Lease::Auto))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<LeaseSetting, E> {
+        u32::try_from(n)
+            .ok()
+            .filter(|&n| n >= 1)
+            .map(|n| LeaseSetting(crate::Lease::tokens(n)))
+            .ok_or_else(|| {
+                E::custom(format!(
+                    "lease {n} is out of range (use \"auto\" or a whole number of tokens from 1 \
+                     to {})",
+                    u32::MAX
+                ))
+            })
+    }
+}

@@ -12,7 +12,9 @@ use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::Check;
+use crate::store::{Check, Grant};
+#[cfg(doc)]
+use crate::Lease;
 
 /// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
@@ -25,6 +27,8 @@ pub(crate) struct Scripts {
     stacked: LuaScript,
     /// `lua/control.lua`: reset, block and refund one client.
     control: LuaScript,
+    /// The prelude and `lua/lease.lua`: leases for hot keys.
+    lease: LuaScript,
 }
 
 impl Scripts {
@@ -35,6 +39,59 @@ impl Scripts {
                 .map(|s| LuaScript::new(s.as_str())),
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
+            lease: LuaScript::new(LEASE_SOURCE.as_str()),
+        }
+    }
+
+    /// The call that leases from `min` to `max` units of the state at `key` under `policy`
+    /// (an algorithm of [`Lease::ALGORITHMS`]); `now` as for [`single`](Self::single).
+    pub(crate) fn acquire(
+        &self,
+        key: String,
+        policy: &Policy,
+        (min, max): (u32, u32),
+        now: &str,
+    ) -> Call<'_> {
+        self.lease(
+            key,
+            policy,
+            "acquire",
+            (u64::from(min), u64::from(max)),
+            now,
+        )
+    }
+
+    /// The call that gives `unused` units of the lease marked `mark` back.
+    pub(crate) fn release(
+        &self,
+        key: String,
+        policy: &Policy,
+        (unused, mark): (u32, u64),
+        now: &str,
+    ) -> Call<'_> {
+        self.lease(key, policy, "release", (u64::from(unused), mark), now)
+    }
+
+    fn lease(
+        &self,
+        key: String,
+        policy: &Policy,
+        op: &str,
+        (a, b): (u64, u64),
+        now: &str,
+    ) -> Call<'_> {
+        let p = policy.params();
+        let numbers = [
+            algorithm_index(policy.algorithm()) as u64 + 1,
+            p.limit,
+            p.period,
+            p.burst,
+            p.interval,
+        ];
+        Call {
+            script: &self.lease,
+            keys: vec![key],
+            args: (&numbers[..], op, a, b, now).to_redis_args(),
         }
     }
 
@@ -270,6 +327,35 @@ pub(crate) fn decision_from_reply(limit: u64, reply: &[i64]) -> Result<Decision,
     ))
 }
 
+/// Reads `lua/lease.lua`'s reply to an acquire:
+/// `{granted, remaining, reset_after_us, retry_after_us (-1 = none), mark}`.
+pub(crate) fn grant_from_reply(limit: u64, reply: &[i64]) -> Result<Grant, StoreError> {
+    let &[granted, remaining, reset_after, retry_after, mark] = reply else {
+        return Err(StoreError::backend(format!(
+            "unexpected lease script reply {reply:?} (expected 5 integers)"
+        )));
+    };
+    let decision = decision_from_reply(
+        limit,
+        &[i64::from(granted > 0), remaining, reset_after, retry_after],
+    )?;
+    Ok(Grant::new(
+        u32::try_from(granted).unwrap_or(0),
+        decision,
+        u64::try_from(mark).unwrap_or(0),
+    ))
+}
+
+/// Reads `lua/lease.lua`'s reply to a release: `{units taken back}`.
+pub(crate) fn released_from_reply(reply: &[i64]) -> Result<u32, StoreError> {
+    match reply {
+        &[taken] => Ok(u32::try_from(taken).unwrap_or(0)),
+        _ => Err(StoreError::backend(format!(
+            "unexpected lease script reply {reply:?} (expected 1 integer)"
+        ))),
+    }
+}
+
 /// Reads the stacked script's reply: 4 integers per check, in order.
 pub(crate) fn decisions_from_reply(
     checks: &[Check<'_>],
@@ -329,6 +415,10 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
     source.push_str(include_str!("../../../lua/stacked.lua"));
     source
 });
+
+/// The lease script as it runs: the prelude, then `lua/lease.lua`.
+static LEASE_SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/lease.lua")));
 
 /// An algorithm's place in `Algorithm::ALL` (0-based): the index of its script in
 /// `Scripts::single`, and one less than its number in the stacked script.
