@@ -1,9 +1,10 @@
 //! The in-memory store: zero setup, one process.
 
-use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashTable;
 
 use crate::algorithm::{Algorithm, Params, State};
 use crate::clock::{Clock, SystemClock};
@@ -43,7 +44,9 @@ struct Inner {
 }
 
 struct Shard {
-    entries: HashMap<String, Tracked>,
+    /// Each tracked key once, found by its hash and [`Tracked::is`]: a request looks its key up
+    /// without building a map key.
+    entries: HashTable<Tracked>,
     /// Decisions since this shard was last swept.
     since_sweep: usize,
     /// Keys left by the last sweep: the next sweep comes after as many decisions.
@@ -57,7 +60,7 @@ struct Shard {
 impl Default for Shard {
     fn default() -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: HashTable::new(),
             since_sweep: 0,
             kept_by_sweep: 0,
             sweep_by: u64::MAX,
@@ -66,6 +69,11 @@ impl Default for Shard {
 }
 
 struct Tracked {
+    /// The policy's name, a NUL (never in a name), and the client key.
+    id: Box<str>,
+    /// The hash of `(policy name, client key)` (see [`MemoryStore::locate`]), kept so that a
+    /// growing table never hashes a key again.
+    hash: u64,
     state: State,
     expires_at: u64,
 }
@@ -135,30 +143,27 @@ impl MemoryStore {
     pub fn check_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
         let now = self.inner.clock.now();
         let params = policy.params();
-        let (map_key, shard_index) = self.locate(key, policy);
+        let algorithm = policy.algorithm();
+        let (hash, shard_index) = self.locate(key, policy);
         let mut shard = lock(&self.inner.shards[shard_index]);
         count_decision(&mut shard, now);
-        self.make_room_for(&mut shard, &map_key, now);
-        match shard.entries.entry(map_key) {
-            Entry::Occupied(mut occupied) => {
-                let tracked = occupied.get_mut();
-                if !tracked.is_live(policy.algorithm(), now) {
-                    tracked.state = State::new(policy.algorithm());
-                }
-                let decision = tracked.state.check(params, now, u64::from(cost));
-                tracked.expires_at = tracked.state.expires_at(params);
-                decision
+        self.make_room_for(&mut shard, hash, (policy.name(), key), now);
+        let found = (shard.entries).find_mut(hash, |t| t.is(policy.name(), key));
+        if let Some(tracked) = found {
+            if !tracked.is_live(algorithm, now) {
+                tracked.state = State::new(algorithm);
             }
-            Entry::Vacant(vacant) => {
-                let mut state = State::new(policy.algorithm());
-                let decision = state.check(params, now, u64::from(cost));
-                if decision.allowed {
-                    let expires_at = state.expires_at(params);
-                    vacant.insert(Tracked { state, expires_at });
-                }
-                decision
-            }
+            let decision = tracked.state.check(params, now, u64::from(cost));
+            tracked.expires_at = tracked.state.expires_at(params);
+            return decision;
         }
+        let mut state = State::new(algorithm);
+        let decision = state.check(params, now, u64::from(cost));
+        if decision.allowed {
+            let tracked = Tracked::new(hash, (policy.name(), key), state, params);
+            shard.entries.insert_unique(hash, tracked, |t| t.hash);
+        }
+        decision
     }
 
     /// Decides one request against several limits at once, atomically: see
@@ -174,7 +179,7 @@ impl MemoryStore {
             return vec![self.check_now(one.key, one.policy, one.cost)];
         }
         let now = self.inner.clock.now();
-        let located: Vec<(String, usize)> = checks
+        let located: Vec<(u64, usize)> = checks
             .iter()
             .map(|c| self.locate(c.key, c.policy))
             .collect();
@@ -191,7 +196,7 @@ impl MemoryStore {
         let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
         let mut pending: Vec<Pending<'_>> = Vec::with_capacity(checks.len());
         for (shard_index, shard) in &mut guards {
-            for (i, (check, (map_key, _))) in checks
+            for (i, (check, &(hash, _))) in checks
                 .iter()
                 .zip(&located)
                 .enumerate()
@@ -199,12 +204,14 @@ impl MemoryStore {
             {
                 count_decision(shard, now);
                 let algorithm = check.policy.algorithm();
-                let slot = match pending.iter().position(|p| p.map_key == map_key.as_str()) {
+                let id = (check.policy.name(), check.key);
+                let slot = match pending.iter().position(|p| p.hash == hash && p.id == id) {
                     Some(slot) => slot,
                     None => {
-                        let tracked = shard.entries.get(map_key.as_str());
+                        let tracked = shard.entries.find(hash, |t| t.is(id.0, id.1));
                         pending.push(Pending {
-                            map_key,
+                            id,
+                            hash,
                             shard: *shard_index,
                             state: tracked
                                 .filter(|t| t.is_live(algorithm, now))
@@ -245,48 +252,54 @@ impl MemoryStore {
         pending.retain(|p| p.tracked || p.allowed);
         for p in &pending {
             if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == p.shard) {
-                self.make_room_for(shard, p.map_key, now);
+                self.make_room_for(shard, p.hash, p.id, now);
             }
         }
         for p in pending {
             if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == p.shard) {
                 let expires_at = p.state.expires_at(p.params);
-                let tracked = Tracked {
-                    state: p.state,
-                    expires_at,
-                };
-                shard.entries.insert(p.map_key.to_owned(), tracked);
+                match shard.entries.find_mut(p.hash, |t| t.is(p.id.0, p.id.1)) {
+                    Some(tracked) => {
+                        tracked.state = p.state;
+                        tracked.expires_at = expires_at;
+                    }
+                    None => {
+                        let tracked = Tracked::new(p.hash, p.id, p.state, p.params);
+                        shard.entries.insert_unique(p.hash, tracked, |t| t.hash);
+                    }
+                }
             }
         }
         decisions
     }
 
-    /// Makes room for `map_key` in a full shard that does not hold it yet (when `max_keys` is
-    /// set).
-    fn make_room_for(&self, shard: &mut Shard, map_key: &str, now: u64) {
+    /// Makes room for the key `id` (policy name, client key) in a full shard that does not
+    /// hold it yet (when `max_keys` is set).
+    fn make_room_for(&self, shard: &mut Shard, hash: u64, id: (&str, &str), now: u64) {
         let full = self
             .inner
             .max_keys_per_shard
             .is_some_and(|max| shard.entries.len() >= max);
-        if full && !shard.entries.contains_key(map_key) {
+        if full && shard.entries.find(hash, |t| t.is(id.0, id.1)).is_none() {
             make_room(shard, now);
         }
     }
 
-    /// The map key for `key` under `policy`, and the index of the shard that holds it.
-    fn locate(&self, key: &str, policy: &Policy) -> (String, usize) {
-        let mut map_key = String::with_capacity(policy.name().len() + 1 + key.len());
-        map_key.push_str(policy.name());
-        map_key.push('\0');
-        map_key.push_str(key);
-        let shard_index = self.inner.hasher.hash_one(&map_key) as usize % self.inner.shards.len();
-        (map_key, shard_index)
+    /// The hash of `key` under `policy`, and the index of the shard that holds it. The one
+    /// hash serves both: the shard is picked by bits 32 and up, while a shard's table uses the
+    /// low bits (and the top 7), so keys of one shard still spread over its whole table.
+    fn locate(&self, key: &str, policy: &Policy) -> (u64, usize) {
+        let hash = self.inner.hasher.hash_one((policy.name(), key));
+        let shard_index = (hash >> 32) as usize % self.inner.shards.len();
+        (hash, shard_index)
     }
 }
 
 /// A state to store if the stacked decision is not blocked.
 struct Pending<'a> {
-    map_key: &'a str,
+    /// Policy name and client key.
+    id: (&'a str, &'a str),
+    hash: u64,
     shard: usize,
     state: State,
     params: &'a Params,
@@ -297,6 +310,30 @@ struct Pending<'a> {
 }
 
 impl Tracked {
+    fn new(hash: u64, id: (&str, &str), state: State, params: &Params) -> Self {
+        let (name, key) = id;
+        let mut joined = String::with_capacity(name.len() + 1 + key.len());
+        joined.push_str(name);
+        joined.push('\0');
+        joined.push_str(key);
+        let expires_at = state.expires_at(params);
+        Self {
+            id: joined.into_boxed_str(),
+            hash,
+            state,
+            expires_at,
+        }
+    }
+
+    /// Whether this is the state of `key` under the policy named `name`.
+    fn is(&self, name: &str, key: &str) -> bool {
+        let rest = self
+            .id
+            .strip_prefix(name)
+            .and_then(|r| r.strip_prefix('\0'));
+        rest == Some(key)
+    }
+
     /// Whether this state still decides for `algorithm` at `now`. Expired state decides like
     /// no history, and state of another algorithm (a policy changed on reload) means nothing.
     fn is_live(&self, algorithm: Algorithm, now: u64) -> bool {
@@ -318,7 +355,7 @@ fn count_decision(shard: &mut Shard, now: u64) {
 
 fn sweep(shard: &mut Shard, now: u64) {
     let mut last_expiry = None;
-    shard.entries.retain(|_, t| {
+    shard.entries.retain(|t| {
         let live = t.expires_at > now;
         if live {
             last_expiry = last_expiry.max(Some(t.expires_at));
@@ -335,10 +372,10 @@ fn sweep(shard: &mut Shard, now: u64) {
 
 /// Gives back a table's room once it holds far fewer keys than it has room for (a flood of
 /// random keys has come and gone): `retain` alone keeps the table at its peak size.
-fn shrink_if_roomy(entries: &mut HashMap<String, Tracked>) {
+fn shrink_if_roomy(entries: &mut HashTable<Tracked>) {
     let room = entries.capacity();
     if room > MIN_SHRINK_CAPACITY && room > SHRINK_WHEN_ROOM_PER_KEY * entries.len() {
-        entries.shrink_to(2 * entries.len());
+        entries.shrink_to(2 * entries.len(), |t| t.hash);
     }
 }
 
@@ -347,8 +384,10 @@ fn make_room(shard: &mut Shard, now: u64) {
     let before = shard.entries.len();
     sweep(shard, now);
     if shard.entries.len() == before {
-        if let Some(victim) = shard.entries.keys().next().cloned() {
-            shard.entries.remove(&victim);
+        if let Some(victim) = shard.entries.iter().next().map(|t| t.hash) {
+            if let Ok(entry) = shard.entries.find_entry(victim, |t| t.hash == victim) {
+                entry.remove();
+            }
         }
     }
 }
@@ -517,14 +556,25 @@ mod tests {
 
     #[test]
     fn a_roomy_table_shrinks_to_twice_its_keys_and_then_holds_its_size() {
-        let tracked = || Tracked {
-            state: State::new(Algorithm::Gcra),
-            expires_at: u64::MAX,
+        let hasher = RandomState::new();
+        let mut entries = HashTable::new();
+        let add = |entries: &mut HashTable<Tracked>, key: &str| {
+            let hash = hasher.hash_one(("p", key));
+            let state = State::new(Algorithm::Gcra);
+            let mut tracked = Tracked::new(
+                hash,
+                ("p", key),
+                state,
+                &policy("p", 1, Algorithm::Gcra).params().clone(),
+            );
+            tracked.expires_at = u64::MAX;
+            entries.insert_unique(hash, tracked, |t| t.hash);
         };
-        let mut entries: HashMap<String, Tracked> =
-            (0..10_000).map(|i| (i.to_string(), tracked())).collect();
+        for i in 0..10_000 {
+            add(&mut entries, &i.to_string());
+        }
         let full = entries.capacity();
-        entries.retain(|k, _| k.parse::<usize>().unwrap() < 1_000);
+        entries.retain(|t| t.id["p\0".len()..].parse::<usize>().unwrap() < 1_000);
         shrink_if_roomy(&mut entries);
         let shrunk = entries.capacity();
         assert!(
@@ -534,7 +584,9 @@ mod tests {
         // No thrash: the same keys again change nothing, and twice as many fit without growing.
         shrink_if_roomy(&mut entries);
         assert_eq!(entries.capacity(), shrunk);
-        entries.extend((0..1_000).map(|i| (format!("new-{i}"), tracked())));
+        for i in 0..1_000 {
+            add(&mut entries, &format!("new-{i}"));
+        }
         assert_eq!(entries.capacity(), shrunk);
     }
 
