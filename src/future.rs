@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
@@ -15,6 +15,7 @@ use tower_service::Service;
 
 use crate::body::ResponseBody;
 use crate::limiter::Verdict;
+use crate::response::Headers;
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the
 /// store.
@@ -48,13 +49,13 @@ pin_project! {
             #[pin]
             sleep: Sleep,
             inner: Option<(Svc, Request<ReqBody>)>,
-            headers: HeaderMap,
+            headers: Headers,
         },
         /// The inner service is answering; the headers are added to its response.
         Inner {
             #[pin]
             future: Svc::Future,
-            headers: HeaderMap,
+            headers: Headers,
         },
         /// The limiter answered (429, 400, 503).
         Respond {
@@ -80,7 +81,7 @@ where
         Self {
             state: State::Inner {
                 future,
-                headers: HeaderMap::new(),
+                headers: Headers::default(),
             },
         }
     }
@@ -131,11 +132,7 @@ where
                 }
                 StateProj::Inner { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;
-                    for (name, value) in headers.drain() {
-                        if let Some(name) = name {
-                            response.headers_mut().insert(name, value);
-                        }
-                    }
+                    std::mem::take(headers).write_into(response.headers_mut());
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));
                 }
                 StateProj::Respond { response } => {
@@ -154,7 +151,7 @@ where
 /// The state that calls the ready inner service with the request.
 fn call<Svc, ReqBody>(
     inner: Option<(Svc, Request<ReqBody>)>,
-    headers: HeaderMap,
+    headers: Headers,
 ) -> State<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,

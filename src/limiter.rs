@@ -10,15 +10,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
-use http::{HeaderMap, Response, StatusCode};
+use http::{Response, StatusCode};
 use http_body_util::Full;
+use smallvec::SmallVec;
 use tracing::Instrument;
 
 use crate::decision::Decision;
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
-use crate::response::{self, GrpcCode, HeaderStyle};
+use crate::response::{self, GrpcCode, HeaderStyle, Headers};
 use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
 use crate::store::{Check, DenialCache, OnStoreError, Resilient, Store};
 use crate::telemetry::{self, Outcome};
@@ -97,7 +98,7 @@ struct Planned {
 /// The outcome of asking the store.
 pub(crate) enum Verdict {
     /// After `wait` (delay mode), call the inner service and add `headers` to its response.
-    Proceed { headers: HeaderMap, wait: Duration },
+    Proceed { headers: Headers, wait: Duration },
     /// Answer with this response instead.
     Respond(Response<Full<Bytes>>),
 }
@@ -268,7 +269,7 @@ impl<S: Store> Limiter<S> {
             }
             // Fail open, without rate-limit numbers the limiter does not know.
             Err(_) => Verdict::Proceed {
-                headers: HeaderMap::new(),
+                headers: Headers::default(),
                 wait: Duration::ZERO,
             },
         }
@@ -279,7 +280,7 @@ impl<S: Store> Limiter<S> {
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
-        let mut seen = Vec::with_capacity(pending.checks.len());
+        let mut seen: SmallVec<[_; 1]> = SmallVec::with_capacity(pending.checks.len());
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
             let decision = match &rule.delay {
@@ -306,24 +307,19 @@ impl<S: Store> Limiter<S> {
             }
             seen.push((&planned.policy, decision));
         }
-        let mut headers = HeaderMap::new();
-        response::write_headers(self.headers, &seen, &mut headers);
+        let headers = response::rate_limit_headers(self.headers, &seen);
         match denial {
             Some(decision) => Verdict::Respond(self.denial(&decision, headers, pending.grpc)),
             None => Verdict::Proceed { headers, wait },
         }
     }
 
-    fn denial(&self, decision: &Decision, headers: HeaderMap, grpc: bool) -> Response<Full<Bytes>> {
+    fn denial(&self, decision: &Decision, headers: Headers, grpc: bool) -> Response<Full<Bytes>> {
         let mut denial = match &self.deny {
             Some(deny) => deny(decision).map(|body| Full::new(Bytes::from(body))),
             None => response::too_many_requests(decision, grpc),
         };
-        for (name, value) in headers {
-            if let Some(name) = name {
-                denial.headers_mut().entry(name).or_insert(value);
-            }
-        }
+        headers.fill_in(denial.headers_mut());
         denial
     }
 
