@@ -80,7 +80,8 @@ pub(crate) enum Plan {
 /// The limits one request must pass.
 pub(crate) struct Pending {
     rules: Arc<RuleSet>,
-    checks: Vec<Planned>,
+    /// Most requests meet one rule: no list is allocated for it.
+    checks: SmallVec<[Planned; 1]>,
     grpc: bool,
 }
 
@@ -133,7 +134,7 @@ impl<S: Store> Limiter<S> {
             return Plan::Pass;
         }
         let grpc = is_grpc(parts);
-        let mut checks = Vec::new();
+        let mut checks = SmallVec::new();
         for (index, rule) in rules.matching(parts) {
             let (key, policy, quota) = match rule.key.extract(parts) {
                 Some(key) => {
