@@ -231,7 +231,8 @@ impl<S: Store> Resilient<S> {
 }
 
 /// `call`'s result, or [`StoreError::Timeout`] after `limit`. A call that is ready at once
-/// (an in-process store) costs no timer.
+/// (an in-process store) costs no timer, and no room for one: the timer is boxed, so every
+/// decision's future stays small.
 async fn within<T>(
     limit: Duration,
     call: impl Future<Output = Result<T, StoreError>>,
@@ -240,7 +241,7 @@ async fn within<T>(
     if let Poll::Ready(result) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
         return result;
     }
-    tokio::time::timeout(limit, call)
+    Box::pin(tokio::time::timeout(limit, call))
         .await
         .unwrap_or(Err(StoreError::Timeout))
 }
