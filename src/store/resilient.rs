@@ -205,9 +205,12 @@ impl<S: Store> Resilient<S> {
     /// Sets the `tollgate_circuit_open` gauge when the breaker's state changed since the
     /// last report (and once at the first call).
     fn report_circuit(&self) {
-        let open = self.breaker.is_open();
-        if self.reported_open.swap(u8::from(open), Ordering::Relaxed) != u8::from(open) {
-            telemetry::circuit_open(&self.label, open);
+        let open = u8::from(self.breaker.is_open());
+        // Read first: most calls change nothing, and need not write a line other cores read.
+        if self.reported_open.load(Ordering::Relaxed) != open
+            && self.reported_open.swap(open, Ordering::Relaxed) != open
+        {
+            telemetry::circuit_open(&self.label, open == 1);
         }
     }
 
