@@ -148,7 +148,7 @@ impl MemoryStore {
         let mut shard = lock(&self.inner.shards[shard_index]);
         count_decision(&mut shard, now);
         self.make_room_for(&mut shard, hash, (policy.name(), key), now);
-        let found = (shard.entries).find_mut(hash, |t| t.is(policy.name(), key));
+        let found = shard.entries.find_mut(hash, |t| t.is(policy.name(), key));
         if let Some(tracked) = found {
             if !tracked.is_live(algorithm, now) {
                 tracked.state = State::new(algorithm);
