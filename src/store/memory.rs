@@ -1,9 +1,10 @@
 //! The in-memory store: zero setup, one process.
 
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use foldhash::quality::RandomState;
 use hashbrown::HashTable;
 
 use crate::algorithm::{Algorithm, Params, State};
@@ -38,6 +39,8 @@ pub struct MemoryStore {
 
 struct Inner {
     shards: Box<[Mutex<Shard>]>,
+    /// foldhash, seeded at random per store: fast on short keys, and clients, who choose
+    /// their keys, cannot aim them at one bucket.
     hasher: RandomState,
     clock: Arc<dyn Clock>,
     max_keys_per_shard: Option<usize>,
@@ -102,7 +105,7 @@ impl MemoryStore {
         Self {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Mutex::default()).collect(),
-                hasher: RandomState::new(),
+                hasher: RandomState::default(),
                 clock: Arc::new(clock),
                 max_keys_per_shard: None,
             }),
@@ -556,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_roomy_table_shrinks_to_twice_its_keys_and_then_holds_its_size() {
-        let hasher = RandomState::new();
+        let hasher = RandomState::default();
         let mut entries = HashTable::new();
         let add = |entries: &mut HashTable<Tracked>, key: &str| {
             let hash = hasher.hash_one(("p", key));
