@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
@@ -16,6 +16,7 @@ use tower_service::Service;
 use crate::body::ResponseBody;
 use crate::count::{Counter, Counting};
 use crate::limiter::Verdict;
+use crate::response::Headers;
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the
 /// store.
@@ -49,14 +50,14 @@ pin_project! {
             #[pin]
             sleep: Sleep,
             inner: Option<(Svc, Request<ReqBody>)>,
-            headers: HeaderMap,
+            headers: Headers,
             count: Option<Counter>,
         },
         /// The inner service is answering; the headers are added to its response.
         Inner {
             #[pin]
             future: Svc::Future,
-            headers: HeaderMap,
+            headers: Headers,
             count: Option<Counter>,
         },
         /// The response has a status a `count_status` rule lists: it is sent once the count
@@ -89,7 +90,7 @@ where
         Self {
             state: State::Inner {
                 future,
-                headers: HeaderMap::new(),
+                headers: Headers::default(),
                 count: None,
             },
         }
@@ -153,11 +154,7 @@ where
                     count,
                 } => {
                     let mut response = ready!(future.poll(cx))?;
-                    for (name, value) in headers.drain() {
-                        if let Some(name) = name {
-                            response.headers_mut().insert(name, value);
-                        }
-                    }
+                    std::mem::take(headers).write_into(response.headers_mut());
                     // Started here, in the poll that has the response: nothing between the
                     // response and the count can be cancelled.
                     if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {
@@ -192,7 +189,7 @@ where
 /// The state that calls the ready inner service with the request.
 fn call<Svc, ReqBody>(
     inner: Option<(Svc, Request<ReqBody>)>,
-    headers: HeaderMap,
+    headers: Headers,
     count: Option<Counter>,
 ) -> State<Svc, ReqBody>
 where

@@ -10,8 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
-use http::{HeaderMap, Response, StatusCode};
+use http::{Response, StatusCode};
 use http_body_util::Full;
+use smallvec::SmallVec;
 use tracing::Instrument;
 
 use crate::count::{Counted, Counter};
@@ -20,7 +21,7 @@ use crate::error::{ControlError, StoreError};
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
-use crate::response::{self, GrpcCode, HeaderStyle};
+use crate::response::{self, GrpcCode, HeaderStyle, Headers};
 use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
 use crate::store::{Check, DenialCache, Leases, OnStoreError, Resilient, Store};
 use crate::telemetry::{self, Outcome};
@@ -82,7 +83,8 @@ pub(crate) enum Plan {
 /// The limits one request must pass.
 pub(crate) struct Pending {
     rules: Arc<RuleSet>,
-    checks: Vec<Planned>,
+    /// Most requests meet one rule: no list is allocated for it.
+    checks: SmallVec<[Planned; 1]>,
     grpc: bool,
 }
 
@@ -128,7 +130,7 @@ pub(crate) enum Verdict {
     /// After `wait` (delay mode), call the inner service and add `headers` to its response;
     /// then `count` it under the rules with `count_status` that list its status.
     Proceed {
-        headers: HeaderMap,
+        headers: Headers,
         wait: Duration,
         count: Option<Counter>,
     },
@@ -166,7 +168,7 @@ impl<S: Store> Limiter<S> {
             return Plan::Pass;
         }
         let grpc = is_grpc(parts);
-        let mut checks = Vec::new();
+        let mut checks = SmallVec::new();
         for (index, rule) in rules.matching(parts) {
             let (key, policy, quota) = match rule.key.extract(parts) {
                 Some(key) => {
@@ -345,7 +347,7 @@ impl<S: Store> Limiter<S> {
                     OnStoreError::Deny => Verdict::Respond(unavailable(pending.grpc)),
                     // Fail open, without numbers; the response may still be counted.
                     _ => Verdict::Proceed {
-                        headers: HeaderMap::new(),
+                        headers: Headers::default(),
                         wait: Duration::ZERO,
                         count: None,
                     },
@@ -391,7 +393,7 @@ impl<S: Store> Limiter<S> {
             }
             // Fail open, without rate-limit numbers the limiter does not know.
             Err(_) => Verdict::Proceed {
-                headers: HeaderMap::new(),
+                headers: Headers::default(),
                 wait: Duration::ZERO,
                 count: None,
             },
@@ -403,7 +405,7 @@ impl<S: Store> Limiter<S> {
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
-        let mut seen = Vec::with_capacity(pending.checks.len());
+        let mut seen: SmallVec<[_; 1]> = SmallVec::with_capacity(pending.checks.len());
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
             let decision = match &rule.delay {
@@ -430,8 +432,7 @@ impl<S: Store> Limiter<S> {
             }
             seen.push((&planned.policy, decision));
         }
-        let mut headers = HeaderMap::new();
-        response::write_headers(self.headers, &seen, &mut headers);
+        let headers = response::rate_limit_headers(self.headers, &seen);
         match denial {
             Some(decision) => Verdict::Respond(self.denial(&decision, headers, pending.grpc)),
             None => Verdict::Proceed {
@@ -442,16 +443,12 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    fn denial(&self, decision: &Decision, headers: HeaderMap, grpc: bool) -> Response<Full<Bytes>> {
+    fn denial(&self, decision: &Decision, headers: Headers, grpc: bool) -> Response<Full<Bytes>> {
         let mut denial = match &self.deny {
             Some(deny) => deny(decision).map(|body| Full::new(Bytes::from(body))),
             None => response::too_many_requests(decision, grpc),
         };
-        for (name, value) in headers {
-            if let Some(name) = name {
-                denial.headers_mut().entry(name).or_insert(value);
-            }
-        }
+        headers.fill_in(denial.headers_mut());
         denial
     }
 

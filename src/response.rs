@@ -1,12 +1,12 @@
 //! What clients are told: rate-limit headers, the 429, and the gRPC mapping.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
+use smallvec::SmallVec;
 
 use crate::decision::Decision;
 use crate::quota::Policy;
@@ -52,44 +52,92 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// Writes the rate-limit headers for every policy that applied to the request.
+/// The rate-limit headers of one response. They are made when the store answers, before
+/// there is a response, and go straight into the response's own map once there is one.
+#[derive(Debug, Default)]
+pub(crate) struct Headers(SmallVec<[(HeaderName, HeaderValue); 2]>);
+
+impl Headers {
+    /// Sets them on a response, replacing headers of the same name.
+    pub(crate) fn write_into(self, h: &mut HeaderMap) {
+        for (name, value) in self.0 {
+            h.insert(name, value);
+        }
+    }
+
+    /// Adds those a response does not set itself (a custom denial's own headers win).
+    pub(crate) fn fill_in(self, h: &mut HeaderMap) {
+        for (name, value) in self.0 {
+            h.entry(name).or_insert(value);
+        }
+    }
+
+    fn push(&mut self, name: &HeaderName, value: Value) {
+        // Every value made here is ASCII (policy names are checked), so always valid.
+        if let Ok(value) = HeaderValue::from_maybe_shared(value.0.freeze()) {
+            self.0.push((name.clone(), value));
+        }
+    }
+}
+
+/// A header value written piece by piece, numbers included, without `format!`.
+struct Value(BytesMut);
+
+impl Value {
+    fn new() -> Self {
+        // Room for a policy name (at most 64 bytes) and its numbers.
+        Self(BytesMut::with_capacity(96))
+    }
+
+    fn text(mut self, text: &str) -> Self {
+        self.0.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    fn number(self, n: u64) -> Self {
+        self.text(itoa::Buffer::new().format(n))
+    }
+}
+
+/// The rate-limit headers for every policy that applied to the request.
 ///
 /// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most
 /// restrictive one (the fewest remaining).
-pub(crate) fn write_headers(style: HeaderStyle, checks: &[(&Policy, Decision)], h: &mut HeaderMap) {
+pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(&Policy, Decision)]) -> Headers {
+    let mut h = Headers::default();
     let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
-        return;
+        return h;
     };
     let (policy, decision) = tightest;
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let mut policies = String::new();
+        let mut policies = Value::new();
         for (i, (p, _)) in checks.iter().enumerate() {
             let separator = if i == 0 { "" } else { ", " };
-            let _ = write!(
-                policies,
-                "{separator}\"{}\";q={};w={}",
-                p.name(),
-                p.quota().limit(),
-                ceil_secs(p.quota().period()).max(1)
-            );
+            policies = (policies.text(separator).text("\""))
+                .text(p.name())
+                .text("\";q=")
+                .number(u64::from(p.quota().limit()))
+                .text(";w=")
+                .number(ceil_secs(p.quota().period()).max(1));
         }
-        insert(h, &RATELIMIT_POLICY, policies);
-        insert(
-            h,
-            &RATELIMIT,
-            format!(
-                "\"{}\";r={};t={}",
-                policy.name(),
-                decision.remaining,
-                ceil_secs(decision.reset_after)
-            ),
-        );
+        h.push(&RATELIMIT_POLICY, policies);
+        let current = (Value::new().text("\""))
+            .text(policy.name())
+            .text("\";r=")
+            .number(decision.remaining)
+            .text(";t=")
+            .number(ceil_secs(decision.reset_after));
+        h.push(&RATELIMIT, current);
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        insert(h, &X_LIMIT, decision.limit.to_string());
-        insert(h, &X_REMAINING, decision.remaining.to_string());
-        insert(h, &X_RESET, ceil_secs(decision.reset_after).to_string());
+        h.push(&X_LIMIT, Value::new().number(decision.limit));
+        h.push(&X_REMAINING, Value::new().number(decision.remaining));
+        h.push(
+            &X_RESET,
+            Value::new().number(ceil_secs(decision.reset_after)),
+        );
     }
+    h
 }
 
 fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
@@ -186,11 +234,11 @@ mod tests {
             policy("daily", Quota::per_day(1000)),
         );
         let mut h = HeaderMap::new();
-        write_headers(
+        rate_limit_headers(
             HeaderStyle::Ietf,
             &[(&a, decision(7, 300)), (&b, decision(3, 86_000_001))],
-            &mut h,
-        );
+        )
+        .write_into(&mut h);
         assert_eq!(
             h[&RATELIMIT_POLICY],
             "\"burst\";q=10;w=1, \"daily\";q=1000;w=86400"
@@ -203,13 +251,13 @@ mod tests {
     fn legacy_headers_use_delta_seconds_rounded_up() {
         let a = policy("api", Quota::per_minute(100));
         let mut h = HeaderMap::new();
-        write_headers(HeaderStyle::Legacy, &[(&a, decision(42, 16_001))], &mut h);
+        rate_limit_headers(HeaderStyle::Legacy, &[(&a, decision(42, 16_001))]).write_into(&mut h);
         assert_eq!(h["x-ratelimit-limit"], "100");
         assert_eq!(h["x-ratelimit-remaining"], "42");
         assert_eq!(h["x-ratelimit-reset"], "17");
         assert!(h.get(&RATELIMIT).is_none());
         let mut none = HeaderMap::new();
-        write_headers(HeaderStyle::None, &[(&a, decision(42, 1))], &mut none);
+        rate_limit_headers(HeaderStyle::None, &[(&a, decision(42, 1))]).write_into(&mut none);
         assert!(none.is_empty());
     }
 

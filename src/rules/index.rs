@@ -6,8 +6,12 @@ use std::collections::HashMap;
 
 use http::request::Parts;
 use http::Method;
+use smallvec::SmallVec;
 
 use super::route::{PathPattern, Route};
+
+/// The positions of the routes a request matches: a few at most, so no heap list per request.
+pub(crate) type Positions = SmallVec<[usize; 4]>;
 
 /// Positions of routes in their list, by path pattern.
 #[derive(Debug, Clone, Default)]
@@ -39,6 +43,7 @@ impl RouteIndex {
     #[cfg(test)]
     pub(crate) fn matching(&self, routes: &[Route], parts: &Parts) -> Vec<usize> {
         self.matching_by(|position| &routes[position], parts)
+            .into_vec()
     }
 
     /// The positions, in order, of the routes that take the request (see [`Route`] for HEAD),
@@ -47,22 +52,28 @@ impl RouteIndex {
         &self,
         route: impl Fn(usize) -> &'r Route,
         parts: &Parts,
-    ) -> Vec<usize> {
+    ) -> Positions {
         let mut found = self.by_path(parts.uri.path());
         let head_has_own_route =
             parts.method == Method::HEAD && found.iter().any(|&p| route(p).lists(&Method::HEAD));
-        found.retain(|&p| route(p).takes(&parts.method, head_has_own_route));
+        found.retain(|p| route(*p).takes(&parts.method, head_has_own_route));
         found
     }
 
     /// The positions of the routes whose path pattern matches `path`, in order.
-    fn by_path(&self, path: &str) -> Vec<usize> {
-        let mut found = self.any.clone();
-        found.extend(self.exact.get(path).into_iter().flatten());
+    fn by_path(&self, path: &str) -> Positions {
+        let mut found = Positions::from_slice(&self.any);
+        found.extend(self.exact.get(path).into_iter().flatten().copied());
         // A prefix `p` matches `path` when `path` is `p`, or `p` followed by a `/`.
-        found.extend(self.prefix.get(path).into_iter().flatten());
+        found.extend(self.prefix.get(path).into_iter().flatten().copied());
         for (slash, _) in path.match_indices('/').filter(|&(i, _)| i > 0) {
-            found.extend(self.prefix.get(&path[..slash]).into_iter().flatten());
+            found.extend(
+                self.prefix
+                    .get(&path[..slash])
+                    .into_iter()
+                    .flatten()
+                    .copied(),
+            );
         }
         found.sort_unstable();
         found

@@ -140,7 +140,11 @@ impl Breaker {
     }
 
     fn succeeded(&self) {
-        self.consecutive_failures.store(0, Ordering::Release);
+        // Written only when there is something to reset: a write on every request would move
+        // this cache line between the cores serving requests.
+        if self.consecutive_failures.load(Ordering::Acquire) != 0 {
+            self.consecutive_failures.store(0, Ordering::Release);
+        }
         if self.is_open() {
             self.backoff
                 .store(micros(self.settings.min_open), Ordering::Release);

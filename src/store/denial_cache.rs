@@ -41,6 +41,8 @@ const SHARDS: usize = 16;
 /// client; another instance's cache keeps its own until that denial's `Retry-After` at most.
 ///
 /// Memory is bounded: at most `capacity` denials (default 100,000), dropped as they expire.
+/// While no cached denial is running (nothing denied lately), a request costs the cache one
+/// clock read: no hashing and no lock.
 ///
 /// While the store is away and [`Resilient`](crate::store::Resilient) falls back to memory,
 /// the fallback's denials are cached like the store's: after the store is back, such a client
@@ -52,6 +54,9 @@ pub struct DenialCache<S> {
     hasher: RandomState,
     epoch: Instant,
     hits: AtomicU64,
+    /// When the latest-ending denial ever cached ends (see `now`). Until then a request may be
+    /// covered; after it, none is, and a request skips the lookup.
+    running_until: AtomicU64,
 }
 
 /// One cached denial. The map is keyed by a hash of `(policy, key)`; these fields tell a
@@ -77,6 +82,7 @@ impl<S: Store> DenialCache<S> {
             hasher: RandomState::new(),
             epoch: Instant::now(),
             hits: AtomicU64::new(0),
+            running_until: AtomicU64::new(0),
         }
     }
 
@@ -172,6 +178,7 @@ impl<S: Store> DenialCache<S> {
                 return;
             }
         }
+        self.running_until.fetch_max(until, Ordering::Relaxed);
         shard.insert(
             hash,
             Denial {
@@ -192,14 +199,24 @@ impl<S: Store> Store for DenialCache<S> {
             return self.inner.check(key, policy, cost).await;
         }
         let sent_at = self.now();
-        let hash = self.hash(policy, key);
-        if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            crate::telemetry::denial_cache_hit();
-            return Ok(decision);
+        // Once every cached denial has ended (always, while nothing is denied), no request is
+        // covered and an allowed one has no denial to drop: no hashing, no lock. A denial
+        // cached meanwhile by another request is kept; it stays exact, since this request can
+        // only have moved its end later.
+        let running = sent_at < self.running_until.load(Ordering::Relaxed);
+        let hash = running.then(|| self.hash(policy, key));
+        if let Some(hash) = hash {
+            if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                crate::telemetry::denial_cache_hit();
+                return Ok(decision);
+            }
         }
         let decision = self.inner.check(key, policy, cost).await?;
-        self.remember(hash, (key, policy, cost), sent_at, decision);
+        if running || !decision.allowed {
+            let hash = hash.unwrap_or_else(|| self.hash(policy, key));
+            self.remember(hash, (key, policy, cost), sent_at, decision);
+        }
         Ok(decision)
     }
 
@@ -373,6 +390,26 @@ mod tests {
         assert_eq!(cache.hits(), 1);
         assert!(!cache.check("j", &other, 1).await.unwrap().allowed);
         assert_eq!(cache.hits(), 2);
+    }
+
+    #[tokio::test]
+    async fn after_every_denial_ended_a_new_denial_is_cached_again() {
+        let clock = crate::ManualClock::new(1_000_000);
+        let cache = DenialCache::new(MemoryStore::with_clock(clock.clone()), 100);
+        let policy = policy("1/min");
+        assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert_eq!(cache.hits(), 1);
+        // The denial has ended: the store allows, then denies again, and that denial answers.
+        clock.advance(Duration::from_secs(60));
+        assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(cache.check("other", &policy, 1).await.unwrap().allowed);
+        assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert_eq!(cache.hits(), 1);
+        let cached = cache.check("k", &policy, 1).await.unwrap();
+        assert_eq!(cache.hits(), 2);
+        assert_eq!(cached.retry_after, Some(Duration::from_secs(60)));
     }
 
     #[tokio::test]

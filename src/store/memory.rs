@@ -2,9 +2,11 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use foldhash::quality::RandomState;
 
 use crate::algorithm::{self, Algorithm, Params, State};
 use crate::clock::{Clock, SystemClock};
@@ -12,6 +14,10 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::{Check, Grant, Store};
+
+/// A shard's keys. foldhash, seeded at random per store: faster than SipHash, and client
+/// keys (chosen by clients) cannot aim at its buckets.
+type Table = HashMap<String, Tracked, RandomState>;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
 ///
@@ -44,7 +50,7 @@ struct Inner {
 }
 
 struct Shard {
-    entries: HashMap<String, Tracked>,
+    entries: Table,
     /// Decisions since this shard was last swept.
     since_sweep: usize,
     /// Keys left by the last sweep: the next sweep comes after as many decisions.
@@ -58,7 +64,7 @@ struct Shard {
 impl Default for Shard {
     fn default() -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: Table::default(),
             since_sweep: 0,
             kept_by_sweep: 0,
             sweep_by: u64::MAX,
@@ -98,7 +104,7 @@ impl MemoryStore {
         Self {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Mutex::default()).collect(),
-                hasher: RandomState::new(),
+                hasher: RandomState::default(),
                 clock: Arc::new(clock),
                 max_keys_per_shard: None,
             }),
@@ -478,7 +484,7 @@ fn sweep(shard: &mut Shard, now: u64) {
 
 /// Gives back a table's room once it holds far fewer keys than it has room for (a flood of
 /// random keys has come and gone): `retain` alone keeps the table at its peak size.
-fn shrink_if_roomy(entries: &mut HashMap<String, Tracked>) {
+fn shrink_if_roomy(entries: &mut Table) {
     let room = entries.capacity();
     if room > MIN_SHRINK_CAPACITY && room > SHRINK_WHEN_ROOM_PER_KEY * entries.len() {
         entries.shrink_to(2 * entries.len());
@@ -777,8 +783,7 @@ mod tests {
             expires_at: u64::MAX,
             blocked_until: None,
         };
-        let mut entries: HashMap<String, Tracked> =
-            (0..10_000).map(|i| (i.to_string(), tracked())).collect();
+        let mut entries: Table = (0..10_000).map(|i| (i.to_string(), tracked())).collect();
         let full = entries.capacity();
         entries.retain(|k, _| k.parse::<usize>().unwrap() < 1_000);
         shrink_if_roomy(&mut entries);
