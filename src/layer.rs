@@ -199,7 +199,7 @@ impl<S: Store> RateLimitLayer<S> {
     /// reads it (e.g. the IP address, or the header's value); it is sanitized as requests'
     /// keys are, and a rule with tiers uses the key's tier. On Redis every instance sees the
     /// reset; this instance's cache of denials forgets the client, and other instances' caches
-    /// answer a denial they hold until its `Retry-After` at most.
+    /// ask the store again within 5 s (see [`DenialCache`](crate::store::DenialCache)).
     ///
     /// ```
     /// use std::time::Duration;

@@ -22,6 +22,11 @@ use crate::store::{Check, Store};
 
 const SHARDS: usize = 16;
 
+/// How long a denial is answered here at most before the store is asked again (µs), however
+/// long the denial lasts: a reset, refund or block made through another instance reaches this
+/// one's cache within it. A flooded key still costs the store one call per this long.
+const MAX_AGE: u64 = 5_000_000;
+
 /// Keeps the store's latest denial of each `(policy, key)` and answers requests of that cost
 /// or more locally until the denial ends, with the headers the store would give: for a
 /// request of the denied cost, the same `Retry-After` and numbers; for a costlier one,
@@ -38,7 +43,8 @@ const SHARDS: usize = 16;
 /// Blocks ([`Policy::block_for`], [`Store::block`]) keep it exact: a block only makes a denial
 /// longer, and its `retry_after` is the rest of the block. What makes a denial shorter is
 /// [`Store::reset`] or [`Store::refund`]: through this cache they drop its denial of that
-/// client; another instance's cache keeps its own until that denial's `Retry-After` at most.
+/// client; another instance's cache asks the store again within 5 s (a cached denial is
+/// answered for 5 s at most, however long it lasts, e.g. a 15-minute block).
 ///
 /// Memory is bounded: at most `capacity` denials (default 100,000), dropped as they expire.
 /// While no cached denial is running (nothing denied lately), a request costs the cache one
@@ -46,7 +52,7 @@ const SHARDS: usize = 16;
 ///
 /// While the store is away and [`Resilient`](crate::store::Resilient) falls back to memory,
 /// the fallback's denials are cached like the store's: after the store is back, such a client
-/// stays denied until that denial's `Retry-After` at most.
+/// stays denied until that denial's `Retry-After`, or 5 s, at most.
 pub struct DenialCache<S> {
     inner: S,
     shards: Box<[Mutex<HashMap<u64, Denial>>]>,
@@ -69,6 +75,8 @@ struct Denial {
     /// When it was sent to the store and when it ends, in the cache's µs (see `now`).
     sent_at: u64,
     until: u64,
+    /// When this cache stops answering it: `until`, or `MAX_AGE` after `sent_at` if sooner.
+    expires: u64,
     decision: Decision,
 }
 
@@ -129,7 +137,7 @@ impl<S: Store> DenialCache<S> {
     ) -> Option<Decision> {
         let shard = self.shard(hash);
         let denial = shard.get(&hash)?;
-        let covers = now < denial.until
+        let covers = now < denial.expires
             && cost >= denial.cost
             && &*denial.key == key
             && denial.policy == *policy;
@@ -173,12 +181,13 @@ impl<S: Store> DenialCache<S> {
         let until = sent_at.saturating_add(u64::try_from(retry_after.as_micros()).unwrap_or(0));
         if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
             let now = self.now();
-            shard.retain(|_, d| d.until > now);
+            shard.retain(|_, d| d.expires > now);
             if shard.len() >= self.per_shard {
                 return;
             }
         }
-        self.running_until.fetch_max(until, Ordering::Relaxed);
+        let expires = until.min(sent_at.saturating_add(MAX_AGE));
+        self.running_until.fetch_max(expires, Ordering::Relaxed);
         shard.insert(
             hash,
             Denial {
@@ -187,6 +196,7 @@ impl<S: Store> DenialCache<S> {
                 cost,
                 sent_at,
                 until,
+                expires,
                 decision,
             },
         );
@@ -250,7 +260,7 @@ impl<S: Store> Store for DenialCache<S> {
     }
 
     /// Resets the client in the store, then drops this instance's cached denial of it. Other
-    /// instances' caches keep theirs until it ends (at most its `Retry-After`).
+    /// instances' caches keep theirs until it ends (its `Retry-After`, or 5 s, at most).
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
         let result = self.inner.reset(key, policy).await;
         self.forget(policy, key);
@@ -390,6 +400,30 @@ mod tests {
         assert_eq!(cache.hits(), 1);
         assert!(!cache.check("j", &other, 1).await.unwrap().allowed);
         assert_eq!(cache.hits(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_reset_through_another_instance_reaches_this_cache_within_5_s() {
+        let clock = crate::ManualClock::new(1_000_000);
+        let store = MemoryStore::with_clock(clock.clone());
+        let (here, there) = (
+            DenialCache::new(store.clone(), 100),
+            DenialCache::new(store, 100),
+        );
+        // Blocked for 15 minutes after a denial.
+        let policy = policy("1/min").block_for(Duration::from_secs(900));
+        assert!(here.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(!here.check("k", &policy, 1).await.unwrap().allowed);
+        there.reset("k", &policy).await.unwrap();
+        // Within 5 s this cache still answers the block, with its true Retry-After.
+        clock.advance(Duration::from_micros(4_999_999));
+        let cached = here.check("k", &policy, 1).await.unwrap();
+        assert_eq!((cached.allowed, here.hits()), (false, 1));
+        assert_eq!(cached.retry_after, Some(Duration::from_micros(895_000_001)));
+        // Then it asks the store, which was reset.
+        clock.advance(Duration::from_micros(1));
+        assert!(here.check("k", &policy, 1).await.unwrap().allowed);
+        assert_eq!(here.hits(), 1);
     }
 
     #[tokio::test]
