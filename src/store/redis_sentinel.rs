@@ -13,10 +13,10 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::redis::cached::CachedConnection;
-use crate::store::redis::one_key::OneKey;
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
 use crate::store::{Check, Grant, Store};
+use crate::Lease;
 
 /// How long getting or checking a pooled connection may take in a pool made by
 /// `from_sentinels` (the layer's `store_timeout` bounds each decision well below this).
@@ -156,6 +156,15 @@ impl RedisSentinelStore {
             .map_or_else(String::new, |c| c.now().to_string())
     }
 
+    /// Runs `lua/control.lua` on `key`'s state under `policy`.
+    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        self.eval(self.shared.scripts.control(key, policy, action, &now))
+            .await
+            .map(drop)
+    }
+
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
         self.shared
             .connection
@@ -171,27 +180,14 @@ impl RedisSentinelStore {
     }
 }
 
-impl OneKey for RedisSentinelStore {
-    fn scripts(&self) -> &Scripts {
-        &self.shared.scripts
-    }
-
-    fn key_of(&self, policy: &Policy, client_key: &str) -> String {
-        self.state_key(policy, client_key)
-    }
-
-    fn now_arg(&self) -> String {
-        self.now()
-    }
-
-    async fn run(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        self.eval(call).await
-    }
-}
-
 impl Store for RedisSentinelStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.check_key(key, policy, cost).await
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(self.shared.scripts.single(key, policy, cost, &now))
+            .await?;
+        script::decision_from_reply(policy.params().burst, &reply)
     }
 
     /// One atomic stacked script on the master, as [`RedisStore`](crate::store::RedisStore)
@@ -217,12 +213,19 @@ impl Store for RedisSentinelStore {
         self.clock.as_deref()
     }
 
+    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
+    /// nothing written.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.peek_key(key, policy, cost).await
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(self.shared.scripts.peek(key, policy, cost, &now))
+            .await?;
+        script::decision_from_reply(policy.params().burst, &reply)
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.control(key, policy, Control::Reset).await
+        self.act(key, policy, Control::Reset).await
     }
 
     async fn block(
@@ -231,12 +234,11 @@ impl Store for RedisSentinelStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        self.control(key, policy, Control::block(duration)).await
+        self.act(key, policy, Control::block(duration)).await
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        self.control(key, policy, Control::Refund(u64::from(n)))
-            .await
+        self.act(key, policy, Control::Refund(u64::from(n))).await
     }
 
     async fn acquire(
@@ -246,7 +248,20 @@ impl Store for RedisSentinelStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        self.acquire_key(key, policy, (min, max)).await
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
+            let decision = self.check(key, policy, min).await?;
+            return Ok(Grant::new(
+                if decision.allowed { min } else { 0 },
+                decision,
+                0,
+            ));
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(self.shared.scripts.acquire(key, policy, (min, max), &now))
+            .await?;
+        script::grant_from_reply(policy.params().burst, &reply)
     }
 
     async fn release(
@@ -256,7 +271,19 @@ impl Store for RedisSentinelStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
-        self.release_key(key, policy, unused, grant).await
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
+            return Ok(0);
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now();
+        let reply = self
+            .eval(
+                self.shared
+                    .scripts
+                    .release(key, policy, (unused, grant.mark), &now),
+            )
+            .await?;
+        script::released_from_reply(&reply)
     }
 }
 
