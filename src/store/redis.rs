@@ -170,8 +170,6 @@ impl RedisStore {
             .map_or_else(String::new, |c| c.now().to_string())
     }
 
-    /// Runs `call` on the store's connection; an error that may have broken the connection
-    /// makes the next decision reconnect.
     /// Runs `lua/control.lua` on `key`'s state under `policy`.
     async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
         let key = self.state_key(policy, key);
@@ -181,6 +179,8 @@ impl RedisStore {
             .map(drop)
     }
 
+    /// Runs `call` on the store's connection; an error that may have broken the connection
+    /// makes the next decision reconnect.
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
         self.shared
             .connection
