@@ -17,6 +17,7 @@ use crate::body::ResponseBody;
 use crate::count::{Counter, Counting};
 use crate::limiter::Verdict;
 use crate::response::Headers;
+use crate::service::take_ready;
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the
 /// store.
@@ -86,6 +87,27 @@ where
         }
     }
 
+    /// The future of a request decided in `call`: the ready inner service is called now, or
+    /// (delay mode) taken along to wait.
+    pub(crate) fn decided(verdict: Verdict, ready: &mut Svc, request: Request<ReqBody>) -> Self
+    where
+        Svc: Clone,
+    {
+        let state = match verdict {
+            Verdict::Proceed {
+                headers,
+                wait,
+                count,
+            } if wait.is_zero() => State::Inner {
+                future: ready.call(request),
+                headers,
+                count,
+            },
+            verdict => after(verdict, Some((take_ready(ready), request))),
+        };
+        Self { state }
+    }
+
     pub(crate) fn inner(future: Svc::Future) -> Self {
         Self {
             state: State::Inner {
@@ -116,26 +138,8 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Checking { deciding, inner } => {
-                    let next = match ready!(deciding.as_mut().poll(cx)) {
-                        Verdict::Proceed {
-                            headers,
-                            wait,
-                            count,
-                        } if wait.is_zero() => call(inner.take(), headers, count),
-                        Verdict::Proceed {
-                            headers,
-                            wait,
-                            count,
-                        } => State::Waiting {
-                            sleep: tokio::time::sleep(wait),
-                            inner: inner.take(),
-                            headers,
-                            count,
-                        },
-                        Verdict::Respond(response) => State::Respond {
-                            response: Some(response),
-                        },
-                    };
+                    let verdict = ready!(deciding.as_mut().poll(cx));
+                    let next = after(verdict, inner.take());
                     this.state.set(next);
                 }
                 StateProj::Waiting {
@@ -183,6 +187,37 @@ where
                 }
             }
         }
+    }
+}
+
+/// The state after the limiter's verdict: call the ready inner service with the request,
+/// wait for the request's slot first (delay mode), or answer.
+fn after<Svc, ReqBody>(
+    verdict: Verdict,
+    inner: Option<(Svc, Request<ReqBody>)>,
+) -> State<Svc, ReqBody>
+where
+    Svc: Service<Request<ReqBody>>,
+{
+    match verdict {
+        Verdict::Proceed {
+            headers,
+            wait,
+            count,
+        } if wait.is_zero() => call(inner, headers, count),
+        Verdict::Proceed {
+            headers,
+            wait,
+            count,
+        } => State::Waiting {
+            sleep: tokio::time::sleep(wait),
+            inner,
+            headers,
+            count,
+        },
+        Verdict::Respond(response) => State::Respond {
+            response: Some(response),
+        },
     }
 }
 

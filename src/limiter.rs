@@ -159,12 +159,12 @@ fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
 impl<S: Store> Limiter<S> {
     pub(crate) fn plan(&self, parts: &Parts) -> Plan {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
-            telemetry::request(telemetry::NO_RULE, Outcome::Skipped);
+            telemetry::skipped();
             return Plan::Pass;
         }
         let rules = self.rules.current();
         if rules.skips(parts) {
-            telemetry::request(telemetry::NO_RULE, Outcome::Skipped);
+            telemetry::skipped();
             return Plan::Pass;
         }
         let grpc = is_grpc(parts);
@@ -177,7 +177,7 @@ impl<S: Store> Limiter<S> {
                 }
                 None => match self.on_missing_key {
                     OnMissingKey::Skip => {
-                        telemetry::request(rule.policy.name(), Outcome::Skipped);
+                        telemetry::request(&rule.policy, Outcome::Skipped);
                         continue;
                     }
                     // Not sanitized, so no client's key can equal it.
@@ -249,22 +249,24 @@ impl<S: Store> Limiter<S> {
         Ok((key::sanitize(key.to_owned()), policy))
     }
 
-    pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
-        let span = tracing::debug_span!(
-            target: "tollgate",
-            "rate_limit",
-            rules = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        if !span.is_disabled() {
-            let rules = pending.rules.rules();
-            let names: Vec<&str> = pending
-                .checks
-                .iter()
-                .map(|c| rules[c.rule].policy.name())
-                .collect();
-            span.record("rules", names.join(",").as_str());
+    /// The verdict when the store can make it at once (see [`Store::check_ready`]): a request
+    /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
+    pub(crate) fn decide_ready(&self, pending: &Pending) -> Option<Verdict> {
+        let [one] = pending.checks.as_slice() else {
+            return None;
+        };
+        if pending.counts_later() {
+            return None;
         }
+        let span = decision_span(pending);
+        let ready = span.in_scope(|| self.store.check_ready(&one.key, &one.policy, one.cost))?;
+        let verdict = self.verdict(pending, [ready]);
+        record_outcome(&span, &verdict);
+        Some(verdict)
+    }
+
+    pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
+        let span = decision_span(&pending);
         let counts_later = pending.counts_later();
         let asked = async {
             if counts_later {
@@ -274,19 +276,7 @@ impl<S: Store> Limiter<S> {
             }
         };
         let verdict = asked.instrument(span.clone()).await;
-        if !span.is_disabled() {
-            let outcome = match &verdict {
-                Verdict::Proceed { .. } => "proceed",
-                Verdict::Respond(response)
-                    if response.status() == StatusCode::TOO_MANY_REQUESTS =>
-                {
-                    "denied"
-                }
-                Verdict::Respond(_) => "unavailable",
-            };
-            span.record("outcome", outcome);
-            span.in_scope(|| tracing::debug!(target: "tollgate", outcome, "rate limit decision"));
-        }
+        record_outcome(&span, &verdict);
         match verdict {
             Verdict::Proceed { headers, wait, .. } if counts_later => Verdict::Proceed {
                 headers,
@@ -341,7 +331,7 @@ impl<S: Store> Limiter<S> {
             Ok(()) => self.verdict(pending, decisions.into_iter().flatten()),
             Err(_) => {
                 for check in &pending.checks {
-                    telemetry::request(rules[check.rule].policy.name(), Outcome::StoreError);
+                    telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
                 }
                 match self.on_store_error {
                     OnStoreError::Deny => Verdict::Respond(unavailable(pending.grpc)),
@@ -383,7 +373,7 @@ impl<S: Store> Limiter<S> {
         if decided.is_err() {
             let rules = pending.rules.rules();
             for check in &pending.checks {
-                telemetry::request(rules[check.rule].policy.name(), Outcome::StoreError);
+                telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
             }
         }
         match decided {
@@ -417,13 +407,13 @@ impl<S: Store> Limiter<S> {
                 None => decision,
             };
             if decision.allowed {
-                telemetry::request(rule.policy.name(), Outcome::Allowed);
+                telemetry::request(&rule.policy, Outcome::Allowed);
             } else {
                 if rule.mode == Mode::Shadow {
-                    telemetry::request(rule.policy.name(), Outcome::ShadowDenied);
+                    telemetry::request(&rule.policy, Outcome::ShadowDenied);
                     self.shadow_denied(rule.policy.name(), &planned.key);
                 } else {
-                    telemetry::request(rule.policy.name(), Outcome::Denied);
+                    telemetry::request(&rule.policy, Outcome::Denied);
                     denial = Some(match denial {
                         Some(worst) if later(&worst, &decision) => worst,
                         _ => decision,
@@ -464,6 +454,42 @@ impl<S: Store> Limiter<S> {
             );
         }
     }
+}
+
+/// The `rate_limit` debug span of one request's decision, naming its rules.
+fn decision_span(pending: &Pending) -> tracing::Span {
+    let span = tracing::debug_span!(
+        target: "tollgate",
+        "rate_limit",
+        rules = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let rules = pending.rules.rules();
+        let names: Vec<&str> = pending
+            .checks
+            .iter()
+            .map(|c| rules[c.rule].policy.name())
+            .collect();
+        span.record("rules", names.join(",").as_str());
+    }
+    span
+}
+
+/// Records the decision's outcome on its span, and logs it at debug level.
+fn record_outcome(span: &tracing::Span, verdict: &Verdict) {
+    if span.is_disabled() {
+        return;
+    }
+    let outcome = match verdict {
+        Verdict::Proceed { .. } => "proceed",
+        Verdict::Respond(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+            "denied"
+        }
+        Verdict::Respond(_) => "unavailable",
+    };
+    span.record("outcome", outcome);
+    span.in_scope(|| tracing::debug!(target: "tollgate", outcome, "rate limit decision"));
 }
 
 /// Whether denial `a` lasts at least as long as `b` (never-allowed lasts forever).

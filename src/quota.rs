@@ -432,6 +432,12 @@ impl Policy {
         &self.name
     }
 
+    /// The name, shared (a metrics label without a copy).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
     /// The quota.
     pub fn quota(&self) -> &Quota {
         &self.quota

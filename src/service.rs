@@ -63,16 +63,26 @@ where
         match plan {
             Plan::Pass => ResponseFuture::inner(self.inner.call(request)),
             Plan::Respond(response) => ResponseFuture::respond(response),
-            Plan::Check(pending) => {
-                // The inner service is called after the decision: take the one `poll_ready`
-                // made ready, and leave a clone for the next request.
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending));
-                ResponseFuture::checking(deciding, inner, request)
-            }
+            Plan::Check(pending) => match self.limiter.decide_ready(&pending) {
+                // Decided at once (the memory store, a cached denial, a lease in hand).
+                Some(verdict) => ResponseFuture::decided(verdict, &mut self.inner, request),
+                None => {
+                    // The inner service is called after the decision: take the one
+                    // `poll_ready` made ready, and leave a clone for the next request.
+                    let inner = take_ready(&mut self.inner);
+                    let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending));
+                    ResponseFuture::checking(deciding, inner, request)
+                }
+            },
         }
     }
+}
+
+/// Takes the service `poll_ready` made ready, for a call made later, and leaves a clone in its
+/// place for the next request.
+pub(crate) fn take_ready<Svc: Clone>(ready: &mut Svc) -> Svc {
+    let clone = ready.clone();
+    std::mem::replace(ready, clone)
 }
 
 /// Lets `Server::builder().add_service(layer.layer(svc))` limit one gRPC service: the wrapped

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::quota::Policy;
+
 /// What became of one request under one rule, the `outcome` label of
 /// `tollgate_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,16 +32,29 @@ impl Outcome {
 
 /// The `rule` label of requests skipped before any rule was matched (skip paths, the skip
 /// function, `[[skip]]`): no rule name can be `*`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const NO_RULE: &str = "*";
 
-/// Counts one request's outcome under `rule`.
+/// Counts one request's outcome under the rule of `policy`. The label shares the policy's
+/// name: counting allocates nothing.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn request(rule: &str, outcome: Outcome) {
+pub(crate) fn request(policy: &Policy, outcome: Outcome) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         "tollgate_requests_total",
-        "rule" => rule.to_owned(),
+        "rule" => Arc::clone(policy.shared_name()),
         "outcome" => outcome.as_str()
+    )
+    .increment(1);
+}
+
+/// Counts one request skipped before any rule was matched (rule `*`).
+pub(crate) fn skipped() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "tollgate_requests_total",
+        "rule" => NO_RULE,
+        "outcome" => Outcome::Skipped.as_str()
     )
     .increment(1);
 }

@@ -75,6 +75,8 @@ trait DynStore: Send + Sync + fmt::Debug {
 
     fn clock(&self) -> Option<&dyn Clock>;
 
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision>;
+
     fn peek<'a>(
         &'a self,
         key: &'a str,
@@ -137,6 +139,10 @@ impl<S: Store + fmt::Debug> DynStore for S {
 
     fn clock(&self) -> Option<&dyn Clock> {
         Store::clock(self)
+    }
+
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        Store::check_ready(self, key, policy, cost)
     }
 
     fn peek<'a>(
@@ -206,6 +212,10 @@ impl Store for BoxStore {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.inner.clock()
+    }
+
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        self.inner.check_ready(key, policy, cost)
     }
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {

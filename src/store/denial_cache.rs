@@ -65,6 +65,13 @@ pub struct DenialCache<S> {
     running_until: AtomicU64,
 }
 
+/// A request the cache does not answer: when it was sent to the store, and its hash when
+/// cached denials were running then.
+struct Miss {
+    sent_at: u64,
+    hash: Option<u64>,
+}
+
 /// One cached denial. The map is keyed by a hash of `(policy, key)`; these fields tell a
 /// collision apart.
 struct Denial {
@@ -154,6 +161,36 @@ impl<S: Store> DenialCache<S> {
         })
     }
 
+    /// The cached denial answering a request about to be sent to the store, or what
+    /// remembering the store's answer needs.
+    fn cached(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, Miss> {
+        let sent_at = self.now();
+        // Once every cached denial has ended (always, while nothing is denied), no request is
+        // covered and an allowed one has no denial to drop: no hashing, no lock. A denial
+        // cached meanwhile by another request is kept; it stays exact, since this request can
+        // only have moved its end later.
+        let running = sent_at < self.running_until.load(Ordering::Relaxed);
+        let hash = running.then(|| self.hash(policy, key));
+        if let Some(hash) = hash {
+            if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                crate::telemetry::denial_cache_hit();
+                return Ok(decision);
+            }
+        }
+        Err(Miss { sent_at, hash })
+    }
+
+    /// Remembers the store's answer to a request the cache missed: a denial, or an allowed
+    /// request while denials are running (it may drop one).
+    fn remember_answer(&self, miss: Miss, request: (&str, &Policy, u32), decision: Decision) {
+        if miss.hash.is_some() || !decision.allowed {
+            let (key, policy, _) = request;
+            let hash = miss.hash.unwrap_or_else(|| self.hash(policy, key));
+            self.remember(hash, request, miss.sent_at, decision);
+        }
+    }
+
     /// Drops the cached denial of `key` under `policy`, if any.
     fn forget(&self, policy: &Policy, key: &str) {
         let hash = self.hash(policy, key);
@@ -208,26 +245,28 @@ impl<S: Store> Store for DenialCache<S> {
         if self.per_shard == 0 {
             return self.inner.check(key, policy, cost).await;
         }
-        let sent_at = self.now();
-        // Once every cached denial has ended (always, while nothing is denied), no request is
-        // covered and an allowed one has no denial to drop: no hashing, no lock. A denial
-        // cached meanwhile by another request is kept; it stays exact, since this request can
-        // only have moved its end later.
-        let running = sent_at < self.running_until.load(Ordering::Relaxed);
-        let hash = running.then(|| self.hash(policy, key));
-        if let Some(hash) = hash {
-            if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                crate::telemetry::denial_cache_hit();
-                return Ok(decision);
-            }
-        }
+        let miss = match self.cached(key, policy, cost) {
+            Ok(decision) => return Ok(decision),
+            Err(miss) => miss,
+        };
         let decision = self.inner.check(key, policy, cost).await?;
-        if running || !decision.allowed {
-            let hash = hash.unwrap_or_else(|| self.hash(policy, key));
-            self.remember(hash, (key, policy, cost), sent_at, decision);
-        }
+        self.remember_answer(miss, (key, policy, cost), decision);
         Ok(decision)
+    }
+
+    /// A cached denial, or the store's decision at once (remembered as [`check`](Self::check)
+    /// remembers it).
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        if self.per_shard == 0 {
+            return self.inner.check_ready(key, policy, cost);
+        }
+        let miss = match self.cached(key, policy, cost) {
+            Ok(decision) => return Some(decision),
+            Err(miss) => miss,
+        };
+        let decision = self.inner.check_ready(key, policy, cost)?;
+        self.remember_answer(miss, (key, policy, cost), decision);
+        Some(decision)
     }
 
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {

@@ -138,11 +138,16 @@ enum Spend {
 impl LeaseState {
     /// Takes the unused units of an expired lease, to be given back.
     fn take_expired(&mut self, now: u64) -> Option<(u32, Grant)> {
-        if now < self.expires_at || self.balance == 0 {
+        if !self.has_expired_units(now) {
             return None;
         }
         let unused = std::mem::take(&mut self.balance);
         self.grant.map(|grant| (unused.min(grant.granted), grant))
+    }
+
+    /// Whether the lease in hand has expired with units left to give back.
+    fn has_expired_units(&self, now: u64) -> bool {
+        now >= self.expires_at && self.balance > 0
     }
 
     /// Spends `cost` from the lease in hand, if it can.
@@ -493,6 +498,34 @@ impl<S: Store> Store for Leases<S> {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.shared.inner.clock()
+    }
+
+    /// A leased request spent from the lease in hand (or answered by the refusal it holds);
+    /// a request that is not leased, the store's decision at once. An empty or expired lease
+    /// is [`check`](Self::check)'s to refill or give back.
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
+        let now = leased.then(|| self.shared.now());
+        let entry = now.and_then(|now| Some((self.entry(key, policy, now)?, now)));
+        let Some((entry, now)) = entry else {
+            return self.shared.inner.check_ready(key, policy, cost);
+        };
+        let mut state = entry.lock();
+        if state.has_expired_units(now) {
+            return None;
+        }
+        let decision = match state.spend(cost, now) {
+            Spend::Answer(decision) => decision,
+            Spend::Direct => {
+                drop(state);
+                let decision = self.shared.inner.check_ready(key, policy, cost)?;
+                state = entry.lock();
+                decision
+            }
+            Spend::Empty => return None,
+        };
+        state.demand += u64::from(cost);
+        Some(decision)
     }
 
     async fn acquire(

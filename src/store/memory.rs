@@ -537,6 +537,11 @@ impl Store for MemoryStore {
         Some(&*self.inner.clock)
     }
 
+    /// Always: the memory store decides at once.
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        Some(self.check_now(key, policy, cost))
+    }
+
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         Ok(self.peek_now(key, policy, cost))
     }

@@ -217,6 +217,29 @@ pub trait Store: Send + Sync + 'static {
         let _ = (key, policy, unused, grant);
         async { Ok(0) }
     }
+
+    /// The decision for one request of `cost` by `key` under `policy`, when this store can
+    /// make it at once, in this process: a [`MemoryStore`] always can; a [`DenialCache`] can
+    /// for a client it holds a denial of, and [`Leases`] from a lease in hand. The layer then
+    /// answers without its asynchronous path (no boxed future, nothing to cancel).
+    ///
+    /// `None` means the store must be asked with [`check`](Self::check); a store that answers
+    /// `None` must have changed nothing. The default is `None`, which is always correct.
+    ///
+    /// ```
+    /// use tollgate::store::{MemoryStore, Store};
+    /// use tollgate::{Algorithm, Policy, Quota};
+    ///
+    /// let policy = Policy::new("api", Quota::per_minute(1), Algorithm::Gcra)?;
+    /// let store = MemoryStore::new();
+    /// assert!(store.check_ready("client-1", &policy, 1).is_some_and(|d| d.allowed));
+    /// assert!(store.check_ready("client-1", &policy, 1).is_some_and(|d| !d.allowed));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        let _ = (key, policy, cost);
+        None
+    }
 }
 
 #[cfg(feature = "redis")]

@@ -281,6 +281,21 @@ impl<S: Store> Store for Resilient<S> {
         self.inner.clock()
     }
 
+    /// The inner store's decision at once, timed like any call, while the circuit is closed
+    /// (an open circuit, its probe and the fallback are [`check`](Self::check)'s).
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        if self.breaker.is_open() {
+            return None;
+        }
+        #[cfg(feature = "metrics")]
+        let started = std::time::Instant::now();
+        let decision = self.inner.check_ready(key, policy, cost)?;
+        #[cfg(feature = "metrics")]
+        telemetry::store_duration(&self.label, started.elapsed().as_secs_f64());
+        self.report_circuit();
+        Some(decision)
+    }
+
     /// As [`check`](Self::check): within the timeout, not while the circuit is open, and
     /// with the fallback's peek while the store is away.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
