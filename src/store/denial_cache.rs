@@ -396,6 +396,47 @@ mod tests {
         assert_eq!(cache.hits(), 1);
     }
 
+    /// A store that decides only asynchronously, as Redis does.
+    struct Remote(MemoryStore);
+
+    impl Store for Remote {
+        async fn check(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            Ok(self.0.check_now(key, policy, cost))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cached_denial_is_answered_at_once_over_a_store_that_cannot_be() {
+        let cache = DenialCache::new(Remote(MemoryStore::new()), 100);
+        let policy = policy("1/min");
+        assert!(cache.check_ready("k", &policy, 1).is_none());
+        assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(cache.check_ready("k", &policy, 1).is_none());
+        assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);
+        let ready = cache.check_ready("k", &policy, 1).unwrap();
+        assert!(!ready.allowed);
+        assert_eq!(ready.remaining, 0);
+        assert!(ready.retry_after.unwrap() > Duration::from_secs(59));
+        assert_eq!(cache.hits(), 1);
+        assert!(cache.check_ready("other", &policy, 1).is_none());
+    }
+
+    #[test]
+    fn a_denial_made_at_once_is_cached_too() {
+        let cache = DenialCache::new(MemoryStore::new(), 100);
+        let policy = policy("1/min");
+        assert!(cache.check_ready("k", &policy, 1).unwrap().allowed);
+        assert!(!cache.check_ready("k", &policy, 1).unwrap().allowed);
+        assert_eq!(cache.hits(), 0);
+        assert!(!cache.check_ready("k", &policy, 1).unwrap().allowed);
+        assert_eq!(cache.hits(), 1);
+    }
+
     #[tokio::test]
     async fn a_denial_answers_only_requests_that_cost_as_much_or_more() {
         let cache = DenialCache::new(MemoryStore::new(), 100);

@@ -699,6 +699,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lease_in_hand_answers_at_once_and_an_empty_or_expired_one_does_not() {
+        let clock = ManualClock::new(1_000_000_000);
+        let store = Counted::new(&clock);
+        let leases = Leases::new(store.clone());
+        let policy = leased(Quota::per_minute(100), Lease::tokens(3));
+        // No lease yet: only `check` can get one.
+        assert!(leases.check_ready("k", &policy, 1).is_none());
+        assert_eq!(leases.check("k", &policy, 1).await.unwrap().remaining, 99);
+        let ready: Vec<u64> = (0..2)
+            .map(|_| leases.check_ready("k", &policy, 1).unwrap().remaining)
+            .collect();
+        assert_eq!(ready, [98, 97]);
+        // Spent: the next request waits for a refill.
+        assert!(leases.check_ready("k", &policy, 1).is_none());
+        assert_eq!(leases.check("k", &policy, 1).await.unwrap().remaining, 96);
+        assert!(leases.check_ready("k", &policy, 1).is_some());
+        // Expired with a unit unspent: `check` gives it back first.
+        clock.advance(Duration::from_millis(1_001));
+        assert!(leases.check_ready("k", &policy, 1).is_none());
+        assert_eq!(store.acquires.load(Ordering::SeqCst), 2);
+        assert_eq!(store.checks.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
     async fn policies_without_a_lease_go_straight_to_the_store() {
         let clock = ManualClock::new(0);
         let store = Counted::new(&clock);

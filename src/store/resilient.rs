@@ -431,6 +431,12 @@ mod tests {
                 _ => Ok(self.memory.check_now(key, policy, cost)),
             }
         }
+
+        /// Decides at once while answering, as an in-process store does.
+        fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+            let answering = self.mode.load(Ordering::SeqCst) == ANSWER;
+            answering.then(|| self.memory.check_now(key, policy, cost))
+        }
     }
 
     fn policy() -> Policy {
@@ -463,6 +469,32 @@ mod tests {
         store.get_ref().set(ANSWER);
         assert!(store.check("k", &policy, 1).await.unwrap().allowed);
         assert!(!store.circuit_open());
+    }
+
+    #[tokio::test]
+    async fn nothing_is_decided_at_once_while_the_circuit_is_open() {
+        let clock = ManualClock::new(1_000_000);
+        let store = Resilient::new(Flaky::default())
+            .on_error(OnStoreError::Deny)
+            .circuit_breaker_with_clock(
+                CircuitBreaker::default()
+                    .failures(1)
+                    .open_for(Duration::from_secs(1), Duration::from_secs(30)),
+                clock.clone(),
+            );
+        let policy = policy();
+        assert!(store
+            .check_ready("k", &policy, 1)
+            .is_some_and(|d| d.allowed));
+        store.get_ref().set(FAIL);
+        assert!(store.check("k", &policy, 1).await.is_err());
+        // The store answers again, but the circuit is open: only `check` may probe it.
+        store.get_ref().set(ANSWER);
+        assert!(store.check_ready("k", &policy, 1).is_none());
+        clock.advance(Duration::from_secs(2));
+        assert!(store.check_ready("k", &policy, 1).is_none());
+        assert!(store.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(store.check_ready("k", &policy, 1).is_some());
     }
 
     #[tokio::test]
