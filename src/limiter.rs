@@ -103,14 +103,34 @@ impl Pending {
         (self.checks.into_iter())
             .filter_map(|c| {
                 let statuses = rules[c.rule].count_status.clone()?;
+                let policy = match c.tier {
+                    Some(tier) => tier.0,
+                    None => rules[c.rule].policy.clone(),
+                };
                 Some(Counted {
                     statuses,
                     key: c.key,
-                    policy: c.policy,
+                    policy,
                     cost: c.cost,
                 })
             })
             .collect()
+    }
+
+    /// The policy `check` is decided by: its tier's, or its rule's.
+    fn policy<'a>(&'a self, check: &'a Planned) -> &'a Policy {
+        match &check.tier {
+            Some(tier) => &tier.0,
+            None => &self.rules.rules()[check.rule].policy,
+        }
+    }
+
+    /// The quota `check` is decided by: its tier's, or its rule's.
+    fn quota(&self, check: &Planned) -> Quota {
+        match &check.tier {
+            Some(tier) => tier.1,
+            None => self.rules.rules()[check.rule].quota,
+        }
     }
 }
 
@@ -120,9 +140,9 @@ struct Planned {
     rule: usize,
     key: String,
     cost: u32,
-    /// The rule's policy, or its tier's.
-    policy: Policy,
-    quota: Quota,
+    /// The tier's policy and quota when one applies to the key; else the rule's own are
+    /// used, not copied. Boxed: a policy is large, and most rules have no tiers.
+    tier: Option<Box<(Policy, Quota)>>,
 }
 
 /// The outcome of asking the store.
@@ -170,10 +190,10 @@ impl<S: Store> Limiter<S> {
         let grpc = is_grpc(parts);
         let mut checks = SmallVec::new();
         for (index, rule) in rules.matching(parts) {
-            let (key, policy, quota) = match rule.key.extract(parts) {
+            let (key, tier) = match rule.key.extract(parts) {
                 Some(key) => {
-                    let (policy, quota) = self.tier(rule, &key);
-                    (key::sanitize(key), policy, quota)
+                    let tier = self.tier(rule, &key).map(Box::new);
+                    (key::sanitize(key), tier)
                 }
                 None => match self.on_missing_key {
                     OnMissingKey::Skip => {
@@ -181,9 +201,7 @@ impl<S: Store> Limiter<S> {
                         continue;
                     }
                     // Not sanitized, so no client's key can equal it.
-                    OnMissingKey::Shared => {
-                        (ANONYMOUS_KEY.to_owned(), rule.policy.clone(), rule.quota)
-                    }
+                    OnMissingKey::Shared => (ANONYMOUS_KEY.to_owned(), None),
                     OnMissingKey::Reject => {
                         let message = format!(
                             "Bad Request: no client key for rate limiting: expected {}",
@@ -201,8 +219,7 @@ impl<S: Store> Limiter<S> {
                 rule: index,
                 key,
                 cost,
-                policy,
-                quota,
+                tier,
             });
         }
         if checks.is_empty() {
@@ -215,13 +232,12 @@ impl<S: Store> Limiter<S> {
         })
     }
 
-    /// The policy for `key` under `rule`: its tier's quota if the rule has tiers.
-    pub(crate) fn tier(&self, rule: &CompiledRule, key: &str) -> (Policy, Quota) {
-        let Some(quota) = rule.quota_for.as_ref().and_then(|tiers| tiers(key)) else {
-            return (rule.policy.clone(), rule.quota);
-        };
+    /// The policy and quota of `key`'s tier under `rule`, if the rule has tiers; `None`: the
+    /// rule's own.
+    pub(crate) fn tier(&self, rule: &CompiledRule, key: &str) -> Option<(Policy, Quota)> {
+        let quota = rule.quota_for.as_ref().and_then(|tiers| tiers(key))?;
         match rule.policy_for(quota) {
-            Ok(policy) => (policy, quota),
+            Ok(policy) => Some((policy, quota)),
             Err(e) => {
                 if self.tier_log.should_log().is_some() {
                     tracing::error!(
@@ -229,7 +245,7 @@ impl<S: Store> Limiter<S> {
                         "quota_for returned an invalid quota; using the rule's own: {e}"
                     );
                 }
-                (rule.policy.clone(), rule.quota)
+                None
             }
         }
     }
@@ -245,7 +261,10 @@ impl<S: Store> Limiter<S> {
                 known: known.map(|r| r.policy.name().to_owned()).collect(),
             });
         };
-        let (policy, _) = self.tier(found, key);
+        let policy = match self.tier(found, key) {
+            Some((policy, _)) => policy,
+            None => found.policy.clone(),
+        };
         Ok((key::sanitize(key.to_owned()), policy))
     }
 
@@ -259,7 +278,10 @@ impl<S: Store> Limiter<S> {
             return None;
         }
         let span = decision_span(pending);
-        let ready = span.in_scope(|| self.store.check_ready(&one.key, &one.policy, one.cost))?;
+        let ready = span.in_scope(|| {
+            self.store
+                .check_ready(&one.key, pending.policy(one), one.cost)
+        })?;
         let verdict = self.verdict(pending, [ready]);
         record_outcome(&span, &verdict);
         Some(verdict)
@@ -303,7 +325,7 @@ impl<S: Store> Limiter<S> {
                 .enumerate()
                 .filter(|(_, c)| counted(c))
             {
-                decisions[i] = Some(self.store.peek(&c.key, &c.policy, c.cost).await?);
+                decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
             }
             let denied = (pending.checks.iter().zip(&decisions))
                 .any(|(c, d)| blocking(c) && d.is_some_and(|d| !d.allowed));
@@ -313,11 +335,11 @@ impl<S: Store> Limiter<S> {
             if denied {
                 for &i in &others {
                     let c = &pending.checks[i];
-                    decisions[i] = Some(self.store.peek(&c.key, &c.policy, c.cost).await?);
+                    decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
                 }
             } else if !others.is_empty() {
                 let checks: Vec<Check<'_>> = (others.iter().map(|&i| &pending.checks[i]))
-                    .map(|c| Check::new(&c.key, &c.policy, c.cost).blocking(blocking(c)))
+                    .map(|c| Check::new(&c.key, pending.policy(c), c.cost).blocking(blocking(c)))
                     .collect();
                 let checked = self.store.check_many(&checks).await?;
                 for (&i, decision) in others.iter().zip(checked) {
@@ -352,7 +374,7 @@ impl<S: Store> Limiter<S> {
             // One limit, the common case: no list of checks to build.
             [one] => self
                 .store
-                .check(&one.key, &one.policy, one.cost)
+                .check(&one.key, pending.policy(one), one.cost)
                 .await
                 .map(|decision| self.verdict(pending, [decision])),
             many => {
@@ -361,7 +383,7 @@ impl<S: Store> Limiter<S> {
                     .iter()
                     .map(|c| Check {
                         key: &c.key,
-                        policy: &c.policy,
+                        policy: pending.policy(c),
                         cost: c.cost,
                         blocking: rules[c.rule].mode != Mode::Shadow,
                     })
@@ -400,7 +422,7 @@ impl<S: Store> Limiter<S> {
             let rule = &rules[planned.rule];
             let decision = match &rule.delay {
                 Some(queue) => {
-                    let (delay, own) = queue.release(&planned.quota, decision);
+                    let (delay, own) = queue.release(&pending.quota(planned), decision);
                     wait = wait.max(delay);
                     own
                 }
@@ -420,7 +442,7 @@ impl<S: Store> Limiter<S> {
                     });
                 }
             }
-            seen.push((&planned.policy, decision));
+            seen.push((pending.policy(planned), decision));
         }
         let headers = response::rate_limit_headers(self.headers, &seen);
         match denial {

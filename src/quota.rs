@@ -5,9 +5,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderValue;
+
 use crate::algorithm::{Algorithm, Params};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
+use crate::response;
 
 /// The shortest period a quota may have.
 const MIN_PERIOD: Duration = Duration::from_micros(50);
@@ -311,6 +314,8 @@ pub struct Policy {
     block_for_us: u64,
     /// How instances lease this policy's quota, if they do (see [`Lease`]).
     lease: Option<Lease>,
+    /// Its item of the `RateLimit-Policy` header, written once (see `crate::response`).
+    header_item: HeaderValue,
 }
 
 impl Policy {
@@ -348,6 +353,7 @@ impl Policy {
         }
         Ok(Self {
             params,
+            header_item: response::policy_item(&name, &quota),
             name,
             quota,
             algorithm,
@@ -430,6 +436,11 @@ impl Policy {
     /// The policy's name, as used in store keys and headers.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its item of the `RateLimit-Policy` header: `"name";q=100;w=60`.
+    pub(crate) fn header_item(&self) -> &HeaderValue {
+        &self.header_item
     }
 
     /// The name, shared (a metrics label without a copy).

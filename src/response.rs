@@ -9,7 +9,7 @@ use http_body_util::Full;
 use smallvec::SmallVec;
 
 use crate::decision::Decision;
-use crate::quota::Policy;
+use crate::quota::{Policy, Quota};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -99,6 +99,18 @@ impl Value {
     }
 }
 
+/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60`: written once per policy.
+pub(crate) fn policy_item(name: &str, quota: &Quota) -> HeaderValue {
+    let item = (Value::new().text("\""))
+        .text(name)
+        .text("\";q=")
+        .number(u64::from(quota.limit()))
+        .text(";w=")
+        .number(ceil_secs(quota.period()).max(1));
+    // A policy's name is checked to be ASCII letters, digits and `-_.`: always valid.
+    HeaderValue::from_maybe_shared(item.0.freeze()).unwrap_or(HeaderValue::from_static(""))
+}
+
 /// The rate-limit headers for every policy that applied to the request.
 ///
 /// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most
@@ -110,17 +122,21 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(&Policy, Decisio
     };
     let (policy, decision) = tightest;
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let mut policies = Value::new();
-        for (i, (p, _)) in checks.iter().enumerate() {
-            let separator = if i == 0 { "" } else { ", " };
-            policies = (policies.text(separator).text("\""))
-                .text(p.name())
-                .text("\";q=")
-                .number(u64::from(p.quota().limit()))
-                .text(";w=")
-                .number(ceil_secs(p.quota().period()).max(1));
+        match checks {
+            [(one, _)] => {
+                h.0.push((RATELIMIT_POLICY.clone(), one.header_item().clone()))
+            }
+            many => {
+                let mut policies = Value::new();
+                for (i, (p, _)) in many.iter().enumerate() {
+                    policies
+                        .0
+                        .extend_from_slice(if i == 0 { b"" } else { b", " });
+                    policies.0.extend_from_slice(p.header_item().as_bytes());
+                }
+                h.push(&RATELIMIT_POLICY, policies);
+            }
         }
-        h.push(&RATELIMIT_POLICY, policies);
         let current = (Value::new().text("\""))
             .text(policy.name())
             .text("\";r=")

@@ -63,6 +63,10 @@ impl RouteIndex {
     /// The positions of the routes whose path pattern matches `path`, in order.
     fn by_path(&self, path: &str) -> Positions {
         let mut found = Positions::from_slice(&self.any);
+        if self.exact.is_empty() && self.prefix.is_empty() {
+            // Routes for any path only (e.g. one global rule): in order already.
+            return found;
+        }
         found.extend(self.exact.get(path).into_iter().flatten().copied());
         // A prefix `p` matches `path` when `path` is `p`, or `p` followed by a `/`.
         found.extend(self.prefix.get(path).into_iter().flatten().copied());
