@@ -97,14 +97,15 @@ async fn memory_store_counts_each_outcome_per_rule() {
     assert_eq!(requests("m_shadow", "shadow_denied"), 2.0);
     assert_eq!(requests("*", "skipped"), 2.0);
     // The second denial of each rule was answered from the cache of denials; the other six
-    // decisions were the store's, each timed.
+    // decisions were the memory store's, made at once and not timed (only calls that wait
+    // are: see the Redis tests below).
     assert_eq!(
         sample("tollgate_denial_cache_hits_total") - hits_before,
         2.0
     );
     assert_eq!(
         sample("tollgate_store_duration_seconds_count{store=\"memory\"}") - timed_before,
-        6.0
+        0.0
     );
     assert_eq!(sample("tollgate_circuit_open{store=\"memory\"}"), 0.0);
     assert!(
