@@ -18,14 +18,16 @@
 --          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
--- Calls, each O(log n) for n members: the server's clock (only when ARGV[6] is ""), ZRANGE
--- (newest), then, when a member still counts, ZRANGEBYSCORE ... LIMIT 0 1 (the oldest member
--- that counts). Allow: ZREMRANGEBYSCORE (trims expired members: each member is trimmed once),
--- ZREM (only when the newest member has this very µs, to add to it), ZADD, PEXPIRE; a dry run
--- skips these. Deny: nothing more when the oldest member that counts frees enough room (or
--- cost > L); else the trim, ZCARD and a binary search of ZRANGE calls over the first `need`
--- members to find when enough cost expires. A deny writes nothing but that trim (which decides
--- nothing: trimmed members no longer count).
+-- Calls, each O(log n) for n members (O(n) on the small sets Redis keeps as a listpack, by
+-- default up to 128 members): the server's clock (only when ARGV[6] is ""), ZRANGE (newest),
+-- then, when a member still counts, ZRANGEBYSCORE ... LIMIT 0 1 (the oldest member that
+-- counts). Allow: ZREMRANGEBYSCORE (trims expired members: each member is trimmed once;
+-- skipped while no member has expired since the log started), ZREM (only when the newest
+-- member has this very µs, to add to it), ZADD, PEXPIRE; a dry run skips these. Deny: nothing
+-- more when the oldest member that counts frees enough room (or cost > L); else the trim,
+-- ZCARD and a binary search of ZRANGE calls over the first `need` members to find when enough
+-- cost expires. A deny writes nothing but that trim (which decides nothing: trimmed members no
+-- longer count).
 -- By hand:
 --   redis-cli EVAL "$(cat lua/prelude.lua lua/sliding_window_log.lua)" 1 rl:api:swl:{alice} 10 60000000 10 6000000 1 ""
 --   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
@@ -111,8 +113,10 @@ if count + cost <= limit then
   if dry then
     return reply
   end
-  if newest_member then
-    -- Trims the expired members (all of them when newest is nil): each is trimmed once.
+  -- Trims the expired members (all of them when newest is nil): each is trimmed once. Running
+  -- totals start from 0 with the log, so base 0 says no member comes before the oldest that
+  -- counts: nothing to trim (a young key's common case, one call saved).
+  if newest_member and not (newest and base == 0) then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', at - period))
   end
   -- The running total through this request; the member of this µs, if any, takes its cost too.
