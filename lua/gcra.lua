@@ -3,7 +3,8 @@
 -- queue's last slot is TAT - T.
 --
 -- KEYS[1]  the client's state key. Value: the TAT (theoretical arrival time, µs) as a decimal
---          string; a missing key is a client with no history (a full bucket).
+--          string (read with tonumber: any value it reads as a non-negative integer is a TAT);
+--          a missing key is a client with no history (a full bucket).
 -- ARGV[1]  L: limit, requests per period (not needed here; every script takes the same ARGV)
 -- ARGV[2]  P: period, µs (not needed here)
 -- ARGV[3]  B: burst, the bucket capacity in requests
