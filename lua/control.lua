@@ -30,12 +30,19 @@ local period = math.max(tonumber(ARGV[4]), 1)
 local burst = tonumber(ARGV[5])
 local t = math.max(tonumber(ARGV[6]), 1)
 local n = tonumber(ARGV[7])
-local now = now_us(ARGV[8])
+local now = ARGV[8]
+if now == '' then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+else
+  now = tonumber(now)
+end
 local zset = algorithm == 6
+local r = rare()
 
 if op == 'block' then
   if n > 0 then
-    set_block(key, zset, now + n, now)
+    r.set_block(key, zset, now + n, now)
   else
     redis.call('DEL', key)
   end
@@ -50,7 +57,7 @@ local function store(value, expires)
   if expires <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, value, 'PX', int(math.ceil((expires - now) / 1000)))
+    redis.call('SET', key, value, 'PX', string.format('%d', math.ceil((expires - now) / 1000)))
   end
 end
 
@@ -68,12 +75,12 @@ if zset then
     end
     local total, c = string.match(m[1], '^(%d+):(%d+)$')
     if not total then
-      unreadable(key)
+      r.unreadable(key)
     end
     total, c = tonumber(total), tonumber(c)
     redis.call('ZREM', key, m[1])
     if c > left then
-      redis.call('ZADD', key, m[2], int((total - left) % WRAP) .. ':' .. int(c - left))
+      redis.call('ZADD', key, m[2], string.format('%d:%d', (total - left) % WRAP, c - left))
       left = 0
     else
       left = left - c
@@ -86,33 +93,33 @@ if zset then
       redis.call('DEL', key)
     else
       -- At least 2 ms: see the PEXPIRE in lua/sliding_window_log.lua.
-      redis.call('PEXPIRE', key, int(math.max(ms, 2)))
+      redis.call('PEXPIRE', key, string.format('%d', math.max(ms, 2)))
     end
   end
   return {1}
 end
 
 local value = redis.call('GET', key)
-if not value or block_until(value) then
+if not value or r.block_until(value) then
   return {1}
 end
 if algorithm == 1 or algorithm == 3 then
-  local tat = tonumber(string.match(value, '^(%d+)$') or unreadable(key))
+  local tat = tonumber(string.match(value, '^(%d+)$') or r.unreadable(key))
   if tat > now then
     tat = math.max(tat - n * t, now)
-    store(int(tat), tat)
+    store(string.format('%d', tat), tat)
   end
 elseif algorithm == 2 then
   local stored, at = string.match(value, '^(%d+):(%d+)$')
   if not stored then
-    unreadable(key)
+    r.unreadable(key)
   end
   stored, at = tonumber(stored), tonumber(at)
   local capacity = burst * t
   local credit = math.min(stored + math.max(now - at, 0), capacity)
   credit = math.min(credit + n * t, capacity)
   local updated_at = math.max(at, now)
-  store(int(credit) .. ':' .. int(updated_at), updated_at + capacity - credit)
+  store(string.format('%d:%d', credit, updated_at), updated_at + capacity - credit)
 elseif algorithm == 4 or algorithm == 5 then
   local prefix = 'w'
   if algorithm == 5 then
@@ -120,7 +127,7 @@ elseif algorithm == 4 or algorithm == 5 then
   end
   local s, c = string.match(value, '^' .. prefix .. '(%d+):(%d+)$')
   if not s then
-    unreadable(key)
+    r.unreadable(key)
   end
   s, c = tonumber(s), tonumber(c)
   local current
@@ -134,13 +141,13 @@ elseif algorithm == 4 or algorithm == 5 then
     if c == 0 then
       redis.call('DEL', key)
     else
-      store(prefix .. int(s) .. ':' .. int(c), s + period)
+      store(string.format('%s%d:%d', prefix, s, c), s + period)
     end
   end
 elseif algorithm == 7 then
   local s, p, c = string.match(value, '^s(%d+):(%d+):(%d+)$')
   if not s then
-    unreadable(key)
+    r.unreadable(key)
   end
   s, p, c = tonumber(s), tonumber(p), tonumber(c)
   local at = math.max(now, s)
@@ -152,7 +159,7 @@ elseif algorithm == 7 then
     elseif p > 0 then
       expires = s + period
     end
-    store('s' .. int(s) .. ':' .. int(p) .. ':' .. int(c), expires)
+    store(string.format('s%d:%d:%d', s, p, c), expires)
   end
 else
   return redis.error_reply('tollgate control: unknown algorithm ' .. tostring(ARGV[2]))

@@ -19,26 +19,40 @@
 --   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/fixed_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/fixed_window.rs.
 
+-- Kept lean on purpose: see lua/prelude.lua.
+
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local period = math.max(tonumber(ARGV[2]), 1)
-local cost = math.max(tonumber(ARGV[5]), 1)
-local dry = ARGV[7] == '1'
-local now = now_us(ARGV[6])
+local limit = ARGV[1] + 0
+local period = ARGV[2] + 0
+local cost = ARGV[5] + 0
+if period < 1 then
+  period = 1
+end
+if cost < 1 then
+  cost = 1
+end
+local now = ARGV[6]
+if now == '' then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+else
+  now = now + 0
+end
 
 local start, count = 0, 0
 local raw = redis.call('GET', key)
 if raw then
   local s, c = string.match(raw, '^w(%d+):(%d+)$')
-  if not s then
+  if s then
+    start, count = s + 0, c + 0
+  else
     -- Not a window: a block (see lua/prelude.lua), or data that is not ours.
-    local until_us = block_until(raw) or unreadable(key)
-    if until_us > now then
-      return blocked_reply(until_us, now, limit, cost)
+    local r = rare()
+    local until_us = r.block_at(key, raw, now)
+    if until_us then
+      return r.blocked_reply(until_us, now, limit, cost)
     end
-    s, c = '0', '0'
   end
-  start, count = tonumber(s), tonumber(c)
 end
 
 local aligned = now - now % period
@@ -50,9 +64,13 @@ local window_end = start + period
 
 if count + cost <= limit then
   count = count + cost
-  local ttl_ms = math.max(math.ceil((window_end - now) / 1000), 1)
-  if not dry then
-    redis.call('SET', key, 'w' .. int(start) .. ':' .. int(count), 'PX', int(ttl_ms))
+  if ARGV[7] ~= '1' then
+    local ttl_ms = math.ceil((window_end - now) / 1000)
+    if ttl_ms < 1 then
+      ttl_ms = 1
+    end
+    redis.call('SET', key, string.format('w%d:%d', start, count), 'PX',
+      string.format('%d', ttl_ms))
   end
   return {1, limit - count, window_end - now, -1}
 end
@@ -66,5 +84,12 @@ local reset_after = 0
 if count > 0 then
   reset_after = window_end - now
 end
-local reply = {0, math.max(limit - count, 0), reset_after, retry_after}
-return block_after(key, false, ARGV, reply, now, limit, cost)
+local left = limit - count
+if left < 0 then
+  left = 0
+end
+local reply = {0, left, reset_after, retry_after}
+if ARGV[8] then
+  return rare().block_after(key, false, ARGV, reply, now, limit, cost)
+end
+return reply

@@ -3,7 +3,8 @@
 -- queue's last slot is TAT - T.
 --
 -- KEYS[1]  the client's state key. Value: the TAT (theoretical arrival time, µs) as a decimal
---          string; a missing key is a client with no history (a full bucket).
+--          string (read with tonumber: any value it reads as a non-negative integer is a TAT);
+--          a missing key is a client with no history (a full bucket).
 -- ARGV[1]  L: limit, requests per period (not needed here; every script takes the same ARGV)
 -- ARGV[2]  P: period, µs (not needed here)
 -- ARGV[3]  B: burst, the bucket capacity in requests
@@ -23,49 +24,78 @@
 -- A denial writes nothing. The TTL is ceil((TAT - now) / 1000) ms: the key lives exactly as
 -- long as it decides differently from a new one.
 --
--- By hand (after lua/prelude.lua, which defines now_us, int and idiv), 10/s with burst 20
+-- By hand (after lua/prelude.lua, which defines the rare paths' helpers), 10/s with burst 20
 -- (T = 100000 µs), cost 1, server time:
 --   redis-cli EVAL "$(cat lua/prelude.lua lua/gcra.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
 --   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/gcra.lua)"    # prints the sha, then:
 --   redis-cli EVALSHA <sha> 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
--- Kept lean on purpose (no closures of its own): Redis runs scripts one at a time, so this
+-- Kept lean on purpose (see lua/prelude.lua): Redis runs scripts one at a time, so this
 -- script's server time is the limiter's ceiling.
 
-local burst = tonumber(ARGV[3])
-local t = math.max(tonumber(ARGV[4]), 1)
-local cost = math.max(tonumber(ARGV[5]), 1)
-local now = now_us(ARGV[6])
+local burst = ARGV[3] + 0
+local t = ARGV[4] + 0
+local cost = ARGV[5] + 0
+if t < 1 then
+  t = 1
+end
+if cost < 1 then
+  cost = 1
+end
+local now = ARGV[6]
+if now == '' then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+else
+  now = now + 0
+end
 
 local capacity = burst * t
-local tat = redis.call('GET', KEYS[1])
-if not tat then
-  tat = 0
-elseif string.find(tat, '^%d+$') then
-  tat = tonumber(tat)
-else
-  -- Not a TAT: a block (see lua/prelude.lua), or data that is not ours.
-  local until_us = block_until(tat) or unreadable(KEYS[1])
-  if until_us > now then
-    return blocked_reply(until_us, now, burst, cost)
+local value = redis.call('GET', KEYS[1])
+local tat = 0
+if value then
+  tat = tonumber(value)
+  if not tat or tat < 0 or tat % 1 ~= 0 then
+    -- Not a TAT (a non-negative integer): a block (see lua/prelude.lua), or data that is not
+    -- ours.
+    local r = rare()
+    local until_us = r.block_at(KEYS[1], value, now)
+    if until_us then
+      return r.blocked_reply(until_us, now, burst, cost)
+    end
+    tat = 0
   end
-  tat = 0
 end
 -- max(tat, now) - now: the part of the bucket in use now.
-local backlog = math.max(tat - now, 0)
+local backlog = tat - now
+if backlog < 0 then
+  backlog = 0
+end
 
 if cost > burst then
   -- Never allowed.
-  return {0, idiv(math.max(capacity - backlog, 0), t), backlog, -1}
+  local free = capacity - backlog
+  if free < 0 then
+    free = 0
+  end
+  return {0, math.floor(free / t), backlog, -1}
 end
 -- new - now
 local after = backlog + cost * t
 if after > capacity then
-  local reply = {0, idiv(math.max(capacity - backlog, 0), t), backlog, after - capacity}
-  return block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
+  local free = capacity - backlog
+  if free < 0 then
+    free = 0
+  end
+  local reply = {0, math.floor(free / t), backlog, after - capacity}
+  if ARGV[8] then
+    return rare().block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
+  end
+  return reply
 end
 if ARGV[7] ~= '1' then
   -- The TTL: ceil(after / 1000) ms, at least 1 (after >= t >= 1).
-  redis.call('SET', KEYS[1], int(now + after), 'PX', math.ceil(after / 1000))
+  redis.call('SET', KEYS[1], string.format('%d', now + after), 'PX',
+    string.format('%d', math.ceil(after / 1000)))
 end
-return {1, idiv(capacity - after, t), after, -1}
+return {1, math.floor((capacity - after) / t), after, -1}

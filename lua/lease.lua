@@ -36,16 +36,23 @@ local t = math.max(tonumber(ARGV[5]), 1)
 local acquire = ARGV[6] == 'acquire'
 local a = tonumber(ARGV[7])
 local b = tonumber(ARGV[8])
-local now = now_us(ARGV[9])
+local now = ARGV[9]
+if now == '' then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+else
+  now = tonumber(now)
+end
+local r = rare()
 local raw = redis.call('GET', key)
 
 -- A blocked client (see lua/prelude.lua) is leased nothing and given nothing back: the block
 -- replaced the state the lease came from. A marker whose time has come is no state.
-local blocked_until = raw and block_until(raw)
+local blocked_until = raw and r.block_until(raw)
 if blocked_until then
   if blocked_until > now then
     if acquire then
-      local reply = blocked_reply(blocked_until, now, burst, math.max(a, 1))
+      local reply = r.blocked_reply(blocked_until, now, burst, math.max(a, 1))
       reply[5] = 0
       return reply
     end
@@ -60,14 +67,14 @@ if algorithm == 1 or algorithm == 3 then
   local tat = 0
   if raw then
     if not string.find(raw, '^%d+$') then
-      unreadable(key)
+      r.unreadable(key)
     end
     tat = tonumber(raw)
   end
   if acquire then
     local min, max = math.max(a, 1), math.max(b, a, 1)
     local backlog = math.max(tat - now, 0)
-    local fit = idiv(math.max(capacity - backlog, 0), t)
+    local fit = math.floor(math.max(capacity - backlog, 0) / t)
     if min > burst then
       return {0, fit, backlog, -1, 0}
     end
@@ -76,8 +83,9 @@ if algorithm == 1 or algorithm == 3 then
       return {0, fit, backlog, backlog + min * t - capacity, 0}
     end
     local after = backlog + granted * t
-    redis.call('SET', key, int(now + after), 'PX', math.ceil(after / 1000))
-    return {granted, idiv(capacity - after, t), after, -1, now + after}
+    redis.call('SET', key, string.format('%d', now + after), 'PX',
+      string.format('%d', math.ceil(after / 1000)))
+    return {granted, math.floor((capacity - after) / t), after, -1, now + after}
   end
   if b <= now or tat <= now then
     return {0}
@@ -85,11 +93,12 @@ if algorithm == 1 or algorithm == 3 then
   local back = math.min(a * t, b - now)
   local new = math.max(tat - back, now)
   if new > now then
-    redis.call('SET', key, int(new), 'PX', math.ceil((new - now) / 1000))
+    redis.call('SET', key, string.format('%d', new), 'PX',
+      string.format('%d', math.ceil((new - now) / 1000)))
   else
     redis.call('DEL', key)
   end
-  return {idiv(tat - new, t)}
+  return {math.floor((tat - new) / t)}
 end
 
 if algorithm == 2 then
@@ -99,7 +108,7 @@ if algorithm == 2 then
   if raw then
     local stored, at = string.match(raw, '^(%d+):(%d+)$')
     if not stored then
-      unreadable(key)
+      r.unreadable(key)
     end
     stored, at = tonumber(stored), tonumber(at)
     credit = math.min(stored + math.max(now - at, 0), capacity)
@@ -108,19 +117,19 @@ if algorithm == 2 then
   end
   if acquire then
     local min, max = math.max(a, 1), math.max(b, a, 1)
-    local granted = math.min(max, idiv(credit, t))
+    local granted = math.min(max, math.floor(credit / t))
     if min > burst or granted < min then
       local retry_after = -1
       if min <= burst then
         retry_after = min * t - credit + pending
       end
-      return {0, idiv(credit, t), capacity - credit + pending, retry_after, 0}
+      return {0, math.floor(credit / t), capacity - credit + pending, retry_after, 0}
     end
     credit = credit - granted * t
     local reset_after = capacity - credit + pending
-    redis.call('SET', key, int(credit) .. ':' .. int(updated_at), 'PX',
-      int(idiv(reset_after + 999, 1000)))
-    return {granted, idiv(credit, t), reset_after, -1, now + reset_after}
+    redis.call('SET', key, string.format('%d:%d', credit, updated_at), 'PX',
+      string.format('%d', math.ceil(reset_after / 1000)))
+    return {granted, math.floor(credit / t), reset_after, -1, now + reset_after}
   end
   if not raw or b <= now then
     return {0}
@@ -129,12 +138,12 @@ if algorithm == 2 then
   local returned = math.min(credit + back, capacity)
   local reset_after = capacity - returned + pending
   if reset_after > 0 then
-    redis.call('SET', key, int(returned) .. ':' .. int(updated_at), 'PX',
-      int(idiv(reset_after + 999, 1000)))
+    redis.call('SET', key, string.format('%d:%d', returned, updated_at), 'PX',
+      string.format('%d', math.ceil(reset_after / 1000)))
   else
     redis.call('DEL', key)
   end
-  return {idiv(returned - credit, t)}
+  return {math.floor((returned - credit) / t)}
 end
 
 -- The fixed windows: "w<start>:<count>" (aligned) or "f<start>:<count>" (from first).
@@ -146,7 +155,7 @@ local start, count = 0, 0
 if raw then
   local s, c = string.match(raw, '^' .. tag .. '(%d+):(%d+)$')
   if not s then
-    unreadable(key)
+    r.unreadable(key)
   end
   start, count = tonumber(s), tonumber(c)
 end
@@ -178,8 +187,8 @@ if acquire then
     return {0, fit, reset_after, retry_after, 0}
   end
   count = count + granted
-  redis.call('SET', key, tag .. int(start) .. ':' .. int(count), 'PX',
-    int(math.max(math.ceil((window_end - now) / 1000), 1)))
+  redis.call('SET', key, string.format('%s%d:%d', tag, start, count), 'PX',
+    string.format('%d', math.max(math.ceil((window_end - now) / 1000), 1)))
   return {granted, limit - count, math.max(window_end - now, 0), -1, start}
 end
 if not (count > 0 and start == b and now < start + period) then
@@ -188,8 +197,8 @@ end
 local taken = math.min(a, count)
 count = count - taken
 if count > 0 then
-  redis.call('SET', key, tag .. int(start) .. ':' .. int(count), 'PX',
-    int(math.max(math.ceil((start + period - now) / 1000), 1)))
+  redis.call('SET', key, string.format('%s%d:%d', tag, start, count), 'PX',
+    string.format('%d', math.max(math.ceil((start + period - now) / 1000), 1)))
 else
   redis.call('DEL', key)
 end

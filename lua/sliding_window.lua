@@ -22,81 +22,82 @@
 -- Must decide exactly like src/algorithm/sliding_window.rs: the estimate is computed with the
 -- same double operations in the same order, so both agree bit for bit.
 
+-- Kept lean on purpose (see lua/prelude.lua): the common path calls no local function, so the
+-- window's view and the estimate are written out where they are needed.
+
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local period = math.max(tonumber(ARGV[2]), 1)
-local cost = math.max(tonumber(ARGV[5]), 1)
-local dry = ARGV[7] == '1'
-local now = now_us(ARGV[6])
+local limit = ARGV[1] + 0
+local period = ARGV[2] + 0
+local cost = ARGV[5] + 0
+if period < 1 then
+  period = 1
+end
+if cost < 1 then
+  cost = 1
+end
+local now = ARGV[6]
+if now == '' then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+else
+  now = now + 0
+end
 
 local start, prev, curr = 0, 0, 0
 local raw = redis.call('GET', key)
 if raw then
   local s, p, c = string.match(raw, '^s(%d+):(%d+):(%d+)$')
-  if not s then
+  if s then
+    start, prev, curr = s + 0, p + 0, c + 0
+  else
     -- Not a window: a block (see lua/prelude.lua), or data that is not ours.
-    local until_us = block_until(raw) or unreadable(key)
-    if until_us > now then
-      return blocked_reply(until_us, now, limit, cost)
+    local r = rare()
+    local until_us = r.block_at(key, raw, now)
+    if until_us then
+      return r.blocked_reply(until_us, now, limit, cost)
     end
-    s, p, c = '0', '0', '0'
   end
-  start, prev, curr = tonumber(s), tonumber(p), tonumber(c)
 end
 
--- The window holding t, its counts, and how far into it t is. A clock that went back (before
--- start) is treated as standing at start.
-local function view(t)
-  local at = math.max(t, start)
-  local ws = at - at % period
-  local p, c = 0, 0
-  if ws == start then
-    p, c = prev, curr
-  elseif ws == start + period then
-    p, c = curr, 0
-  end
-  return ws, p, c, at - ws
+-- The window holding now (ws), its counts (p, c), and how far into it now is. A clock that
+-- went back (before start) is treated as standing at start.
+local at = now
+if at < start then
+  at = start
 end
-
--- prev * ((P - elapsed) / P) + curr, in this order (as in Rust).
-local function estimate(p, c, elapsed)
-  local weight = (period - elapsed) / period
-  return p * weight + c
+local ws = at - at % period
+local p, c = 0, 0
+if ws == start then
+  p, c = prev, curr
+elseif ws == start + period then
+  p, c = curr, 0
 end
+local elapsed = at - ws
+-- The estimate: prev * ((P - elapsed) / P) + curr, in this order (as in Rust).
+local weight = (period - elapsed) / period
+local estimate = p * weight + c
 
-local function fits(est)
-  return est + cost <= limit
-end
-
-local function remaining(est)
-  local left = math.floor(limit - est)
-  if left > 0 then
-    return left
-  end
-  return 0
-end
-
--- When the estimate reaches 0: curr counts until the end of the next window, a lone prev
--- until the end of this one.
-local function reset_after(ws, p, c)
-  local at = 0
-  if c > 0 then
-    at = ws + 2 * period
-  elseif p > 0 then
-    at = ws + period
-  end
-  return math.max(at - now, 0)
-end
-
-local ws, p, c, elapsed = view(now)
-
-if fits(estimate(p, c, elapsed)) then
+-- reset_after: when the estimate reaches 0. curr counts until the end of the next window, a
+-- lone prev until the end of this one.
+if estimate + cost <= limit then
   local nc = c + cost
-  local ttl_ms = math.max(math.ceil((ws + 2 * period - now) / 1000), 1)
-  if not dry then
-    redis.call('SET', key, 's' .. int(ws) .. ':' .. int(p) .. ':' .. int(nc), 'PX', int(ttl_ms))
+  if ARGV[7] ~= '1' then
+    local ttl_ms = math.ceil((ws + 2 * period - now) / 1000)
+    if ttl_ms < 1 then
+      ttl_ms = 1
+    end
+    redis.call('SET', key, string.format('s%d:%d:%d', ws, p, nc), 'PX',
+      string.format('%d', ttl_ms))
   end
-  return {1, remaining(estimate(p, nc, elapsed)), reset_after(ws, p, nc), -1}
+  local left = math.floor(limit - (p * weight + nc))
+  if left < 0 then
+    left = 0
+  end
+  local reset_after = ws + 2 * period - now
+  if reset_after < 0 then
+    reset_after = 0
+  end
+  return {1, left, reset_after, -1}
 end
 
 local retry_after = -1
@@ -105,20 +106,31 @@ if cost <= limit then
   -- decides with steps of 1, 2, 4... µs and a bisection. The test is monotone in time and
   -- passes at ws + 2P, where the estimate is 0.
   local function allows(t)
-    local w, wp, wc, e = view(t)
-    return fits(estimate(wp, wc, e))
-  end
-  local function decay_until(room, n)
-    if n == 0 then
-      return 0
+    local at = t
+    if at < start then
+      at = start
     end
-    return period - math.min(math.floor(room * period / n), period)
+    local tws = at - at % period
+    local tp, tc = 0, 0
+    if tws == start then
+      tp, tc = prev, curr
+    elseif tws == start + period then
+      tp, tc = curr, 0
+    end
+    return tp * ((period - (at - tws)) / period) + tc + cost <= limit
   end
+  -- When n units decay enough to leave `room`: period - min(floor(room * P / n), P), or 0.
   local candidate
   if c + cost <= limit then
-    candidate = ws + decay_until(limit - c - cost, p)
+    candidate = ws
+    if p > 0 then
+      candidate = ws + period - math.min(math.floor((limit - c - cost) * period / p), period)
+    end
   else
-    candidate = ws + period + decay_until(limit - cost, c)
+    candidate = ws + period
+    if c > 0 then
+      candidate = ws + 2 * period - math.min(math.floor((limit - cost) * period / c), period)
+    end
   end
   local no, yes = ws + elapsed, ws + 2 * period
   candidate = math.min(math.max(candidate, no + 1), yes)
@@ -156,5 +168,22 @@ if cost <= limit then
   end
   retry_after = yes - now
 end
-local reply = {0, remaining(estimate(p, c, elapsed)), reset_after(ws, p, c), retry_after}
-return block_after(key, false, ARGV, reply, now, limit, cost)
+local left = math.floor(limit - estimate)
+if left < 0 then
+  left = 0
+end
+local at_zero = 0
+if c > 0 then
+  at_zero = ws + 2 * period
+elseif p > 0 then
+  at_zero = ws + period
+end
+local reset_after = at_zero - now
+if reset_after < 0 then
+  reset_after = 0
+end
+local reply = {0, left, reset_after, retry_after}
+if ARGV[8] then
+  return rare().block_after(key, false, ARGV, reply, now, limit, cost)
+end
+return reply

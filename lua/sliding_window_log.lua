@@ -18,56 +18,68 @@
 --          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
--- Calls, each O(log n) for n members: the server's clock (only when ARGV[6] is ""), ZRANGE
--- (newest), then, when the key exists, ZREMRANGEBYSCORE (trims expired members: each member
--- is trimmed once) and ZRANGE (oldest). Allow: ZREM (only when the newest member has this very
--- µs, to add to it), ZADD, PEXPIRE; a dry run skips these. Deny: ZCARD and a binary search of
--- ZRANGE calls over the first `need` members to find when enough cost expires (none when the
--- oldest member suffices, or cost > L). A deny, like a dry run, only trims expired members
--- (which decides nothing: they no longer count).
+-- Calls, each O(log n) for n members (O(n) on the small sets Redis keeps as a listpack, by
+-- default up to 128 members): the server's clock (only when ARGV[6] is ""), ZRANGE (newest),
+-- then, when a member still counts, ZRANGEBYSCORE ... LIMIT 0 1 (the oldest member that
+-- counts). Allow: ZREMRANGEBYSCORE (trims expired members: each member is trimmed once;
+-- skipped while no member has expired since the log started), ZREM (only when the newest
+-- member has this very µs, to add to it), ZADD, PEXPIRE; a dry run skips these. Deny: nothing
+-- more when the oldest member that counts frees enough room (or cost > L); else the trim,
+-- ZCARD and a binary search of ZRANGE calls over the first `need` members to find when enough
+-- cost expires. A deny writes nothing but that trim (which decides nothing: trimmed members no
+-- longer count).
 -- By hand:
 --   redis-cli EVAL "$(cat lua/prelude.lua lua/sliding_window_log.lua)" 1 rl:api:swl:{alice} 10 60000000 10 6000000 1 ""
 --   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/sliding_window_log.rs.
 
+-- Kept lean on purpose (see lua/prelude.lua): no local functions, numbers sent to Redis as
+-- strings (Redis formats a Lua number with '%.17g', slower than Lua's own '%d').
+
 local key = KEYS[1]
-local limit = tonumber(ARGV[1])
-local period = math.max(tonumber(ARGV[2]), 1)
-local cost = math.max(tonumber(ARGV[5]), 1)
+local limit = ARGV[1] + 0
+local period = ARGV[2] + 0
+local cost = ARGV[5] + 0
+if period < 1 then
+  period = 1
+end
+if cost < 1 then
+  cost = 1
+end
 local dry = ARGV[7] == '1'
-local now = now_us(ARGV[6])
+local now = ARGV[6]
+if now == '' then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+else
+  now = now + 0
+end
 
 -- Running totals wrap here; only differences less than L (< 2^32) apart are taken, so exact.
 local WRAP = 2 ^ 52
 
--- The member at `rank` (0 oldest, -1 newest): its µs, running total and cost, or nil.
-local function member(rank)
-  local m = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
-  if not m[1] then
-    return nil
-  end
-  local total, c = string.match(m[1], '^(%d+):(%d+)$')
-  if not total then
-    -- Not a log entry: the block member 'b' (see lua/prelude.lua), with no end, or data that
-    -- is not ours.
-    if m[1] ~= 'b' then
-      unreadable(key)
+-- The newest member: its µs, running total and cost.
+local newest, newest_end, newest_cost
+local m = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+local newest_member = m[1]
+if newest_member then
+  local total, c = string.match(newest_member, '^(%d+):(%d+)$')
+  if total then
+    newest, newest_end, newest_cost = m[2] + 0, total + 0, c + 0
+  elseif newest_member == 'b' then
+    -- A block (see lua/prelude.lua): the only member, scored with its end.
+    local until_us = m[2] + 0
+    if until_us > now then
+      return rare().blocked_reply(until_us, now, limit, cost)
     end
-    return tonumber(m[2]), -1, 0, m[1]
+    if not dry then
+      redis.call('DEL', key)
+    end
+    newest_member = nil
+  else
+    -- Data that is not ours.
+    rare().unreadable(key)
   end
-  return tonumber(m[2]), tonumber(total), tonumber(c), m[1]
-end
-
-local newest, newest_end, newest_cost, newest_member = member(-1)
-if newest_end == -1 then
-  -- A block: the only member, scored with its end.
-  if newest > now then
-    return blocked_reply(newest, now, limit, cost)
-  end
-  if not dry then
-    redis.call('DEL', key)
-  end
-  newest = nil
 end
 -- A clock that went back is treated as standing at the newest member: the log stays sorted.
 local at = now
@@ -75,16 +87,23 @@ if newest and newest > at then
   at = newest
 end
 
--- A member logged at t counts while at < t + P. base: the running total before the oldest.
+-- A member logged at t counts while at < t + P. base: the running total before the oldest
+-- member that counts; oldest: its µs and cost.
 local count, base = 0, 0
+local oldest, oldest_cost
 if newest then
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(at - period))
   if newest + period > at then
-    local _, oldest_end, oldest_cost = member(0)
-    base = (oldest_end - oldest_cost) % WRAP
+    m = redis.call('ZRANGEBYSCORE', key, string.format('(%d', at - period), '+inf',
+      'WITHSCORES', 'LIMIT', '0', '1')
+    local total, c = string.match(m[1], '^(%d+):(%d+)$')
+    if not total then
+      rare().unreadable(key)
+    end
+    oldest, oldest_cost = m[2] + 0, c + 0
+    base = (total - oldest_cost) % WRAP
     count = (newest_end - base) % WRAP
   else
-    -- All expired: the key is gone, and totals start again from 0.
+    -- All expired: totals start again from 0.
     newest = nil
   end
 end
@@ -94,6 +113,12 @@ if count + cost <= limit then
   if dry then
     return reply
   end
+  -- Trims the expired members (all of them when newest is nil): each is trimmed once. Running
+  -- totals start from 0 with the log, so base 0 says no member comes before the oldest that
+  -- counts: nothing to trim (a young key's common case, one call saved).
+  if newest_member and not (newest and base == 0) then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', at - period))
+  end
   -- The running total through this request; the member of this µs, if any, takes its cost too.
   local total = (base + count + cost) % WRAP
   local logged = cost
@@ -101,12 +126,15 @@ if count + cost <= limit then
     redis.call('ZREM', key, newest_member)
     logged = newest_cost + cost
   end
-  redis.call('ZADD', key, int(at), int(total) .. ':' .. int(logged))
+  redis.call('ZADD', key, string.format('%d', at), string.format('%d:%d', total, logged))
   -- At least 2 ms, not 1: PEXPIRE deletes the key at once when its deadline is not after the
   -- server's ms clock, which for 1 ms happens whenever a ms tick falls inside the command
   -- (Redis 7.0: about 1 in 7,000 calls). SET ... PX has no such check.
-  local ttl_ms = math.max(math.ceil((at + period - now) / 1000), 2)
-  redis.call('PEXPIRE', key, int(ttl_ms))
+  local ttl_ms = math.ceil((at + period - now) / 1000)
+  if ttl_ms < 2 then
+    ttl_ms = 2
+  end
+  redis.call('PEXPIRE', key, string.format('%d', ttl_ms))
   return reply
 end
 
@@ -114,24 +142,47 @@ local retry_after = -1
 if cost <= limit then
   -- The oldest members must expire until count - freed + cost <= L: the first member whose
   -- running total reaches base + need completes that at its time + P, and nothing is freed
-  -- before it. Each member holds at least 1, so it is among the first `need` (and the last
-  -- member, at count >= need, always qualifies).
+  -- before it. Most often that is the oldest (it holds need or more); else it is found by a
+  -- binary search by rank: each member holds at least 1, so it is among the first `need` (and
+  -- the last member, at count >= need, always qualifies).
   local need = count + cost - limit
-  local lo, hi = 0, math.min(need, redis.call('ZCARD', key)) - 1
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    local _, mid_end = member(mid)
-    if (mid_end - base) % WRAP >= need then
-      hi = mid
-    else
-      lo = mid + 1
+  local found = oldest
+  if oldest_cost < need then
+    -- Ranks count from the oldest member that counts: trim the expired ones first.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', at - period))
+    local card = redis.call('ZCARD', key)
+    if card > need then
+      card = need
     end
+    local lo, hi = 0, card - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      m = redis.call('ZRANGE', key, mid, mid)
+      local mid_end = string.match(m[1], '^(%d+):%d+$')
+      if not mid_end then
+        rare().unreadable(key)
+      end
+      if (mid_end - base) % WRAP >= need then
+        hi = mid
+      else
+        lo = mid + 1
+      end
+    end
+    m = redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')
+    found = m[2] + 0
   end
-  retry_after = member(lo) + period - now
+  retry_after = found + period - now
 end
 local reset_after = 0
 if count > 0 then
   reset_after = newest + period - now
 end
-local reply = {0, math.max(limit - count, 0), reset_after, retry_after}
-return block_after(key, true, ARGV, reply, now, limit, cost)
+local left = limit - count
+if left < 0 then
+  left = 0
+end
+local reply = {0, left, reset_after, retry_after}
+if ARGV[8] then
+  return rare().block_after(key, true, ARGV, reply, now, limit, cost)
+end
+return reply

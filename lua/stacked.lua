@@ -44,7 +44,11 @@ if #ARGV ~= 1 + 8 * n and not dry_only then
 end
 
 -- Every check decides at this one instant, passed on as an exact decimal string.
-local now_arg = int(now_us(ARGV[1]))
+local now_arg = ARGV[1]
+if now_arg == '' then
+  local time = redis.call('TIME')
+  now_arg = string.format('%d', time[1] * 1000000 + time[2])
+end
 
 -- Keys named by more than one check.
 local seen, repeated = {}, {}
@@ -104,10 +108,12 @@ if blocked or dry_only then
     end
   end
   if not dry_only then
+    local r
     for i = 1, n do
       local base = 2 + 8 * (i - 1)
       local block_for = tonumber(ARGV[base + 7])
       if replies[i][1] ~= 1 and ARGV[base + 6] == '1' and block_for > 0 and replies[i][4] >= 0 then
+        r = r or rare()
         local zset = tonumber(ARGV[base]) == 6
         local now = tonumber(now_arg)
         -- A block running already (this key named twice, or the denial was a block's) stays.
@@ -116,13 +122,13 @@ if blocked or dry_only then
           until_us = tonumber(redis.call('ZSCORE', KEYS[i], 'b'))
         else
           local value = redis.call('GET', KEYS[i])
-          until_us = value and block_until(value)
+          until_us = value and r.block_until(value)
         end
         if not until_us or until_us <= now then
           until_us = now + block_for
-          set_block(KEYS[i], zset, until_us, now)
+          r.set_block(KEYS[i], zset, until_us, now)
         end
-        replies[i] = blocked_reply(until_us, now, tonumber(ARGV[base + 3]),
+        replies[i] = r.blocked_reply(until_us, now, tonumber(ARGV[base + 3]),
           math.max(tonumber(ARGV[base + 5]), 1))
       end
     end

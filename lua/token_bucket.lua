@@ -23,36 +23,57 @@
 -- in a dry run).
 -- A denial writes nothing. The TTL is ceil(time until the bucket is full / 1000) ms.
 --
--- By hand (after lua/prelude.lua, which defines now_us, int and idiv), 10/s with burst 20
+-- By hand (after lua/prelude.lua, which defines the rare paths' helpers), 10/s with burst 20
 -- (T = 100000 µs), cost 1, server time:
 --   redis-cli EVAL "$(cat lua/prelude.lua lua/token_bucket.lua)" 1 'tollgate:api:tb:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
-local burst = tonumber(ARGV[3])
-local t = math.max(tonumber(ARGV[4]), 1)
-local cost = math.max(tonumber(ARGV[5]), 1)
-local dry = ARGV[7] == '1'
-local now = now_us(ARGV[6])
+-- Kept lean on purpose: see lua/prelude.lua.
+
+local burst = ARGV[3] + 0
+local t = ARGV[4] + 0
+local cost = ARGV[5] + 0
+if t < 1 then
+  t = 1
+end
+if cost < 1 then
+  cost = 1
+end
+local now = ARGV[6]
+if now == '' then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+else
+  now = now + 0
+end
 
 local capacity = burst * t
 -- pending: how far now lies before updated_at (a clock that went back); refill starts then.
 local credit, pending, updated_at = capacity, 0, now
 local value = redis.call('GET', KEYS[1])
-local stored, at
 if value then
-  stored, at = string.match(value, '^(%d+):(%d+)$')
-  if not stored then
+  local stored, at = string.match(value, '^(%d+):(%d+)$')
+  if stored then
+    stored, at = stored + 0, at + 0
+    -- min(stored + max(now - at, 0), capacity)
+    credit = stored
+    if now > at then
+      credit = stored + now - at
+    end
+    if credit > capacity then
+      credit = capacity
+    end
+    if at > now then
+      pending = at - now
+      updated_at = at
+    end
+  else
     -- Not a bucket: a block (see lua/prelude.lua), or data that is not ours.
-    local until_us = block_until(value) or unreadable(KEYS[1])
-    if until_us > now then
-      return blocked_reply(until_us, now, burst, cost)
+    local r = rare()
+    local until_us = r.block_at(KEYS[1], value, now)
+    if until_us then
+      return r.blocked_reply(until_us, now, burst, cost)
     end
   end
-end
-if stored then
-  stored, at = tonumber(stored), tonumber(at)
-  credit = math.min(stored + math.max(now - at, 0), capacity)
-  pending = math.max(at - now, 0)
-  updated_at = math.max(at, now)
 end
 
 local need = cost * t
@@ -61,13 +82,17 @@ if cost > burst or credit < need then
   if cost <= burst then
     retry_after = need - credit + pending
   end
-  local reply = {0, idiv(credit, t), capacity - credit + pending, retry_after}
-  return block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
+  local reply = {0, math.floor(credit / t), capacity - credit + pending, retry_after}
+  if ARGV[8] then
+    return rare().block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
+  end
+  return reply
 end
 credit = credit - need
 local reset_after = capacity - credit + pending
-if not dry then
-  redis.call('SET', KEYS[1], int(credit) .. ':' .. int(updated_at), 'PX',
-    int(idiv(reset_after + 999, 1000)))
+if ARGV[7] ~= '1' then
+  -- The TTL: ceil(reset_after / 1000) ms, at least 1 (reset_after >= need >= 1).
+  redis.call('SET', KEYS[1], string.format('%d:%d', credit, updated_at), 'PX',
+    string.format('%d', math.ceil(reset_after / 1000)))
 end
-return {1, idiv(credit, t), reset_after, -1}
+return {1, math.floor(credit / t), reset_after, -1}

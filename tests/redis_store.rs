@@ -13,7 +13,8 @@ use rand::{Rng, SeedableRng};
 use tollgate::store::Check;
 use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
-    key, Algorithm, ConfigErrorKind, ManualClock, Policy, Quota, RateLimitLayer, Store, StoreError,
+    key, Algorithm, Clock, ConfigErrorKind, ManualClock, Policy, Quota, RateLimitLayer, Store,
+    StoreError,
 };
 
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
@@ -400,10 +401,21 @@ fn used_memory(conn: &mut redis::Connection) -> u64 {
 
 /// `INFO commandstats` server time of one command, µs in total.
 fn command_usec(conn: &mut redis::Connection, command: &str) -> u64 {
+    command_stat(conn, command, "usec=")
+}
+
+/// `INFO commandstats` calls of one command (also those made by scripts).
+fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    command_stat(conn, command, "calls=")
+}
+
+/// One field (`"usec="`, `"calls="`) of one command's `INFO commandstats` line; 0 when the
+/// command never ran.
+fn command_stat(conn: &mut redis::Connection, command: &str, field: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
-        .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix("usec=")))
+        .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix(field)))
         .map_or(0, |n| n.parse().unwrap())
 }
 
@@ -471,6 +483,64 @@ async fn a_sliding_window_log_request_of_any_cost_is_one_member() {
     );
     let zcard: u64 = redis::cmd("ZCARD").arg(&other).query(&mut conn).unwrap();
     assert_eq!(zcard, 2);
+}
+
+#[tokio::test]
+async fn a_sliding_window_log_trims_what_expired_and_keeps_at_most_its_limit() {
+    // A server of its own, so that its command counts are this test's.
+    let server = support::RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000_000_000);
+    let store = RedisStore::from_url(&server.url())
+        .unwrap()
+        .with_clock(clock.clone());
+    let mut conn = support::redis_connection(&server.url());
+    let policy = Policy::new(
+        "log",
+        Quota::new(3, Duration::from_secs(10)),
+        Algorithm::SlidingWindowLog,
+    )
+    .unwrap();
+    let key = store.state_key(&policy, "k");
+    let zcard = |conn: &mut redis::Connection| -> u64 {
+        redis::cmd("ZCARD").arg(&key).query(conn).unwrap()
+    };
+
+    // A young log (nothing has expired yet) has nothing to trim, and is not asked to.
+    let mut logged = Vec::new();
+    for n in 1..=3 {
+        assert!(store.check("k", &policy, 1).await.unwrap().allowed);
+        logged.push(clock.now());
+        assert_eq!(zcard(&mut conn), n);
+        clock.advance(Duration::from_secs(1));
+    }
+    let d = store.check("k", &policy, 1).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.retry_after),
+        (false, Some(Duration::from_secs(7)))
+    );
+    assert_eq!(command_calls(&mut conn, "zremrangebyscore"), 0);
+
+    // Steady traffic, one request every 3 s: each allow trims what expired, so the log holds
+    // exactly the members of the last 10 s (never more than L); a denial changes nothing.
+    let mut allowed = 0;
+    for step in 0..20 {
+        clock.advance(Duration::from_secs(3));
+        let now = clock.now();
+        let d = store.check("k", &policy, 1).await.unwrap();
+        if d.allowed {
+            allowed += 1;
+            logged.push(now);
+            let counting = logged.iter().filter(|&&t| now < t + 10_000_000).count();
+            assert_eq!(zcard(&mut conn), counting as u64, "step {step}");
+        }
+        assert!(zcard(&mut conn) <= 3, "step {step}");
+    }
+    assert!(allowed >= 10, "{allowed} of 20 allowed");
+    assert!(command_calls(&mut conn, "zremrangebyscore") > 0);
+    // All expired: the next request starts the log afresh, alone in it.
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(store.check("k", &policy, 1).await.unwrap().remaining, 2);
+    assert_eq!(zcard(&mut conn), 1);
 }
 
 #[test]

@@ -374,8 +374,9 @@ pub(crate) fn decisions_from_reply(
         .collect()
 }
 
-/// What every script needs (the server clock, exact integer helpers), written once in
-/// `lua/prelude.lua` and put in front of each script: the only Lua that reads `TIME`.
+/// What every script shares (the helpers of its rare paths: blocks, state it cannot read),
+/// written once in `lua/prelude.lua` and put in front of each script. Each script reads the
+/// clock itself, inline: a helper would be one more closure built on every call.
 const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
 
 /// `lua/control.lua` as it runs: the prelude in front.
