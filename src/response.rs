@@ -183,7 +183,10 @@ pub(crate) fn limiter_response(
         }
         r
     } else {
-        let mut r = Response::new(Full::new(Bytes::from(format!("{message}\n"))));
+        let mut body = Vec::with_capacity(message.len() + 1);
+        body.extend_from_slice(message.as_bytes());
+        body.push(b'\n');
+        let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
         r.headers_mut().insert(
             CONTENT_TYPE,
@@ -201,18 +204,22 @@ pub(crate) fn limiter_response(
 
 /// The 429 (or RESOURCE_EXHAUSTED) for a denied request.
 pub(crate) fn too_many_requests(decision: &Decision, grpc: bool) -> Response<Full<Bytes>> {
+    // Written piece by piece: a flooded key gets this on every request.
+    let mut retry_in = String::new();
     let message = match decision.retry_after {
-        Some(wait) => format!(
-            "Too Many Requests: rate limit exceeded, retry in {} s",
-            ceil_secs(wait).max(1)
-        ),
-        None => "Too Many Requests: this request costs more than the whole quota".to_owned(),
+        Some(wait) => {
+            retry_in.push_str("Too Many Requests: rate limit exceeded, retry in ");
+            retry_in.push_str(itoa::Buffer::new().format(ceil_secs(wait).max(1)));
+            retry_in.push_str(" s");
+            retry_in.as_str()
+        }
+        None => "Too Many Requests: this request costs more than the whole quota",
     };
     limiter_response(
         grpc,
         StatusCode::TOO_MANY_REQUESTS,
         GrpcCode::ResourceExhausted,
-        &message,
+        message,
         decision.retry_after,
     )
 }

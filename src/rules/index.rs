@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use foldhash::quality::RandomState;
 use http::request::Parts;
 use http::Method;
 use smallvec::SmallVec;
@@ -16,10 +17,11 @@ pub(crate) type Positions = SmallVec<[usize; 4]>;
 /// Positions of routes in their list, by path pattern.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RouteIndex {
-    /// `"/login"` → the routes with exactly that path.
-    exact: HashMap<String, Vec<usize>>,
+    /// `"/login"` → the routes with exactly that path. foldhash, seeded at random: paths come
+    /// from clients, and every request hashes its path here.
+    exact: HashMap<String, Vec<usize>, RandomState>,
     /// `"/api"` (from `"/api/*"`) → the routes for `/api` and everything under it.
-    prefix: HashMap<String, Vec<usize>>,
+    prefix: HashMap<String, Vec<usize>, RandomState>,
     /// Routes for any path.
     any: Vec<usize>,
 }

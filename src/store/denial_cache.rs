@@ -10,10 +10,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+use foldhash::quality::RandomState;
 
 use crate::decision::Decision;
 use crate::error::StoreError;
@@ -55,7 +57,9 @@ const MAX_AGE: u64 = 5_000_000;
 /// stays denied until that denial's `Retry-After`, or 5 s, at most.
 pub struct DenialCache<S> {
     inner: S,
-    shards: Box<[Mutex<HashMap<u64, Denial>>]>,
+    /// Keyed by a hash of `(policy, key)`, foldhash seeded at random per cache (client keys
+    /// cannot be chosen to collide), which each shard's map hashes again.
+    shards: Box<[Mutex<HashMap<u64, Denial, RandomState>>]>,
     per_shard: usize,
     hasher: RandomState,
     epoch: Instant,
@@ -92,9 +96,11 @@ impl<S: Store> DenialCache<S> {
     pub fn new(inner: S, capacity: usize) -> Self {
         Self {
             inner,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
             per_shard: capacity.div_ceil(SHARDS),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             epoch: Instant::now(),
             hits: AtomicU64::new(0),
             running_until: AtomicU64::new(0),
@@ -122,7 +128,7 @@ impl<S: Store> DenialCache<S> {
         }
     }
 
-    fn shard(&self, hash: u64) -> MutexGuard<'_, HashMap<u64, Denial>> {
+    fn shard(&self, hash: u64) -> MutexGuard<'_, HashMap<u64, Denial, RandomState>> {
         // The modulo keeps the index in range.
         let shard = &self.shards[(hash % SHARDS as u64) as usize];
         shard.lock().unwrap_or_else(PoisonError::into_inner)
