@@ -17,6 +17,10 @@ use crate::store::{MemoryStore, Store};
 /// `poll_ready` only asks the inner service: a limited key never stalls readiness for other
 /// clients. Denials are responses (429), not errors, so the inner error type is kept and an
 /// `Infallible` service stays `Infallible`.
+///
+/// A request the store can decide at once (the memory store, a cached denial, a lease in hand:
+/// see [`Store::check_ready`]) is decided and counted in `call`; one that waits for Redis, when
+/// its response future is first polled.
 pub struct RateLimit<Svc, S = MemoryStore> {
     inner: Svc,
     limiter: Arc<Limiter<S>>,
