@@ -505,8 +505,13 @@ impl<S: Store> Store for Leases<S> {
     /// is [`check`](Self::check)'s to refill or give back.
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
-        let now = leased.then(|| self.shared.now());
-        let entry = now.and_then(|now| Some((self.entry(key, policy, now)?, now)));
+        let entry = match leased {
+            true => {
+                let now = self.shared.now();
+                self.entry(key, policy, now).map(|entry| (entry, now))
+            }
+            false => None,
+        };
         let Some((entry, now)) = entry else {
             return self.shared.inner.check_ready(key, policy, cost);
         };
