@@ -30,15 +30,9 @@ local period = math.max(tonumber(ARGV[4]), 1)
 local burst = tonumber(ARGV[5])
 local t = math.max(tonumber(ARGV[6]), 1)
 local n = tonumber(ARGV[7])
-local now = ARGV[8]
-if now == '' then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-else
-  now = tonumber(now)
-end
 local zset = algorithm == 6
 local r = rare()
+local now = r.now(ARGV[8])
 
 if op == 'block' then
   if n > 0 then

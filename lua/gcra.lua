@@ -24,31 +24,15 @@
 -- A denial writes nothing. The TTL is ceil((TAT - now) / 1000) ms: the key lives exactly as
 -- long as it decides differently from a new one.
 --
--- By hand (after lua/prelude.lua, which defines the rare paths' helpers), 10/s with burst 20
+-- By hand (after lua/prelude.lua, the rare paths' helpers, and lua/request.lua, which reads
+-- ARGV and the clock), 10/s with burst 20
 -- (T = 100000 µs), cost 1, server time:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/gcra.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
---   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/gcra.lua)"    # prints the sha, then:
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/gcra.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/request.lua lua/gcra.lua)"    # prints the sha, then:
 --   redis-cli EVALSHA <sha> 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
 -- Kept lean on purpose (see lua/prelude.lua): Redis runs scripts one at a time, so this
 -- script's server time is the limiter's ceiling.
-
-local burst = ARGV[3] + 0
-local t = ARGV[4] + 0
-local cost = ARGV[5] + 0
-if t < 1 then
-  t = 1
-end
-if cost < 1 then
-  cost = 1
-end
-local now = ARGV[6]
-if now == '' then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-else
-  now = now + 0
-end
 
 local capacity = burst * t
 local value = redis.call('GET', KEYS[1])

@@ -36,14 +36,8 @@ local t = math.max(tonumber(ARGV[5]), 1)
 local acquire = ARGV[6] == 'acquire'
 local a = tonumber(ARGV[7])
 local b = tonumber(ARGV[8])
-local now = ARGV[9]
-if now == '' then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-else
-  now = tonumber(now)
-end
 local r = rare()
+local now = r.now(ARGV[9])
 local raw = redis.call('GET', key)
 
 -- A blocked client (see lua/prelude.lua) is leased nothing and given nothing back: the block

@@ -24,22 +24,12 @@
 --   math.max(a, b) (a global lookup and a call)     0.09 µs
 --   s + 0 (a numeric string to a number), a + b     0.07 µs / a few ns
 -- So the common path of each algorithm's script (allowed, or denied with no block) builds no
--- closure and calls no helper: it reads ARGV with `+ 0` (the store sends plain decimals),
--- sends every value and TTL to Redis as one string.format('%d...') (Redis's Lua formats %d
--- through a 64-bit long: exact below 2^53, where '%.0f' costs twice as much and tostring keeps
--- 14 digits), and reads the clock inline. This file builds exactly one closure per call,
--- `rare`, which builds the helpers of the rare paths only when a script takes one.
---
--- The decision's time, in µs: each script reads it from its `now` argument (µs since the Unix
--- epoch, sent by a store given a clock) or, when that is "", from the server's clock:
---   local now = ARGV[i]
---   if now == '' then
---     local time = redis.call('TIME')
---     now = time[1] * 1000000 + time[2]
---   else
---     now = now + 0
---   end
--- Inline rather than a helper here, which would be one more closure on every call.
+-- closure and calls no helper: it reads ARGV with `+ 0` (the store sends plain decimals) and
+-- the clock in plain statements (lua/request.lua, put in front of each), and sends every value
+-- and TTL to Redis as one string.format('%d...') (Redis's Lua formats %d through a 64-bit
+-- long: exact below 2^53, where '%.0f' costs twice as much and tostring keeps 14 digits). This
+-- file builds exactly one closure per call, `rare`, which builds the helpers of the rare paths
+-- only when a script takes one.
 
 -- The helpers of the rare paths (a block, a value a script cannot read), built only when a
 -- script takes one: `rare().unreadable(key)`, `local r = rare()` for several.
@@ -51,6 +41,16 @@
 -- starts afresh. A marker whose time has come (the key outlives it by under 1 ms) is no state.
 local function rare()
   local r = {}
+
+  -- The time in µs of a `now` argument: µs since the Unix epoch, or "" for the server's clock
+  -- (for lua/control.lua and lua/lease.lua; lua/request.lua reads it for the algorithms).
+  function r.now(arg)
+    if arg == '' then
+      local time = redis.call('TIME')
+      return time[1] * 1000000 + time[2]
+    end
+    return tonumber(arg)
+  end
 
   -- Stops the script at a value it cannot read (another program's data at a tollgate key, or a
   -- corrupt value), which is never overwritten. The store reports the error as this key's

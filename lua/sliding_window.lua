@@ -17,31 +17,13 @@
 -- Calls: the server's clock (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
 -- nothing is written on deny.
 -- By hand:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/sliding_window.lua)" 1 rl:api:sw:{alice} 10 60000000 10 6000000 1 ""
---   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/sliding_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/sliding_window.lua)" 1 rl:api:sw:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/request.lua lua/sliding_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/sliding_window.rs: the estimate is computed with the
 -- same double operations in the same order, so both agree bit for bit.
 
 -- Kept lean on purpose (see lua/prelude.lua): the common path calls no local function, so the
 -- window's view and the estimate are written out where they are needed.
-
-local key = KEYS[1]
-local limit = ARGV[1] + 0
-local period = ARGV[2] + 0
-local cost = ARGV[5] + 0
-if period < 1 then
-  period = 1
-end
-if cost < 1 then
-  cost = 1
-end
-local now = ARGV[6]
-if now == '' then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-else
-  now = now + 0
-end
 
 local start, prev, curr = 0, 0, 0
 local raw = redis.call('GET', key)

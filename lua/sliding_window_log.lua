@@ -29,31 +29,14 @@
 -- cost expires. A deny writes nothing but that trim (which decides nothing: trimmed members no
 -- longer count).
 -- By hand:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/sliding_window_log.lua)" 1 rl:api:swl:{alice} 10 60000000 10 6000000 1 ""
---   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/sliding_window_log.lua)" 1 rl:api:swl:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/request.lua lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/sliding_window_log.rs.
 
 -- Kept lean on purpose (see lua/prelude.lua): no local functions, numbers sent to Redis as
 -- strings (Redis formats a Lua number with '%.17g', slower than Lua's own '%d').
 
-local key = KEYS[1]
-local limit = ARGV[1] + 0
-local period = ARGV[2] + 0
-local cost = ARGV[5] + 0
-if period < 1 then
-  period = 1
-end
-if cost < 1 then
-  cost = 1
-end
 local dry = ARGV[7] == '1'
-local now = ARGV[6]
-if now == '' then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-else
-  now = now + 0
-end
 
 -- Running totals wrap here; only differences less than L (< 2^32) apart are taken, so exact.
 local WRAP = 2 ^ 52

@@ -4,7 +4,7 @@
 -- construction, as
 --   <lua/prelude.lua>
 --   local ALGORITHMS = {}
---   ALGORITHMS[1] = function(KEYS, ARGV) <lua/gcra.lua> end
+--   ALGORITHMS[1] = function(KEYS, ARGV) <lua/request.lua> <lua/gcra.lua> end
 --   ... one per algorithm, 1-based in Algorithm::ALL order: gcra, token_bucket, leaky_bucket,
 --   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window (leaky_bucket
 --   runs GCRA's engine: ALGORITHMS[3] = ALGORITHMS[1]) ...

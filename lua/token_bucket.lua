@@ -23,28 +23,12 @@
 -- in a dry run).
 -- A denial writes nothing. The TTL is ceil(time until the bucket is full / 1000) ms.
 --
--- By hand (after lua/prelude.lua, which defines the rare paths' helpers), 10/s with burst 20
+-- By hand (after lua/prelude.lua, the rare paths' helpers, and lua/request.lua, which reads
+-- ARGV and the clock), 10/s with burst 20
 -- (T = 100000 µs), cost 1, server time:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/token_bucket.lua)" 1 'tollgate:api:tb:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/token_bucket.lua)" 1 'tollgate:api:tb:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
 -- Kept lean on purpose: see lua/prelude.lua.
-
-local burst = ARGV[3] + 0
-local t = ARGV[4] + 0
-local cost = ARGV[5] + 0
-if t < 1 then
-  t = 1
-end
-if cost < 1 then
-  cost = 1
-end
-local now = ARGV[6]
-if now == '' then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-else
-  now = now + 0
-end
 
 local capacity = burst * t
 -- pending: how far now lies before updated_at (a clock that went back); refill starts then.

@@ -80,7 +80,7 @@ names=(floor gcra token_bucket fixed_window fixed_window_from_first sliding_wind
 declare -A sha
 sha[floor]=$("${cli[@]}" SCRIPT LOAD "$floor")
 for name in "${names[@]:1:6}"; do
-    sha[$name]=$("${cli[@]}" SCRIPT LOAD "$(cat lua/prelude.lua; echo; cat "lua/$name.lua")")
+    sha[$name]=$("${cli[@]}" SCRIPT LOAD "$(cat lua/prelude.lua; echo; cat lua/request.lua; echo; cat "lua/$name.lua")")
 done
 sha[two_key_bucket]=$("${cli[@]}" SCRIPT LOAD "$two_keys")
 

@@ -375,18 +375,22 @@ pub(crate) fn decisions_from_reply(
 }
 
 /// What every script shares (the helpers of its rare paths: blocks, state it cannot read),
-/// written once in `lua/prelude.lua` and put in front of each script. Each script reads the
-/// clock itself, inline: a helper would be one more closure built on every call.
+/// written once in `lua/prelude.lua` and put in front of each script.
 const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+
+/// How every algorithm's script reads its arguments and the clock, written once in
+/// `lua/request.lua` and put at the top of each (plain statements: a helper function would be
+/// one more closure built on every call).
+const REQUEST: &str = include_str!("../../../lua/request.lua");
 
 /// `lua/control.lua` as it runs: the prelude in front.
 static CONTROL_SOURCE: LazyLock<String> =
     LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/control.lua")));
 
 /// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
-/// `lua/<algorithm>.lua`. Assembled once per process.
+/// `lua/request.lua` and `lua/<algorithm>.lua`. Assembled once per process.
 static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
-    LazyLock::new(|| Algorithm::ALL.map(|a| format!("{PRELUDE}\n{}", script_source(a))));
+    LazyLock::new(|| Algorithm::ALL.map(|a| format!("{PRELUDE}\n{}", algorithm_body(a))));
 
 /// The script a stacked decision runs: the prelude, then each algorithm's script wrapped as a
 /// function of its own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order;
@@ -398,10 +402,10 @@ static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
 static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
     let mut source = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
-        let body = script_source(algorithm);
+        let body = algorithm_body(algorithm);
         let first = Algorithm::ALL
             .iter()
-            .position(|a| script_source(*a) == body);
+            .position(|a| script_source(*a) == script_source(algorithm));
         let _ = match first {
             // Two names, one engine: the function is written once.
             Some(j) if j < i => writeln!(source, "ALGORITHMS[{}] = ALGORITHMS[{}]", i + 1, j + 1),
@@ -443,7 +447,12 @@ fn key_part(algorithm: Algorithm) -> &'static str {
     }
 }
 
-/// The Lua source of an algorithm's script (without the prelude).
+/// An algorithm's script without the prelude: `lua/request.lua`, then `lua/<algorithm>.lua`.
+fn algorithm_body(algorithm: Algorithm) -> String {
+    format!("{REQUEST}\n{}", script_source(algorithm))
+}
+
+/// The Lua source of an algorithm's own file.
 fn script_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         // The leaky bucket decides exactly as GCRA, and runs its engine: see src/algorithm/gcra.rs.
