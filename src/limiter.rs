@@ -292,7 +292,9 @@ impl<S: Store> Limiter<S> {
         let counts_later = pending.counts_later();
         let asked = async {
             if counts_later {
-                self.ask_store_peeking(&pending).await
+                // Boxed: rules with `count_status` are few, and the peeks and checks they
+                // wait on would otherwise make every request's future larger.
+                Box::pin(self.ask_store_peeking(&pending)).await
             } else {
                 self.ask_store(&pending).await
             }

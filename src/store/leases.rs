@@ -379,6 +379,45 @@ impl<S: Store> Leases<S> {
     fn lifetime(&self, policy: &Policy) -> Duration {
         self.shared.lifetime.min(policy.quota().period())
     }
+
+    /// [`Store::check`] for a request under a leased policy whose lease in hand could not
+    /// answer it at once: spent from the lease, or the lease refilled (one refill per key at a
+    /// time), or sent to the store directly.
+    async fn check_leased(
+        &self,
+        entry: Arc<Entry>,
+        key: &str,
+        policy: &Policy,
+        cost: u32,
+    ) -> Result<Decision, StoreError> {
+        match self.spend(&entry, cost, true).await {
+            Spend::Answer(decision) => return Ok(decision),
+            Spend::Direct => return self.shared.inner.check(key, policy, cost).await,
+            Spend::Empty => {}
+        }
+        let refills = entry.lock().refills;
+        let guard = Arc::clone(&entry.refill).lock_owned().await;
+        // Another request's refill may have come meanwhile, or failed.
+        let failed = {
+            let state = entry.lock();
+            (state.refills != refills)
+                .then(|| state.failed.clone())
+                .flatten()
+        };
+        if let Some(failure) = failed {
+            return Err(StoreError::backend(format!(
+                "the lease refill this request waited for failed: {failure}"
+            )));
+        }
+        match self.spend(&entry, cost, false).await {
+            Spend::Answer(decision) => Ok(decision),
+            Spend::Direct => {
+                drop(guard);
+                self.shared.inner.check(key, policy, cost).await
+            }
+            Spend::Empty => self.refill(&entry, guard, cost).await,
+        }
+    }
 }
 
 impl Entry {
@@ -457,35 +496,11 @@ impl<S: Store> Store for Leases<S> {
             true => self.entry(key, policy, self.shared.now()),
             false => None,
         };
-        let Some(entry) = entry else {
-            return self.shared.inner.check(key, policy, cost).await;
-        };
-        match self.spend(&entry, cost, true).await {
-            Spend::Answer(decision) => return Ok(decision),
-            Spend::Direct => return self.shared.inner.check(key, policy, cost).await,
-            Spend::Empty => {}
-        }
-        let refills = entry.lock().refills;
-        let guard = Arc::clone(&entry.refill).lock_owned().await;
-        // Another request's refill may have come meanwhile, or failed.
-        let failed = {
-            let state = entry.lock();
-            (state.refills != refills)
-                .then(|| state.failed.clone())
-                .flatten()
-        };
-        if let Some(failure) = failed {
-            return Err(StoreError::backend(format!(
-                "the lease refill this request waited for failed: {failure}"
-            )));
-        }
-        match self.spend(&entry, cost, false).await {
-            Spend::Answer(decision) => Ok(decision),
-            Spend::Direct => {
-                drop(guard);
-                self.shared.inner.check(key, policy, cost).await
-            }
-            Spend::Empty => self.refill(&entry, guard, cost).await,
+        match entry {
+            None => self.shared.inner.check(key, policy, cost).await,
+            // Boxed: the leased path waits on more than one thing, and a request it does not
+            // concern should not carry the room for them.
+            Some(entry) => Box::pin(self.check_leased(entry, key, policy, cost)).await,
         }
     }
 

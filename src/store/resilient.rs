@@ -176,17 +176,21 @@ impl<S: Store> Resilient<S> {
     /// Calls the inner store unless the circuit is open, within the timeout, and records
     /// the outcome. The breaker's attempt is settled or, if this future is dropped first,
     /// hands its probe back when dropped.
-    async fn call<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+    ///
+    /// The call is made here, by `make`, rather than passed in made: a future passed to an
+    /// `async fn` is kept in each future it passes through, and a store's future (a Redis
+    /// call) is large enough for that to matter.
+    async fn call<T, F>(&self, make: impl FnOnce() -> F) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
         let Some(attempt) = self.breaker.attempt() else {
             self.report_circuit();
             return Err(StoreError::CircuitOpen);
         };
         #[cfg(feature = "metrics")]
         let started = std::time::Instant::now();
-        let result = within(self.timeout, call).await;
+        let result = within(self.timeout, make).await;
         #[cfg(feature = "metrics")]
         telemetry::store_duration(&self.label, started.elapsed().as_secs_f64());
         let reached = result
@@ -237,11 +241,11 @@ impl<S: Store> Resilient<S> {
 /// `call`'s result, or [`StoreError::Timeout`] after `limit`. A call that is ready at once
 /// (an in-process store) costs no timer, and no room for one: the timer is boxed, so every
 /// decision's future stays small.
-async fn within<T>(
-    limit: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    let mut call = pin!(call);
+async fn within<T, F>(limit: Duration, make: impl FnOnce() -> F) -> Result<T, StoreError>
+where
+    F: Future<Output = Result<T, StoreError>>,
+{
+    let mut call = pin!(make());
     if let Poll::Ready(result) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
         return result;
     }
@@ -252,7 +256,7 @@ async fn within<T>(
 
 impl<S: Store> Store for Resilient<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        match self.call(self.inner.check(key, policy, cost)).await {
+        match self.call(|| self.inner.check(key, policy, cost)).await {
             Ok(decision) => Ok(decision),
             Err(error) => match self.failed(&error) {
                 Some(fallback) => {
@@ -265,7 +269,7 @@ impl<S: Store> Store for Resilient<S> {
     }
 
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match self.call(self.inner.check_many(checks)).await {
+        match self.call(|| self.inner.check_many(checks)).await {
             Ok(decisions) => Ok(decisions),
             Err(error) => match self.failed(&error) {
                 Some(fallback) => {
@@ -296,7 +300,7 @@ impl<S: Store> Store for Resilient<S> {
     /// As [`check`](Self::check): within the timeout, not while the circuit is open, and
     /// with the fallback's peek while the store is away.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        match self.call(self.inner.peek(key, policy, cost)).await {
+        match self.call(|| self.inner.peek(key, policy, cost)).await {
             Ok(decision) => Ok(decision),
             Err(error) => match self.failed(&error) {
                 Some(fallback) => {
@@ -318,7 +322,10 @@ impl<S: Store> Store for Resilient<S> {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        match self.call(self.inner.acquire(key, policy, min, max)).await {
+        match self
+            .call(|| self.inner.acquire(key, policy, min, max))
+            .await
+        {
             Ok(grant) => Ok(grant),
             Err(error) => match self.failed(&error) {
                 Some(fallback) => {
@@ -337,7 +344,7 @@ impl<S: Store> Store for Resilient<S> {
         if let Some(fallback) = &self.fallback {
             fallback.reset(key, policy).await?;
         }
-        self.call(self.inner.reset(key, policy)).await
+        self.call(|| self.inner.reset(key, policy)).await
     }
 
     /// Blocks in the fallback too, so that the block holds through an outage on this
@@ -351,7 +358,7 @@ impl<S: Store> Store for Resilient<S> {
         if let Some(fallback) = &self.fallback {
             fallback.block(key, policy, duration).await?;
         }
-        self.call(self.inner.block(key, policy, duration)).await
+        self.call(|| self.inner.block(key, policy, duration)).await
     }
 
     /// Refunds the fallback too (what it counted during an outage).
@@ -359,7 +366,7 @@ impl<S: Store> Store for Resilient<S> {
         if let Some(fallback) = &self.fallback {
             fallback.refund(key, policy, n).await?;
         }
-        self.call(self.inner.refund(key, policy, n)).await
+        self.call(|| self.inner.refund(key, policy, n)).await
     }
 
     async fn release(
@@ -370,7 +377,7 @@ impl<S: Store> Store for Resilient<S> {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         let released = self
-            .call(self.inner.release(key, policy, unused, grant))
+            .call(|| self.inner.release(key, policy, unused, grant))
             .await;
         if let Err(error) = &released {
             self.failed(error);

@@ -47,7 +47,7 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
                 match cached {
                     Some(connection) => connection,
                     None => {
-                        let connection = connect().await?;
+                        let connection = Box::pin(connect()).await?;
                         *self.lock() = Some(connection.clone());
                         connection
                     }

@@ -243,10 +243,9 @@ impl Call<'_> {
             .query_async(connection)
             .await
         {
+            // Boxed, as it is rare: the common path's future keeps no room for it.
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                call("EVAL", self.script.source)
-                    .query_async(connection)
-                    .await
+                Box::pin(call("EVAL", self.script.source).query_async(connection)).await
             }
             result => result,
         }
