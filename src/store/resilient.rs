@@ -238,9 +238,9 @@ impl<S: Store> Resilient<S> {
     }
 }
 
-/// `call`'s result, or [`StoreError::Timeout`] after `limit`. A call that is ready at once
-/// (an in-process store) costs no timer, and no room for one: the timer is boxed, so every
-/// decision's future stays small.
+/// The result of the call `make` makes, or [`StoreError::Timeout`] after `limit`. A call that
+/// is ready at once (an in-process store) costs no timer, and no room for one: the timer is
+/// boxed, so every decision's future stays small.
 async fn within<T, F>(limit: Duration, make: impl FnOnce() -> F) -> Result<T, StoreError>
 where
     F: Future<Output = Result<T, StoreError>>,
