@@ -19,6 +19,8 @@
 //!   `REDIS_SENTINEL_MASTER` (default `mymaster`).
 //!   Only one of `REDIS_URL`, `REDIS_CLUSTER_NODES` and `REDIS_SENTINEL` may be set.
 //! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
+//! - `HEADERS`: which rate-limit headers responses carry: `ietf` (default: `RateLimit` and
+//!   `RateLimit-Policy`), `legacy` (`X-RateLimit-*`), `both` or `none`.
 //! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
 //!   `RULES_FILE=examples/rules.toml`), and apply changes to it while running.
 //!
@@ -52,7 +54,8 @@ use tollgate::key;
 use tollgate::rules::Rule;
 use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
 use tollgate::{
-    Algorithm, ConfigError, ConfigErrorKind, ControlError, OnStoreError, Quota, RateLimitLayer,
+    Algorithm, ConfigError, ConfigErrorKind, ControlError, HeaderStyle, OnStoreError, Quota,
+    RateLimitLayer,
 };
 
 #[tokio::main]
@@ -143,12 +146,16 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     let on_store_error: OnStoreError = env_or("ON_STORE_ERROR", "allow")
         .parse()
         .map_err(|e: ConfigError| e.context("ON_STORE_ERROR"))?;
+    let headers: HeaderStyle = env_or("HEADERS", "ietf")
+        .parse()
+        .map_err(|e: ConfigError| e.context("HEADERS"))?;
     let client = key::Header::new("x-api-key").or(key::PeerIp::default());
     let builder = RateLimitLayer::builder()
         .algorithm(algorithm)
         .key(client)
         .skip_path("/metrics")
-        .on_store_error(on_store_error);
+        .on_store_error(on_store_error)
+        .headers(headers);
     let builder = match rules_file {
         // The file's rules (watched for changes) replace RATE_LIMIT.
         Some(path) => builder.rules_file(path),

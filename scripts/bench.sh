@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Throughput under wrk, side by side: the quickstart with no layer, with tollgate's memory store
-# and with its Redis store, and the same server limited by tower_governor
-# (examples/governor_server.rs); each with random keys (nothing denied) and with one flooded key
-# (nearly everything denied). Prints one Markdown table.
+# (with its default headers, and with HEADERS=none) and with its Redis store, and the same server
+# limited by tower_governor (examples/governor_server.rs, without and with its headers); each
+# with random keys (nothing denied) and with one flooded key (nearly everything denied). Prints
+# one Markdown table.
 #
 # Everything runs on 127.0.0.1: the servers, wrk, and a private redis-server on a free port.
 # wrk and redis-server are installed from Debian's packages when missing. Every process started
 # here is stopped on exit. Too slow and noisy for scripts/test.sh: run it by hand.
 #
 # BENCH_SECONDS (default 3) is the length of each measured wrk run; BENCH_ROUNDS (default 5)
-# how many times every setup is measured, interleaved, reporting the median (about 4 minutes).
+# how many times every setup is measured, interleaved, reporting the median (about 5 minutes).
 #
 # Then the hot-key run (issue 13), alone with `scripts/bench.sh hot`: two quickstart instances
 # share one global "20000/1s" limit through Redis (RULES_FILE with key = "global" and
@@ -237,6 +238,7 @@ fi
 setups=(
     "no layer|quickstart|RATE_LIMIT=off"
     "tollgate, memory store|quickstart|RATE_LIMIT=QUOTA"
+    "tollgate, memory store, no headers|quickstart|RATE_LIMIT=QUOTA HEADERS=none"
     "tollgate, Redis store|quickstart|RATE_LIMIT=QUOTA REDIS_URL=$redis_url"
     "tower_governor|governor_server|RATE_LIMIT=QUOTA"
     "tower_governor, headers on|governor_server|RATE_LIMIT=QUOTA HEADERS=on"

@@ -9,6 +9,7 @@ use http_body_util::Full;
 use smallvec::SmallVec;
 
 use crate::decision::Decision;
+use crate::error::ConfigError;
 use crate::quota::{Policy, Quota};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
@@ -26,6 +27,31 @@ pub enum HeaderStyle {
     Both,
     /// No rate-limit headers (denials still carry `Retry-After`).
     None,
+}
+
+/// Parses `ietf`, `legacy`, `both` or `none`, e.g. from an environment variable.
+///
+/// ```
+/// use tollgate::HeaderStyle;
+///
+/// assert_eq!("legacy".parse::<HeaderStyle>()?, HeaderStyle::Legacy);
+/// assert!("x-ratelimit".parse::<HeaderStyle>().is_err());
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+impl std::str::FromStr for HeaderStyle {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ietf" => Ok(Self::Ietf),
+            "legacy" => Ok(Self::Legacy),
+            "both" => Ok(Self::Both),
+            "none" => Ok(Self::None),
+            other => Err(ConfigError::new(format!(
+                "unknown header style {other:?} (use ietf, legacy, both or none)"
+            ))),
+        }
+    }
 }
 
 /// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers-11.

@@ -25,6 +25,7 @@ fn quickstart() -> Command {
         "REDIS_SENTINEL",
         "RULES_FILE",
         "ADMIN_TOKEN",
+        "HEADERS",
     ] {
         command.env_remove(name);
     }
@@ -70,6 +71,47 @@ fn two_redis_variables_are_an_error_at_start_up() {
     assert_eq!(
         stderr.trim(),
         "error: REDIS_URL and REDIS_CLUSTER_NODES are set: set only one of them"
+    );
+}
+
+#[tokio::test]
+async fn headers_chooses_which_rate_limit_headers_responses_carry() {
+    for (style, ietf, legacy) in [
+        ("ietf", true, false),
+        ("legacy", false, true),
+        ("both", true, true),
+        ("none", false, false),
+    ] {
+        let running = start(&[("RATE_LIMIT", "5/min"), ("HEADERS", style)]);
+        let r = support::client()
+            .get(format!("http://127.0.0.1:{}/", running.1))
+            .header("x-api-key", "alice")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{style}");
+        let h = r.headers();
+        let remaining = |name: &str| h.get(name).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(
+            remaining("ratelimit"),
+            ietf.then(|| "\"quickstart\";r=4;t=12".to_owned()),
+            "{style}"
+        );
+        assert_eq!(
+            remaining("x-ratelimit-remaining"),
+            legacy.then(|| "4".to_owned()),
+            "{style}"
+        );
+    }
+    let output = quickstart()
+        .env("HEADERS", "x-ratelimit")
+        .output()
+        .expect("quickstart");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("HEADERS") && stderr.contains("use ietf, legacy, both or none"),
+        "{stderr}"
     );
 }
 
