@@ -12,14 +12,15 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::{Check, Grant, Store};
-use crate::Lease;
 
 pub(crate) mod cached;
+pub(crate) mod calls;
 pub(crate) mod redact;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 use cached::CachedConnection;
+use calls::ScriptRunner;
 use redact::Secrets;
 use script::{Call, Control, Scripts, DEFAULT_PREFIX};
 
@@ -162,21 +163,19 @@ impl RedisStore {
     pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
         script::state_key(&self.prefix, policy, client_key)
     }
+}
 
-    /// The `now` argument of every script: the store clock's µs, or `""` for Redis `TIME`.
-    fn now(&self) -> String {
-        self.clock
-            .as_ref()
-            .map_or_else(String::new, |c| c.now().to_string())
+impl ScriptRunner for RedisStore {
+    fn key_prefix(&self) -> &str {
+        &self.prefix
     }
 
-    /// Runs `lua/control.lua` on `key`'s state under `policy`.
-    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        self.eval(self.shared.scripts.control(key, policy, action, &now))
-            .await
-            .map(drop)
+    fn script_clock(&self) -> Option<&Arc<dyn Clock>> {
+        self.clock.as_ref()
+    }
+
+    fn scripts(&self) -> &Scripts {
+        &self.shared.scripts
     }
 
     /// Runs `call` on the store's connection; an error that may have broken the connection
@@ -194,12 +193,7 @@ impl RedisStore {
 
 impl Store for RedisStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.single(key, policy, cost, &now))
-            .await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        calls::check(self, key, policy, cost).await
     }
 
     /// Decides one request against several limits in one round trip: one `EVALSHA` of the
@@ -211,20 +205,7 @@ impl Store for RedisStore {
     /// is always atomic. (On a Redis Cluster a script may only touch keys of one hash slot:
     /// `RedisClusterStore` groups the checks by slot, see its docs.)
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match checks {
-            [] => return Ok(Vec::new()),
-            [one] => return Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
-            _ => {}
-        }
-        let keys: Vec<String> = checks
-            .iter()
-            .map(|c| self.state_key(c.policy, c.key))
-            .collect();
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.stacked(keys, checks, &now, false))
-            .await?;
-        script::decisions_from_reply(checks, &reply)
+        calls::check_stacked(self, checks).await
     }
 
     fn clock(&self) -> Option<&dyn Clock> {
@@ -234,16 +215,11 @@ impl Store for RedisStore {
     /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
     /// nothing written.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.peek(key, policy, cost, &now))
-            .await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        calls::peek(self, key, policy, cost).await
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Reset).await
+        calls::act(self, key, policy, Control::Reset).await
     }
 
     async fn block(
@@ -252,11 +228,11 @@ impl Store for RedisStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        self.act(key, policy, Control::block(duration)).await
+        calls::act(self, key, policy, Control::block(duration)).await
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Refund(u64::from(n))).await
+        calls::act(self, key, policy, Control::Refund(u64::from(n))).await
     }
 
     async fn acquire(
@@ -266,20 +242,7 @@ impl Store for RedisStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
-            let decision = self.check(key, policy, min).await?;
-            return Ok(Grant::new(
-                if decision.allowed { min } else { 0 },
-                decision,
-                0,
-            ));
-        }
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.acquire(key, policy, (min, max), &now))
-            .await?;
-        script::grant_from_reply(policy.params().burst, &reply)
+        calls::acquire(self, key, policy, min, max).await
     }
 
     async fn release(
@@ -289,19 +252,7 @@ impl Store for RedisStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
-            return Ok(0);
-        }
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(
-                self.shared
-                    .scripts
-                    .release(key, policy, (unused, grant.mark), &now),
-            )
-            .await?;
-        script::released_from_reply(&reply)
+        calls::release(self, key, policy, unused, grant).await
     }
 }
 

@@ -15,10 +15,10 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::redis::cached::CachedConnection;
+use crate::store::redis::calls::{self, ScriptRunner};
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
 use crate::store::{Check, Grant, Store};
-use crate::Lease;
 
 /// How long getting or checking a pooled connection may take in a pool made by `from_nodes`
 /// (the layer's `store_timeout` bounds each decision well below this).
@@ -168,32 +168,6 @@ impl RedisClusterStore {
         script::state_key(&self.prefix, policy, client_key)
     }
 
-    /// The `now` argument of every script: the store clock's µs, or `""` for Redis `TIME`.
-    fn now(&self) -> String {
-        self.clock
-            .as_ref()
-            .map_or_else(String::new, |c| c.now().to_string())
-    }
-
-    /// Runs `lua/control.lua` on `key`'s state under `policy`.
-    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        self.eval(self.shared.scripts.control(key, policy, action, &now))
-            .await
-            .map(drop)
-    }
-
-    async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        self.shared
-            .connection
-            .run(call, || async {
-                let pooled = self.pool.get().await.map_err(StoreError::backend)?;
-                Ok(ClusterConnection::clone(&pooled))
-            })
-            .await
-    }
-
     /// Decides the checks at `indexes` (keys of one slot) in one stacked script call.
     async fn decide_group(
         &self,
@@ -282,6 +256,32 @@ impl RedisClusterStore {
     }
 }
 
+impl ScriptRunner for RedisClusterStore {
+    fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn script_clock(&self) -> Option<&Arc<dyn Clock>> {
+        self.clock.as_ref()
+    }
+
+    fn scripts(&self) -> &Scripts {
+        &self.shared.scripts
+    }
+
+    /// Runs `call` on the cluster connection, which sends it to the node of its first key; an
+    /// error that may have broken the connection makes the next decision reconnect.
+    async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
+        self.shared
+            .connection
+            .run(call, || async {
+                let pooled = self.pool.get().await.map_err(StoreError::backend)?;
+                Ok(ClusterConnection::clone(&pooled))
+            })
+            .await
+    }
+}
+
 /// The indexes of `keys` grouped by hash slot, groups in order of their first key.
 fn group_by_slot(keys: &[String]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -301,12 +301,7 @@ fn group_by_slot(keys: &[String]) -> Vec<Vec<usize>> {
 
 impl Store for RedisClusterStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.single(key, policy, cost, &now))
-            .await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        calls::check(self, key, policy, cost).await
     }
 
     /// Decides one request against several limits: one atomic script call when every key is
@@ -321,7 +316,7 @@ impl Store for RedisClusterStore {
             .iter()
             .map(|c| self.state_key(c.policy, c.key))
             .collect();
-        let now = self.now();
+        let now = calls::now(self);
         let groups = group_by_slot(&keys);
         if groups.len() == 1 {
             let reply = self
@@ -350,16 +345,11 @@ impl Store for RedisClusterStore {
     /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
     /// nothing written.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.peek(key, policy, cost, &now))
-            .await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        calls::peek(self, key, policy, cost).await
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Reset).await
+        calls::act(self, key, policy, Control::Reset).await
     }
 
     async fn block(
@@ -368,11 +358,11 @@ impl Store for RedisClusterStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        self.act(key, policy, Control::block(duration)).await
+        calls::act(self, key, policy, Control::block(duration)).await
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Refund(u64::from(n))).await
+        calls::act(self, key, policy, Control::Refund(u64::from(n))).await
     }
 
     async fn acquire(
@@ -382,20 +372,7 @@ impl Store for RedisClusterStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
-            let decision = self.check(key, policy, min).await?;
-            return Ok(Grant::new(
-                if decision.allowed { min } else { 0 },
-                decision,
-                0,
-            ));
-        }
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.acquire(key, policy, (min, max), &now))
-            .await?;
-        script::grant_from_reply(policy.params().burst, &reply)
+        calls::acquire(self, key, policy, min, max).await
     }
 
     async fn release(
@@ -405,19 +382,7 @@ impl Store for RedisClusterStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
-            return Ok(0);
-        }
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(
-                self.shared
-                    .scripts
-                    .release(key, policy, (unused, grant.mark), &now),
-            )
-            .await?;
-        script::released_from_reply(&reply)
+        calls::release(self, key, policy, unused, grant).await
     }
 }
 

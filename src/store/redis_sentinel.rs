@@ -13,10 +13,10 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::redis::cached::CachedConnection;
+use crate::store::redis::calls::{self, ScriptRunner};
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
 use crate::store::{Check, Grant, Store};
-use crate::Lease;
 
 /// How long getting or checking a pooled connection may take in a pool made by
 /// `from_sentinels` (the layer's `store_timeout` bounds each decision well below this).
@@ -149,22 +149,24 @@ impl RedisSentinelStore {
     pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
         script::state_key(&self.prefix, policy, client_key)
     }
+}
 
-    fn now(&self) -> String {
-        self.clock
-            .as_ref()
-            .map_or_else(String::new, |c| c.now().to_string())
+impl ScriptRunner for RedisSentinelStore {
+    fn key_prefix(&self) -> &str {
+        &self.prefix
     }
 
-    /// Runs `lua/control.lua` on `key`'s state under `policy`.
-    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        self.eval(self.shared.scripts.control(key, policy, action, &now))
-            .await
-            .map(drop)
+    fn script_clock(&self) -> Option<&Arc<dyn Clock>> {
+        self.clock.as_ref()
     }
 
+    fn scripts(&self) -> &Scripts {
+        &self.shared.scripts
+    }
+
+    /// Runs `call` on the master's connection; an error that may have broken it (after a
+    /// failover, the old master answers read-only) makes the next decision take a connection
+    /// from the pool again.
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
         self.shared
             .connection
@@ -182,31 +184,13 @@ impl RedisSentinelStore {
 
 impl Store for RedisSentinelStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.single(key, policy, cost, &now))
-            .await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        calls::check(self, key, policy, cost).await
     }
 
     /// One atomic stacked script on the master, as [`RedisStore`](crate::store::RedisStore)
     /// runs it.
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match checks {
-            [] => return Ok(Vec::new()),
-            [one] => return Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
-            _ => {}
-        }
-        let keys: Vec<String> = checks
-            .iter()
-            .map(|c| self.state_key(c.policy, c.key))
-            .collect();
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.stacked(keys, checks, &now, false))
-            .await?;
-        script::decisions_from_reply(checks, &reply)
+        calls::check_stacked(self, checks).await
     }
 
     fn clock(&self) -> Option<&dyn Clock> {
@@ -216,16 +200,11 @@ impl Store for RedisSentinelStore {
     /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
     /// nothing written.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.peek(key, policy, cost, &now))
-            .await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        calls::peek(self, key, policy, cost).await
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Reset).await
+        calls::act(self, key, policy, Control::Reset).await
     }
 
     async fn block(
@@ -234,11 +213,11 @@ impl Store for RedisSentinelStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        self.act(key, policy, Control::block(duration)).await
+        calls::act(self, key, policy, Control::block(duration)).await
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Refund(u64::from(n))).await
+        calls::act(self, key, policy, Control::Refund(u64::from(n))).await
     }
 
     async fn acquire(
@@ -248,20 +227,7 @@ impl Store for RedisSentinelStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
-            let decision = self.check(key, policy, min).await?;
-            return Ok(Grant::new(
-                if decision.allowed { min } else { 0 },
-                decision,
-                0,
-            ));
-        }
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(self.shared.scripts.acquire(key, policy, (min, max), &now))
-            .await?;
-        script::grant_from_reply(policy.params().burst, &reply)
+        calls::acquire(self, key, policy, min, max).await
     }
 
     async fn release(
@@ -271,19 +237,7 @@ impl Store for RedisSentinelStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
-            return Ok(0);
-        }
-        let key = self.state_key(policy, key);
-        let now = self.now();
-        let reply = self
-            .eval(
-                self.shared
-                    .scripts
-                    .release(key, policy, (unused, grant.mark), &now),
-            )
-            .await?;
-        script::released_from_reply(&reply)
+        calls::release(self, key, policy, unused, grant).await
     }
 }
 
