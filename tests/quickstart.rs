@@ -83,12 +83,7 @@ async fn headers_chooses_which_rate_limit_headers_responses_carry() {
         ("none", false, false),
     ] {
         let running = start(&[("RATE_LIMIT", "5/min"), ("HEADERS", style)]);
-        let r = support::client()
-            .get(format!("http://127.0.0.1:{}/", running.1))
-            .header("x-api-key", "alice")
-            .send()
-            .await
-            .unwrap();
+        let r = get_root(&running, "alice").await;
         assert_eq!(r.status(), 200, "{style}");
         let h = r.headers();
         let remaining = |name: &str| h.get(name).map(|v| v.to_str().unwrap().to_owned());
@@ -115,16 +110,21 @@ async fn headers_chooses_which_rate_limit_headers_responses_carry() {
     );
 }
 
+/// `GET /` as the client `key`.
+async fn get_root(running: &Running, key: &str) -> reqwest::Response {
+    support::client()
+        .get(format!("http://127.0.0.1:{}/", running.1))
+        .header("x-api-key", key)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Six requests of alice: the statuses, each asserted to be decided by the store.
 async fn six_statuses(running: &Running) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..6 {
-        let r = support::client()
-            .get(format!("http://127.0.0.1:{}/", running.1))
-            .header("x-api-key", "alice")
-            .send()
-            .await
-            .unwrap();
+        let r = get_root(running, "alice").await;
         assert!(
             r.headers().contains_key("ratelimit"),
             "decided by the store"
@@ -180,12 +180,7 @@ async fn the_quickstart_limits_exactly_through_a_cluster() {
 async fn statuses_of(running: &Running, key: &str, n: usize) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..n {
-        let r = support::client()
-            .get(format!("http://127.0.0.1:{}/", running.1))
-            .header("x-api-key", key)
-            .send()
-            .await
-            .unwrap();
+        let r = get_root(running, key).await;
         statuses.push(r.status().as_u16());
     }
     statuses

@@ -48,11 +48,36 @@ pub(crate) async fn check(
     policy: &Policy,
     cost: u32,
 ) -> Result<Decision, StoreError> {
+    decide(store, key, policy, cost, false).await
+}
+
+/// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
+/// nothing written.
+pub(crate) async fn peek(
+    store: &impl ScriptRunner,
+    key: &str,
+    policy: &Policy,
+    cost: u32,
+) -> Result<Decision, StoreError> {
+    decide(store, key, policy, cost, true).await
+}
+
+/// [`check`], or [`peek`] when `dry`.
+async fn decide(
+    store: &impl ScriptRunner,
+    key: &str,
+    policy: &Policy,
+    cost: u32,
+    dry: bool,
+) -> Result<Decision, StoreError> {
     let key = state_key(store, policy, key);
     let now = now(store);
-    let reply = store
-        .eval(store.scripts().single(key, policy, cost, &now))
-        .await?;
+    let scripts = store.scripts();
+    let call = match dry {
+        false => scripts.single(key, policy, cost, &now),
+        true => scripts.peek(key, policy, cost, &now),
+    };
+    let reply = store.eval(call).await?;
     script::decision_from_reply(policy.params().burst, &reply)
 }
 
@@ -79,22 +104,6 @@ pub(crate) async fn check_stacked(
         .eval(store.scripts().stacked(keys, checks, &now, false))
         .await?;
     script::decisions_from_reply(checks, &reply)
-}
-
-/// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
-/// nothing written.
-pub(crate) async fn peek(
-    store: &impl ScriptRunner,
-    key: &str,
-    policy: &Policy,
-    cost: u32,
-) -> Result<Decision, StoreError> {
-    let key = state_key(store, policy, key);
-    let now = now(store);
-    let reply = store
-        .eval(store.scripts().peek(key, policy, cost, &now))
-        .await?;
-    script::decision_from_reply(policy.params().burst, &reply)
 }
 
 /// Reset, block or refund one client: one call of `lua/control.lua`.
