@@ -447,18 +447,23 @@ mod tests {
         Policy::new("p", Quota::per_second(100), Algorithm::Gcra).unwrap()
     }
 
-    #[tokio::test]
-    async fn a_request_dropped_mid_probe_does_not_keep_the_circuit_open() {
-        let clock = ManualClock::new(1_000_000);
-        let store = Resilient::new(Flaky::default())
-            .timeout(Duration::from_secs(60))
+    /// A store that denies on errors, whose circuit opens at the first failure and stays open
+    /// for 1 s (by `clock`) before a probe.
+    fn tripping_on_one_failure(clock: &ManualClock) -> Resilient<Flaky> {
+        Resilient::new(Flaky::default())
             .on_error(OnStoreError::Deny)
             .circuit_breaker_with_clock(
                 CircuitBreaker::default()
                     .failures(1)
                     .open_for(Duration::from_secs(1), Duration::from_secs(30)),
                 clock.clone(),
-            );
+            )
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_mid_probe_does_not_keep_the_circuit_open() {
+        let clock = ManualClock::new(1_000_000);
+        let store = tripping_on_one_failure(&clock).timeout(Duration::from_secs(60));
         let policy = policy();
         store.get_ref().set(FAIL);
         assert!(store.check("k", &policy, 1).await.is_err());
@@ -478,14 +483,7 @@ mod tests {
     #[tokio::test]
     async fn nothing_is_decided_at_once_while_the_circuit_is_open() {
         let clock = ManualClock::new(1_000_000);
-        let store = Resilient::new(Flaky::default())
-            .on_error(OnStoreError::Deny)
-            .circuit_breaker_with_clock(
-                CircuitBreaker::default()
-                    .failures(1)
-                    .open_for(Duration::from_secs(1), Duration::from_secs(30)),
-                clock.clone(),
-            );
+        let store = tripping_on_one_failure(&clock);
         let policy = policy();
         assert!(store
             .check_ready("k", &policy, 1)
