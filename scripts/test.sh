@@ -64,5 +64,95 @@ if cargo tree --no-default-features -e normal --prefix none | grep -E '^(axum|to
     echo "cargo tree --no-default-features lists axum or tonic (above)" >&2
     exit 1
 fi
+
+# jq reads `cargo metadata` below.
+if ! command -v jq >/dev/null 2>&1; then
+    echo "jq not found: installing Debian's jq package"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq jq >/dev/null
+fi
+
+# rust-version is declared, and is no older than that of any crate a build of this one compiles
+# (normal and build dependencies of every feature, transitively). Older toolchains cannot be
+# installed everywhere this runs, so this is the check that can.
+# shellcheck disable=SC2016
+rust_version_jq='
+def vkey: split(".") | map(tonumber) | (. + [0, 0, 0])[0:3];
+(.packages | map({key: .id, value: .}) | from_entries) as $pkgs
+| (.resolve.nodes
+   | map({key: .id,
+          value: [.deps[] | select(any(.dep_kinds[]; .kind == null or .kind == "build")) | .pkg]})
+   | from_entries) as $deps
+| .workspace_members[] as $member
+| ({seen: {}, todo: $deps[$member]}
+   | until(.todo | length == 0;
+       .todo[0] as $id | .todo |= .[1:]
+       | if .seen[$id] then . else .seen[$id] = true | .todo += $deps[$id] end)
+   | .seen | keys) as $closure
+| ([$closure[] | $pkgs[.] | select(.rust_version != null)] | max_by(.rust_version | vkey)) as $top
+| [$pkgs[$member].name, ($pkgs[$member].rust_version // "none"), ($top.name // "-"),
+   ($top.rust_version // "0")]
+| @tsv'
+cargo metadata --format-version 1 --all-features --locked | jq -r "$rust_version_jq" |
+    while IFS=$'\t' read -r member declared dep needed; do
+        if [ "$declared" = none ]; then
+            echo "$member: Cargo.toml declares no rust-version (its dependencies need $needed, $dep)" >&2
+            exit 1
+        fi
+        if [ "$(printf '%s\n%s\n' "$needed" "$declared" | sort -V | tail -n 1)" != "$declared" ]; then
+            echo "$member: rust-version $declared is older than $dep's $needed: raise it in Cargo.toml" >&2
+            exit 1
+        fi
+        echo "$member: rust-version $declared (the highest among its dependencies: $dep $needed)"
+    done
+
+# Every feature-gated public item carries a docs.rs badge: an item under
+# `#[cfg(feature = "…")]` also has `#[cfg_attr(docsrs, doc(cfg(feature = "…")))]`.
+# shellcheck disable=SC2016
+doc_cfg_awk='
+FNR == 1 { attrs = "" }
+/^[[:space:]]*(#\[|\/\/\/)/ { attrs = attrs "\n" $0; next }
+{
+    if (attrs ~ /#\[cfg\(feature/ && attrs !~ /doc\(cfg\(/ && $0 ~ /^[[:space:]]*(pub [a-z]|impl[ <])/) {
+        print FILENAME ":" FNR ": feature-gated without #[cfg_attr(docsrs, doc(cfg(...)))]: " $0
+        missing = 1
+    }
+    attrs = ""
+}
+END { exit missing }'
+find src -name '*.rs' -print0 | xargs -0 awk "$doc_cfg_awk" >&2
+
+# The docs build without warnings (broken intra-doc links fail), as users' `cargo doc` builds
+# them and as docs.rs does (nightly, `--cfg docsrs`: the feature badges; stable's rustdoc is
+# let through the nightly attribute for this one build).
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
+RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --all-features --quiet
+
 cargo test --all-features
+
+# The published package holds what it needs to build (the include list in Cargo.toml) and stays
+# far below crates.io's 10 MB limit. `cargo package` verifies by building the package with its
+# default features, which shares no compiled dependency with the builds above (a minute or two
+# on a fresh clone); checking the unpacked package with every feature reuses the doc builds'
+# dependencies and catches the same missing files, in seconds. In a checkout with uncommitted
+# changes (not CI's clean clone) cargo needs --allow-dirty to package the files as they are.
+package_flags=(--no-verify)
+if [ -n "$(git status --porcelain 2>/dev/null)" ]; then
+    echo "uncommitted changes: cargo package --allow-dirty"
+    package_flags+=(--allow-dirty)
+fi
+cargo package --quiet "${package_flags[@]}" 2>&1 | { grep -v '^warning: ignoring test' || true; }
+package_meta=$(cargo metadata --format-version 1 --no-deps)
+package_name=$(jq -r '.packages[] | select(.name == "tollgate") | "\(.name)-\(.version)"' <<<"$package_meta")
+package_dir="$(jq -r .target_directory <<<"$package_meta")/package"
+crate_bytes=$(stat -c %s "$package_dir/$package_name.crate")
+if [ "$crate_bytes" -ge 1048576 ]; then
+    echo "$package_dir/$package_name.crate is $crate_bytes bytes: the package must stay under 1 MB (see include in Cargo.toml)" >&2
+    exit 1
+fi
+rm -rf "${package_dir:?}/$package_name"
+tar -xzf "$package_dir/$package_name.crate" -C "$package_dir"
+cargo check --quiet --all-features --manifest-path "$package_dir/$package_name/Cargo.toml"
+echo "cargo package: $package_name.crate, $crate_bytes bytes, checks with every feature"
