@@ -28,34 +28,33 @@
 //! carries `RateLimit-Policy` / `RateLimit` headers (see [`HeaderStyle`]). gRPC requests get a
 //! `RESOURCE_EXHAUSTED` status with `grpc-retry-pushback-ms` instead.
 //!
-//! # How a request goes through
+//! # Guides
 //!
-//! [`RateLimitLayer`] (`layer.rs`) makes a [`RateLimit`] service (`service.rs`) around yours.
-//! Its `call` asks the limiter (`limiter.rs`) which rules apply, with which keys and costs, and
-//! returns a [`ResponseFuture`] (`future.rs`) that waits for the limiter's decision, waits
-//! again in delay mode, then calls your service or answers itself. The limiter asks one
-//! [`Store`]: the layer's builder stacks, outermost first, the [`DenialCache`] (a client
-//! already denied is answered locally), [`Leases`] (hot keys decided locally from quota
-//! leased in the backend), [`Resilient`] (timeout, circuit breaker, fallback) and your
-//! backend, [`MemoryStore`] or [`RedisStore`]. The limiter turns the store's [`Decision`]s
-//! into headers or a denial (`response.rs`).
-//!
-//! [`DenialCache`]: store::DenialCache
-//! [`Leases`]: store::Leases
-//! [`Resilient`]: store::Resilient
-//! [`MemoryStore`]: store::MemoryStore
-//! [`RedisStore`]: store::RedisStore
+//! - [Algorithms](guide::algorithms): the seven algorithms, their exact semantics, quotas.
+//! - [Client keys and proxies](guide::keys): who counts as one client, behind proxies too.
+//! - [Rules and the rules file](guide::rules): per-route and stacked limits, cost, tiers,
+//!   modes, the TOML file and its hot reload.
+//! - [Redis](guide::redis): deployments (standalone, Sentinel, Cluster, TLS), failure modes,
+//!   the cache of denials, leases for hot keys.
+//! - [Operations](guide::operations): responses and headers, acting on one client, metrics.
+//! - [gRPC](guide::grpc): tonic servers and what their clients see.
 //!
 //! # Feature Flags
 //!
 //! - `redis` (default): [`store::RedisStore`], through deadpool-redis.
+//! - `sentinel`: [`store::RedisSentinelStore`], the master Redis Sentinel names (enables
+//!   `redis`).
+//! - `cluster`: [`store::RedisClusterStore`], Redis Cluster (enables `redis`).
+//! - `tls`: `rediss://` URLs for every Redis store, by rustls with the system's root
+//!   certificates (enables `redis`).
 //! - `axum` (default): [`key::PeerIp`] (and [`key::ClientIp`]) read the peer address axum
 //!   records as `ConnectInfo<SocketAddr>`. Nothing else needs axum: the layer serves any
 //!   `Service<http::Request<B>>`, axum's routers included, without it.
 //! - `tonic`: [`key::PeerIp`] also reads the peer address tonic's server records
 //!   (`TcpConnectInfo`), and `RateLimit` passes tonic's `NamedService` through.
 //! - `metrics`: counters, a histogram and a gauge through the `metrics` facade
-//!   (`tollgate_requests_total{rule, outcome}` and others; see the README's Metrics section).
+//!   (`tollgate_requests_total{rule, outcome}` and others; see the
+//!   [operations guide](guide::operations#metrics)).
 //!
 //! Without `axum` and `tonic`, [`key::PeerIp`] reads a bare `SocketAddr` request extension,
 //! which your own server or middleware can insert. `cargo build --no-default-features` builds
@@ -101,6 +100,49 @@ pub use quota::{Policy, Quota};
 pub use response::HeaderStyle;
 pub use service::RateLimit;
 pub use store::{OnStoreError, Store};
+
+/// Link targets for the guides in `docs/`, read before each guide's own: the guides link to
+/// each other by file name (`rules.md`), which works on GitHub; in rustdoc the first
+/// definition of a label wins, so these send the same links to the guide modules.
+macro_rules! guide_links {
+    () => {
+        "[algorithms]: crate::guide::algorithms\n\
+         [keys]: crate::guide::keys\n\
+         [rules]: crate::guide::rules\n\
+         [redis]: crate::guide::redis\n\
+         [operations]: crate::guide::operations\n\
+         [grpc]: crate::guide::grpc\n\
+         [algorithms-picture]: https://raw.githubusercontent.com/tollgate-rs/tollgate/main/docs/algorithms.svg\n"
+    };
+}
+
+/// Guides: how tollgate behaves and how to run it, one topic each. Every Rust example in them
+/// is compiled and run as a test.
+pub mod guide {
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/algorithms.md")]
+    pub mod algorithms {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/keys.md")]
+    pub mod keys {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/rules.md")]
+    pub mod rules {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/redis.md")]
+    pub mod redis {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/operations.md")]
+    pub mod operations {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/grpc.md")]
+    pub mod grpc {}
+}
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[cfg(doctest)]
