@@ -33,6 +33,11 @@
 //!   429), so a run of wrong tokens is cut short. The token is compared as a SHA-256 digest in
 //!   constant time, so the time taken says nothing of its length or content. Without
 //!   `ADMIN_TOKEN`, or with `RATE_LIMIT=off`, the route does not exist.
+//! - `RUST_LOG`: what is logged (default `info,redis=off`). tollgate logs each change of the
+//!   store's state once (the first failure, the circuit opening, the store answering again).
+//!   The Redis client's own log (target `redis`) repeats at every attempt to reach a node
+//!   that is down, hundreds of lines in a Cluster failover, so it is off by default: see it
+//!   with `RUST_LOG=info,redis=warn`.
 //!
 //! Every answer goes through the limiter, unknown paths (404) and the admin route included.
 //! `GET /metrics` answers the limiter's metrics (`tollgate_requests_total` and the others) as
@@ -63,11 +68,16 @@ use tollgate::{
     RateLimitLayer,
 };
 
+/// What is logged unless `RUST_LOG` says otherwise: tollgate's state changes, not the Redis
+/// client's warning at every reconnection attempt (see the module docs).
+const DEFAULT_LOG: &str = "info,redis=off";
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| DEFAULT_LOG.into()),
         )
         .init();
     let metrics = match PrometheusBuilder::new().install_recorder() {

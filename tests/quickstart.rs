@@ -439,3 +439,112 @@ async fn signin_counts_only_failed_attempts_with_the_example_rules_file() {
     let running = start(&[("RULES_FILE", rules)]);
     assert_signin_counts_only_failures(&running).await;
 }
+
+/// Starts the quickstart with `vars` and `RUST_LOG` as given (`None`: the quickstart's own
+/// default), and gathers the lines it logs (on stdout, after `listening on`) on a thread.
+fn start_logging(
+    vars: &[(&str, &str)],
+    rust_log: Option<&str>,
+) -> (Running, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let port = support::free_port();
+    let mut command = quickstart();
+    command.env_remove("RUST_LOG");
+    if let Some(filter) = rust_log {
+        command.env("RUST_LOG", filter);
+    }
+    let mut child = command
+        .env("PORT", port.to_string())
+        .envs(vars.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("quickstart");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("a line");
+    assert!(line.starts_with("listening on"), "{line}");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gathered = std::sync::Arc::clone(&lines);
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            gathered.lock().unwrap().push(without_colours(&line));
+        }
+    });
+    (Running(child, port), lines)
+}
+
+/// A Redis Cluster master killed under traffic: the Redis client warns at every attempt to
+/// reach it (hundreds of lines a second); by default the quickstart shows none of that, and
+/// tollgate's own lines say what happened once each. `RUST_LOG=info,redis=warn` shows the
+/// client's lines, as its docs say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_does_not_flood_the_log() {
+    let mut cluster = RedisCluster::start();
+    let nodes = cluster.urls().join(",");
+    let vars = [
+        ("REDIS_CLUSTER_NODES", nodes.as_str()),
+        ("RATE_LIMIT", "1000/min"),
+    ];
+    let (quiet, quiet_log) = start_logging(&vars, None);
+    let (verbose, verbose_log) = start_logging(&vars, Some("info,redis=warn"));
+    // Clients on every master, the victim's among them.
+    let clients: Vec<String> = (0..12).map(|i| format!("failover-client-{i}")).collect();
+    let victim = cluster.master_of("tollgate:quickstart:gcra:{failover-client-0}");
+    for running in [&quiet, &verbose] {
+        assert_eq!(get_root(running, &clients[0]).await.status(), 200);
+    }
+    cluster.kill(victim);
+    let killed = std::time::Instant::now();
+    while killed.elapsed() < std::time::Duration::from_secs(5) {
+        for client in &clients {
+            for running in [&quiet, &verbose] {
+                let status = get_root(running, client).await.status();
+                assert!(status == 200 || status == 429, "{status}");
+            }
+        }
+    }
+    // Let the last lines be written.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let from_redis = |lines: &[String]| lines.iter().filter(|l| l.contains(" redis::")).count();
+    let verbose_lines = verbose_log.lock().unwrap().clone();
+    let quiet_lines = quiet_log.lock().unwrap().clone();
+    eprintln!(
+        "5 s of failover: {} lines from the Redis client with RUST_LOG=info,redis=warn, {} by \
+         default; {} lines in all by default",
+        from_redis(&verbose_lines),
+        from_redis(&quiet_lines),
+        quiet_lines.len()
+    );
+    assert!(
+        from_redis(&verbose_lines) >= 10,
+        "the client's warnings show when asked for: {verbose_lines:#?}"
+    );
+    assert_eq!(from_redis(&quiet_lines), 0, "{quiet_lines:#?}");
+    // tollgate's own: each kind of line at most once (failing, circuit open, answering again).
+    let tollgate: Vec<&String> = quiet_lines
+        .iter()
+        .filter(|l| l.contains(" tollgate: "))
+        .collect();
+    for kind in [
+        "(store redis_cluster);",
+        "keeps failing, circuit breaker open",
+        "answers again, circuit breaker closed",
+    ] {
+        let n = tollgate.iter().filter(|l| l.contains(kind)).count();
+        assert!(n <= 1, "{kind}: {tollgate:#?}");
+    }
+    assert_eq!(quiet_lines.len(), tollgate.len(), "{quiet_lines:#?}");
+}
+
+/// `line` without its ANSI colour sequences (`ESC [ … m`).
+fn without_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
