@@ -189,7 +189,7 @@ async fn a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload() {
 }
 
 #[tokio::test]
-async fn a_device_or_a_directory_is_refused_at_start_up() {
+async fn a_device_a_socket_or_a_directory_is_refused_at_start_up() {
     let dir = rules_file("device", GOOD);
     let link = dir.with_file_name("null.toml");
     std::os::unix::fs::symlink("/dev/null", &link).unwrap();
@@ -201,6 +201,22 @@ async fn a_device_or_a_directory_is_refused_at_start_up() {
              regular file, or a symlink to one, is read)",
             link.display()
         )
+    );
+    // The probe's case: /dev/zero never ends (it grew a process past 1.38 GB).
+    let zero = dir.with_file_name("zero.toml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let e = RateLimitLayer::from_rules_file(&zero).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("it is a character device, not a regular file"),
+        "{e}"
+    );
+    let socket = dir.with_file_name("socket.toml");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let e = RateLimitLayer::from_rules_file(&socket).unwrap_err();
+    assert!(
+        e.to_string().contains("it is a socket, not a regular file"),
+        "{e}"
     );
     let parent = dir.parent().unwrap().to_path_buf();
     let e = RateLimitLayer::from_rules_file(&parent).unwrap_err();
