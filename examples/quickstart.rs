@@ -28,9 +28,18 @@
 //!   under one rule (its state and any block), e.g.
 //!   `curl -X DELETE -H "authorization: Bearer $ADMIN_TOKEN" http://127.0.0.1:3000/admin/limits/quickstart/127.0.0.1`.
 //!   It needs `authorization: Bearer <ADMIN_TOKEN>` (else 401), answers 204 when done and 404
-//!   for a rule that does not exist, and is never rate limited. Without `ADMIN_TOKEN`, or with
-//!   `RATE_LIMIT=off`, the route does not exist.
+//!   for a rule that does not exist. It is rate limited like every route, and by a rule of
+//!   its own, `admin`: 10 requests a minute per client IP whatever the `x-api-key` (then
+//!   429), so a run of wrong tokens is cut short. The token is compared as a SHA-256 digest in
+//!   constant time, so the time taken says nothing of its length or content. Without
+//!   `ADMIN_TOKEN`, or with `RATE_LIMIT=off`, the route does not exist.
+//! - `RUST_LOG`: what is logged (default `info,redis=off`). tollgate logs each change of the
+//!   store's state once (the first failure, the circuit opening, the store answering again).
+//!   The Redis client's own log (target `redis`) repeats at every attempt to reach a node
+//!   that is down, hundreds of lines in a Cluster failover, so it is off by default: see it
+//!   with `RUST_LOG=info,redis=warn`.
 //!
+//! Every answer goes through the limiter, unknown paths (404) and the admin route included.
 //! `GET /metrics` answers the limiter's metrics (`tollgate_requests_total` and the others) as
 //! Prometheus text; it is never rate limited.
 //!
@@ -49,6 +58,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tollgate::key;
 use tollgate::rules::Rule;
@@ -58,11 +68,16 @@ use tollgate::{
     RateLimitLayer,
 };
 
+/// What is logged unless `RUST_LOG` says otherwise: tollgate's state changes, not the Redis
+/// client's warning at every reconnection attempt (see the module docs).
+const DEFAULT_LOG: &str = "info,redis=off";
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| DEFAULT_LOG.into()),
         )
         .init();
     let metrics = match PrometheusBuilder::new().install_recorder() {
@@ -166,30 +181,55 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
             builder.name("quickstart").quota(quota).rule(signin_rule())
         }
     };
+    let admin_token = std::env::var("ADMIN_TOKEN")
+        .ok()
+        .filter(|token| !token.is_empty());
+    let builder = match admin_token {
+        Some(_) => builder.rule(admin_rule()),
+        None => builder,
+    };
     let layer = builder.store(store()?).build()?;
-    let app = routes(metrics).layer(layer.clone());
-    // Added after `.layer`, so the layer never sees it: the admin route is never limited.
-    Ok(match std::env::var("ADMIN_TOKEN") {
-        Ok(token) if !token.is_empty() => app.merge(admin(layer, token)),
-        _ => app,
-    })
+    let app = match admin_token {
+        Some(token) => routes(metrics).merge(admin(layer.clone(), &token)),
+        None => routes(metrics),
+    };
+    // The layer goes on last, over every route and the fallback: every answer is limited,
+    // 404s and the admin route included.
+    Ok(app.layer(layer))
 }
 
-/// What the admin route needs: the layer to act through and the token it asks for.
+/// The admin route: 10 requests a minute per client IP, whatever API key each one sends, on
+/// top of the quota every route has. A run of wrong tokens stops at the tenth.
+fn admin_rule() -> Rule {
+    Rule::new("admin", Quota::per_minute(10))
+        .path("/admin/*")
+        .key(key::PeerIp::default())
+}
+
+/// What the admin route needs: the layer to act through and the SHA-256 digest of the token
+/// it asks for (not the token: its length is not kept either).
 #[derive(Clone)]
 struct Admin {
     layer: RateLimitLayer<BoxStore>,
-    token: std::sync::Arc<str>,
+    token_digest: [u8; 32],
 }
 
 /// `DELETE /admin/limits/{rule}/{key}`: resets one client under one rule.
-fn admin(layer: RateLimitLayer<BoxStore>, token: String) -> Router {
+fn admin(layer: RateLimitLayer<BoxStore>, token: &str) -> Router {
     Router::new()
         .route("/admin/limits/{rule}/{key}", delete(reset_client))
         .with_state(Admin {
             layer,
-            token: token.into(),
+            token_digest: Sha256::digest(token.as_bytes()).into(),
         })
+}
+
+/// Whether `presented` is the token whose digest is `expected`: the digests, both 32 bytes,
+/// are compared in constant time, so how long it takes says nothing of the token's length
+/// or of how much of it was guessed right.
+fn token_matches(presented: &str, expected: &[u8; 32]) -> bool {
+    let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+    presented.ct_eq(expected).into()
 }
 
 async fn reset_client(
@@ -202,8 +242,7 @@ async fn reset_client(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
-    // Constant time: how long the comparison takes says nothing about the token.
-    if !bool::from(bearer.as_bytes().ct_eq(admin.token.as_bytes())) {
+    if !token_matches(bearer, &admin.token_digest) {
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],

@@ -123,12 +123,18 @@ impl<S: Store> RateLimitLayer<S> {
 
     /// Reads the rules file again now and swaps in its rules, without waiting for the file
     /// watcher (which looks every half second): e.g. on SIGHUP, or after writing the file
-    /// from a deployment script. If the file cannot be read, is not UTF-8, has no rule, or
-    /// does not parse or validate, the rules in force stay and the error says why (with the
-    /// file, line and column). Without a rules file it does nothing.
+    /// from a deployment script. If the file cannot be read, is not a regular file (a named
+    /// pipe, a device, a directory), is larger than [`rules::MAX_FILE_BYTES`], is not UTF-8,
+    /// has no rule, or does not parse or validate, the rules in force stay and the error says
+    /// why (with the file, line and column). A failure is also logged at WARN and counted in
+    /// `tollgate_rules_reload_failures_total`, once for each distinct failure, as the
+    /// watcher's are. Without a rules file it does nothing.
     ///
-    /// It reads and parses on the calling thread; in async code with a large file, call it
-    /// from `tokio::task::spawn_blocking`.
+    /// It reads and parses on the calling thread, holding no lock while it reads, so a slow
+    /// read elsewhere never holds it up; in async code with a large file, call it from
+    /// `tokio::task::spawn_blocking`.
+    ///
+    /// [`rules::MAX_FILE_BYTES`]: crate::rules::MAX_FILE_BYTES
     ///
     /// ```no_run
     /// # #[cfg(unix)]
@@ -349,9 +355,16 @@ impl<S> RateLimitLayerBuilder<S> {
     }
 
     /// Loads rules (and skips) from a TOML file at `build`, and reloads them within a second
-    /// of a change (or at once with [`RateLimitLayer::reload_rules`]); a changed file that
-    /// does not parse or validate, has no rule, or is not UTF-8 is logged and ignored. The
-    /// file's rules come after the builder's own.
+    /// of a change (or at once with [`RateLimitLayer::reload_rules`]). The path must name a
+    /// regular file (or a symlink to one) of at most [`rules::MAX_FILE_BYTES`]; anything else
+    /// is a [`ConfigError`] at `build`. Later, a file that cannot be read, is not a regular
+    /// file or is too large, or that does not parse or validate, has no rule, or is not UTF-8,
+    /// is logged at WARN once per distinct failure, counted in
+    /// `tollgate_rules_reload_failures_total`, and ignored: the last good rules keep serving,
+    /// and the first good read after a failure is logged at INFO. The file's rules come after
+    /// the builder's own.
+    ///
+    /// [`rules::MAX_FILE_BYTES`]: crate::rules::MAX_FILE_BYTES
     pub fn rules_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.rules_file = Some(path.into());
         self

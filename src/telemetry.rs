@@ -83,6 +83,13 @@ pub(crate) fn fallback_decision() {
     metrics::counter!("tollgate_fallback_decisions_total").increment(1);
 }
 
+/// Counts one failed reload of a rules file (each distinct failure once: the watcher does not
+/// count the same failure at every look).
+pub(crate) fn rules_reload_failure() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_rules_reload_failures_total").increment(1);
+}
+
 /// Counts one request answered from the cache of denials.
 pub(crate) fn denial_cache_hit() {
     #[cfg(feature = "metrics")]

@@ -186,10 +186,12 @@ async fn statuses_of(running: &Running, key: &str, n: usize) -> Vec<u16> {
     statuses
 }
 
-/// `DELETE /admin/limits/{path}` with this `authorization` header (if any): status, the
-/// `www-authenticate` header (or "-"), whether it had rate-limit headers, and the body.
-async fn admin_delete(
+/// `DELETE /admin/limits/{path}` as the client `key` (an `x-api-key`, if any) with this
+/// `authorization` header (if any): status, the `www-authenticate` header (or "-"), whether
+/// it had rate-limit headers, and the body.
+async fn admin_delete_as(
     running: &Running,
+    key: Option<&str>,
     path: &str,
     authorization: Option<&str>,
 ) -> (u16, String, bool, String) {
@@ -197,6 +199,9 @@ async fn admin_delete(
         "http://127.0.0.1:{}/admin/limits/{path}",
         running.1
     ));
+    if let Some(key) = key {
+        request = request.header("x-api-key", key);
+    }
     if let Some(value) = authorization {
         request = request.header("authorization", value);
     }
@@ -210,8 +215,18 @@ async fn admin_delete(
     (status, challenge, limited, r.text().await.unwrap())
 }
 
+/// `DELETE /admin/limits/{path}` from this peer with no API key.
+async fn admin_delete(
+    running: &Running,
+    path: &str,
+    authorization: Option<&str>,
+) -> (u16, String, bool, String) {
+    admin_delete_as(running, None, path, authorization).await
+}
+
 /// The admin endpoint: only with the token (401 otherwise, whatever else is sent), 404 for
-/// an unknown rule, 204 and a whole quota again for the client, never rate limited.
+/// an unknown rule, 204 and a whole quota again for the client; rate limited like any route,
+/// and by its own rule to 10 requests a minute per client IP whatever the API key.
 async fn the_admin_endpoint_resets_one_client(store: &[(&str, &str)]) {
     let token = "t0ken-with-enough-entropy";
     let mut vars = vec![("ADMIN_TOKEN", token), ("RATE_LIMIT", "5/min")];
@@ -227,10 +242,11 @@ async fn the_admin_endpoint_resets_one_client(store: &[(&str, &str)]) {
     let unauthorized = (
         401,
         "Bearer".to_owned(),
-        false,
+        true,
         "Unauthorized: send authorization: Bearer <ADMIN_TOKEN>\n".to_owned(),
     );
-    for wrong in [
+    // Each with an API key of its own, so that only the admin rule (by IP) counts them.
+    for (i, wrong) in [
         None,
         Some("Bearer"),
         Some("Bearer "),
@@ -239,9 +255,13 @@ async fn the_admin_endpoint_resets_one_client(store: &[(&str, &str)]) {
         Some("bearer t0ken-with-enough-entropy"),
         Some("Basic dDBrZW4td2l0aC1lbm91Z2gtZW50cm9weQ=="),
         Some("t0ken-with-enough-entropy"),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("{client}-admin-{i}");
         assert_eq!(
-            admin_delete(&running, &path, wrong).await,
+            admin_delete_as(&running, Some(&key), &path, wrong).await,
             unauthorized,
             "{wrong:?}"
         );
@@ -250,26 +270,35 @@ async fn the_admin_endpoint_resets_one_client(store: &[(&str, &str)]) {
     assert_eq!(statuses_of(&running, &client, 1).await, [429]);
 
     let bearer = format!("Bearer {token}");
+    let admin_key = format!("{client}-admin");
     assert_eq!(
-        admin_delete(&running, &format!("nope/{client}"), Some(&bearer)).await,
+        admin_delete_as(
+            &running,
+            Some(&admin_key),
+            &format!("nope/{client}"),
+            Some(&bearer)
+        )
+        .await,
         (
             404,
             "-".to_owned(),
-            false,
-            "no rule named \"nope\" (the rules in force are: quickstart, signin)\n".to_owned()
+            true,
+            "no rule named \"nope\" (the rules in force are: quickstart, signin, admin)\n"
+                .to_owned()
         )
     );
-    // Ten admin calls in a row, more than the quota: none is limited.
-    for _ in 0..10 {
-        assert_eq!(
-            admin_delete(&running, &path, Some(&bearer)).await,
-            (204, "-".to_owned(), false, String::new())
-        );
-    }
+    assert_eq!(
+        admin_delete_as(&running, Some(&admin_key), &path, Some(&bearer)).await,
+        (204, "-".to_owned(), true, String::new())
+    );
     assert_eq!(
         statuses_of(&running, &client, 6).await,
         [200, 200, 200, 200, 200, 429]
     );
+    // The tenth admin request from this IP in a minute was the last: the right token waits too.
+    let (status, _, limited, _) =
+        admin_delete_as(&running, Some(&admin_key), &path, Some(&bearer)).await;
+    assert_eq!((status, limited), (429, true));
 }
 
 #[tokio::test]
@@ -281,6 +310,71 @@ async fn the_admin_endpoint_resets_one_client_in_memory() {
 async fn the_admin_endpoint_resets_one_client_on_redis() {
     let url = support::shared_redis_url();
     the_admin_endpoint_resets_one_client(&[("REDIS_URL", &url)]).await;
+}
+
+/// A run of wrong tokens from one IP is blocked after ten, whatever API key each one sends
+/// (the general quota, per API key, is far away here).
+#[tokio::test]
+async fn a_run_of_wrong_admin_tokens_from_one_client_is_blocked() {
+    let running = start(&[("ADMIN_TOKEN", "s3cret-admin"), ("RATE_LIMIT", "1000/min")]);
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        let key = support::unique_prefix(&format!("guesser-{i}"));
+        let guess = format!("Bearer guess-{i}");
+        let (status, ..) =
+            admin_delete_as(&running, Some(&key), "quickstart/alice", Some(&guess)).await;
+        statuses.push(status);
+    }
+    assert_eq!(
+        statuses,
+        [401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 429, 429]
+    );
+}
+
+/// `GET {path}` as the client `key`: the status and whether it had rate-limit headers.
+async fn get_as(running: &Running, path: &str, key: &str) -> (u16, bool) {
+    let r = support::client()
+        .get(format!("http://127.0.0.1:{}{path}", running.1))
+        .header("x-api-key", key)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.headers().contains_key("ratelimit"))
+}
+
+/// Every answer goes through the limiter, 404s included, with or without the admin route.
+#[tokio::test]
+async fn unknown_paths_are_limited_with_and_without_admin_token() {
+    for admin_token in [None, Some("s3cret-admin")] {
+        let mut vars = vec![("RATE_LIMIT", "5/min")];
+        vars.extend(admin_token.map(|token| ("ADMIN_TOKEN", token)));
+        let running = start(&vars);
+        let mut answers = Vec::new();
+        for path in [
+            "/nope",
+            "/admin",
+            "/admin/limits/quickstart/alice",
+            "/nope/2",
+            "/.env",
+            "/nope",
+        ] {
+            answers.push(get_as(&running, path, "prober").await);
+        }
+        let limited = |status| (status, true);
+        assert_eq!(
+            answers,
+            [
+                limited(404),
+                limited(404),
+                // A DELETE route answers 405 to a GET when it exists.
+                limited(if admin_token.is_some() { 405 } else { 404 }),
+                limited(404),
+                limited(404),
+                limited(429),
+            ],
+            "ADMIN_TOKEN {admin_token:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -344,4 +438,113 @@ async fn signin_counts_only_failed_attempts_with_the_example_rules_file() {
     let rules = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.toml");
     let running = start(&[("RULES_FILE", rules)]);
     assert_signin_counts_only_failures(&running).await;
+}
+
+/// Starts the quickstart with `vars` and `RUST_LOG` as given (`None`: the quickstart's own
+/// default), and gathers the lines it logs (on stdout, after `listening on`) on a thread.
+fn start_logging(
+    vars: &[(&str, &str)],
+    rust_log: Option<&str>,
+) -> (Running, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let port = support::free_port();
+    let mut command = quickstart();
+    command.env_remove("RUST_LOG");
+    if let Some(filter) = rust_log {
+        command.env("RUST_LOG", filter);
+    }
+    let mut child = command
+        .env("PORT", port.to_string())
+        .envs(vars.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("quickstart");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("a line");
+    assert!(line.starts_with("listening on"), "{line}");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gathered = std::sync::Arc::clone(&lines);
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            gathered.lock().unwrap().push(without_colours(&line));
+        }
+    });
+    (Running(child, port), lines)
+}
+
+/// A Redis Cluster master killed under traffic: the Redis client warns at every attempt to
+/// reach it (hundreds of lines a second); by default the quickstart shows none of that, and
+/// tollgate's own lines say what happened once each. `RUST_LOG=info,redis=warn` shows the
+/// client's lines, as its docs say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_does_not_flood_the_log() {
+    let mut cluster = RedisCluster::start();
+    let nodes = cluster.urls().join(",");
+    let vars = [
+        ("REDIS_CLUSTER_NODES", nodes.as_str()),
+        ("RATE_LIMIT", "1000/min"),
+    ];
+    let (quiet, quiet_log) = start_logging(&vars, None);
+    let (verbose, verbose_log) = start_logging(&vars, Some("info,redis=warn"));
+    // Clients on every master, the victim's among them.
+    let clients: Vec<String> = (0..12).map(|i| format!("failover-client-{i}")).collect();
+    let victim = cluster.master_of("tollgate:quickstart:gcra:{failover-client-0}");
+    for running in [&quiet, &verbose] {
+        assert_eq!(get_root(running, &clients[0]).await.status(), 200);
+    }
+    cluster.kill(victim);
+    let killed = std::time::Instant::now();
+    while killed.elapsed() < std::time::Duration::from_secs(5) {
+        for client in &clients {
+            for running in [&quiet, &verbose] {
+                let status = get_root(running, client).await.status();
+                assert!(status == 200 || status == 429, "{status}");
+            }
+        }
+    }
+    // Let the last lines be written.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let from_redis = |lines: &[String]| lines.iter().filter(|l| l.contains(" redis::")).count();
+    let verbose_lines = verbose_log.lock().unwrap().clone();
+    let quiet_lines = quiet_log.lock().unwrap().clone();
+    eprintln!(
+        "5 s of failover: {} lines from the Redis client with RUST_LOG=info,redis=warn, {} by \
+         default; {} lines in all by default",
+        from_redis(&verbose_lines),
+        from_redis(&quiet_lines),
+        quiet_lines.len()
+    );
+    assert!(
+        from_redis(&verbose_lines) >= 10,
+        "the client's warnings show when asked for: {verbose_lines:#?}"
+    );
+    assert_eq!(from_redis(&quiet_lines), 0, "{quiet_lines:#?}");
+    // tollgate's own: each kind of line at most once (failing, circuit open, answering again).
+    let tollgate: Vec<&String> = quiet_lines
+        .iter()
+        .filter(|l| l.contains(" tollgate: "))
+        .collect();
+    for kind in [
+        "(store redis_cluster);",
+        "keeps failing, circuit breaker open",
+        "answers again, circuit breaker closed",
+    ] {
+        let n = tollgate.iter().filter(|l| l.contains(kind)).count();
+        assert!(n <= 1, "{kind}: {tollgate:#?}");
+    }
+    assert_eq!(quiet_lines.len(), tollgate.len(), "{quiet_lines:#?}");
+}
+
+/// `line` without its ANSI colour sequences (`ESC [ … m`).
+fn without_colours(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }

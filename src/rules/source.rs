@@ -1,19 +1,22 @@
 //! Where the rules in force come from: the code's rules and skips, then a rules file's. The
 //! file is read again when it changes, or when the user asks (e.g. on SIGHUP), and its rules
-//! replace the old ones whole. A file that cannot be used is reported and the last good rules
-//! stay.
+//! replace the old ones whole. A file that cannot be used is reported once (a warning and
+//! `tollgate_rules_reload_failures_total`) and the last good rules stay.
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+use super::read::read_rules_file;
 use super::{parse_file, CompiledRule, Rule, RuleSet, Skip};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
+use crate::telemetry;
 
 /// How often the file is looked at: changes apply within this (plus the read).
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -28,9 +31,25 @@ pub(crate) struct RuleSource {
     default_algorithm: Algorithm,
     file: Option<PathBuf>,
     current: ArcSwap<RuleSet>,
-    /// The file's bytes as last read, so the watcher acts on changes only. Held while the
-    /// file is read and applied, so reloads run one at a time.
-    last_read: Mutex<Vec<u8>>,
+    /// Numbers the reads of the file, so that a read overtaken by a later one is not applied.
+    reads: AtomicU64,
+    /// What the reads found. Locked only to compare and swap, never across a read of the
+    /// file, so a read that is slow never holds up another caller.
+    seen: Mutex<Seen>,
+}
+
+/// What the reads of the rules file found so far.
+#[derive(Default)]
+struct Seen {
+    /// The number of the latest read settled here.
+    read: u64,
+    /// The file's bytes as last read, so the watcher acts on changes only.
+    bytes: Vec<u8>,
+    /// Why those bytes could not be used, if they could not.
+    bytes_failure: Option<ConfigError>,
+    /// The failure last reported (logged and counted), until a read succeeds: each distinct
+    /// failure is reported once, not at every look.
+    reported: Option<ConfigError>,
 }
 
 impl RuleSource {
@@ -54,15 +73,19 @@ impl RuleSource {
             default_algorithm,
             file,
             current: ArcSwap::default(),
-            last_read: Mutex::default(),
+            reads: AtomicU64::new(0),
+            seen: Mutex::default(),
         };
         let bytes = match &source.file {
-            Some(path) => read(path)?,
+            Some(path) => read_rules_file(path)?,
             None => Vec::new(),
         };
         let first = source.build(source.file.as_ref().map(|_| bytes.as_slice()))?;
         source.current = ArcSwap::from_pointee(first);
-        source.last_read = Mutex::new(bytes);
+        source.seen = Mutex::new(Seen {
+            bytes,
+            ..Seen::default()
+        });
         Ok(Arc::new(source))
     }
 
@@ -94,47 +117,86 @@ impl RuleSource {
         self.current.load_full()
     }
 
-    /// Reads the rules file now and swaps in its rules; on error the rules in force stay.
-    /// Without a rules file there is nothing to read.
+    /// Reads the rules file now and swaps in its rules; on error the rules in force stay (and
+    /// the failure is reported as the watcher's are). Without a rules file there is nothing
+    /// to read.
     pub(crate) fn reload(&self) -> Result<(), ConfigError> {
         let Some(path) = &self.file else {
             return Ok(());
         };
-        let mut last_read = self
-            .last_read
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let bytes = read(path)?;
-        self.replace(bytes, &mut last_read)
+        let read = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
+        let bytes = read_rules_file(path);
+        let mut seen = self.seen();
+        if read < seen.read {
+            // A later read was settled first: it stands, and this one only answers its caller.
+            return bytes.and_then(|bytes| self.build(Some(&bytes)).map(drop));
+        }
+        seen.read = read;
+        let outcome = bytes.and_then(|bytes| self.replace(bytes, &mut seen));
+        self.settle(&mut seen, outcome.clone(), false);
+        outcome
     }
 
-    /// The watcher's look at the file: a change is applied, or logged when it cannot be.
+    /// The watcher's look at the file: a change is applied, a failure reported once.
     fn poll(&self) {
         let Some(path) = &self.file else { return };
-        let mut last_read = self
-            .last_read
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        // Mid-save, or removed: keep the rules and look again.
-        let Ok(bytes) = std::fs::read(path) else {
-            return;
-        };
-        if bytes == *last_read {
+        let read = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
+        let bytes = read_rules_file(path);
+        let mut seen = self.seen();
+        if read < seen.read {
             return;
         }
-        match self.replace(bytes, &mut last_read) {
-            Ok(()) => tracing::info!(target: "tollgate", "reloaded rules from {}", path.display()),
-            Err(e) => tracing::error!(target: "tollgate", "{e}; keeping the rules loaded before"),
+        seen.read = read;
+        let (outcome, changed) = match bytes {
+            Err(e) => (Err(e), false),
+            // The same bytes again: what they gave the last time.
+            Ok(bytes) if bytes == seen.bytes => {
+                (seen.bytes_failure.clone().map_or(Ok(()), Err), false)
+            }
+            Ok(bytes) => (self.replace(bytes, &mut seen), true),
+        };
+        self.settle(&mut seen, outcome, changed);
+    }
+
+    /// Reports what a read came to: a failure different from the last one reported is logged
+    /// and counted; the first success after a failure (or a change applied) is logged.
+    fn settle(&self, seen: &mut Seen, outcome: Result<(), ConfigError>, changed: bool) {
+        let path = self.origin();
+        match outcome {
+            Ok(()) => {
+                let recovered = seen.reported.take().is_some();
+                if changed {
+                    tracing::info!(target: "tollgate", "reloaded rules from {path}");
+                } else if recovered {
+                    tracing::info!(
+                        target: "tollgate",
+                        "rules file {path} can be used again; the rules in force are its rules"
+                    );
+                }
+            }
+            Err(e) => {
+                if seen.reported.as_ref() != Some(&e) {
+                    tracing::warn!(target: "tollgate", "{e}; keeping the rules loaded before");
+                    telemetry::rules_reload_failure();
+                    seen.reported = Some(e);
+                }
+            }
         }
     }
 
     /// Builds the rules from the file's new `bytes` and swaps them in; `bytes` become the last
-    /// read either way, so a broken file is reported once, not on every look.
-    fn replace(&self, bytes: Vec<u8>, last_read: &mut Vec<u8>) -> Result<(), ConfigError> {
+    /// read either way, with their failure if any, so a broken file is parsed once, not on
+    /// every look.
+    fn replace(&self, bytes: Vec<u8>, seen: &mut Seen) -> Result<(), ConfigError> {
         let built = self.build(Some(&bytes));
-        *last_read = bytes;
+        seen.bytes = bytes;
+        seen.bytes_failure = built.as_ref().err().cloned();
         self.current.store(Arc::new(built?));
         Ok(())
+    }
+
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The code's rules and skips, then the file's.
@@ -181,16 +243,6 @@ impl fmt::Debug for RuleSource {
             .field("current", &self.current.load())
             .finish_non_exhaustive()
     }
-}
-
-/// Reads the rules file.
-fn read(path: &PathBuf) -> Result<Vec<u8>, ConfigError> {
-    std::fs::read(path).map_err(|e| {
-        ConfigError::of(
-            ConfigErrorKind::RulesFile,
-            format!("cannot read rules file {}: {e}", path.display()),
-        )
-    })
 }
 
 #[cfg(test)]
@@ -325,7 +377,7 @@ mod tests {
             let log = logged(|| source.poll());
             assert!(log.contains(expected), "{log:?}");
             assert!(log.contains("keeping the rules loaded before"), "{log:?}");
-            assert!(log.contains("ERROR"), "{log:?}");
+            assert!(log.contains("WARN"), "{log:?}");
             assert_eq!(names(&source), ["code", "file"]);
             // The same bytes again are not news.
             assert_eq!(logged(|| source.poll()), "");

@@ -85,6 +85,18 @@ pub(crate) struct Breaker {
     jitter: RandomState,
 }
 
+/// What settling a call did to the circuit: each change is reported to exactly one caller,
+/// so it is logged once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Open, closed or probing as before.
+    None,
+    /// This failure opened the circuit.
+    Opened,
+    /// This success closed the circuit (a probe, or a call begun before it opened).
+    Closed,
+}
+
 /// Leave to call the store, taken before the call and settled by [`record`](Self::record).
 ///
 /// Dropping it unsettled (the request's future was dropped mid-call: a client that hung up, a
@@ -139,7 +151,8 @@ impl Breaker {
         self.state.load(Ordering::Acquire) != CLOSED
     }
 
-    fn succeeded(&self) {
+    /// Returns true when this success closed the circuit.
+    fn succeeded(&self) -> bool {
         // Written only when there is something to reset: a write on every request would move
         // this cache line between the cores serving requests.
         if self.consecutive_failures.load(Ordering::Acquire) != 0 {
@@ -148,8 +161,10 @@ impl Breaker {
         if self.is_open() {
             self.backoff
                 .store(micros(self.settings.min_open), Ordering::Release);
-            self.state.store(CLOSED, Ordering::Release);
+            // Only the caller that moves it to CLOSED is told.
+            return self.state.swap(CLOSED, Ordering::AcqRel) != CLOSED;
         }
+        false
     }
 
     /// Returns true when this failure opened the circuit.
@@ -204,14 +219,18 @@ impl Breaker {
 
 impl Attempt<'_> {
     /// Records the call's outcome: `ok` when the store answered (even with an error about
-    /// one key's state). Returns true when this failure opened the circuit.
-    pub(crate) fn record(mut self, ok: bool) -> bool {
+    /// one key's state). Returns what it did to the circuit.
+    pub(crate) fn record(mut self, ok: bool) -> Change {
         self.settled = true;
-        if ok {
-            self.breaker.succeeded();
-            false
+        let changed = if ok {
+            self.breaker.succeeded()
         } else {
             self.breaker.failed(&self)
+        };
+        match (changed, ok) {
+            (false, _) => Change::None,
+            (true, false) => Change::Opened,
+            (true, true) => Change::Closed,
         }
     }
 }
@@ -248,8 +267,9 @@ mod tests {
         (Breaker::new(settings, Arc::new(clock.clone())), clock)
     }
 
+    /// Whether one failed call opened the circuit.
     fn fail_once(b: &Breaker) -> bool {
-        b.attempt().expect("closed").record(false)
+        b.attempt().expect("closed").record(false) == Change::Opened
     }
 
     #[test]
@@ -267,11 +287,12 @@ mod tests {
         let probe = b.attempt().expect("probe");
         assert!(probe.probe);
         assert!(b.attempt().is_none());
-        probe.record(false);
+        assert_eq!(probe.record(false), Change::None);
         let probe = b.attempt().expect("probe again");
-        probe.record(true);
+        assert_eq!(probe.record(true), Change::Closed);
         assert!(!b.is_open());
         assert!(!b.attempt().expect("closed").probe);
+        assert_eq!(b.attempt().unwrap().record(true), Change::None);
     }
 
     #[test]
@@ -329,7 +350,7 @@ mod tests {
         // 100 calls on one connection that breaks: one failure, not 100.
         let in_flight: Vec<Attempt<'_>> = (0..100).map(|_| b.attempt().unwrap()).collect();
         for attempt in in_flight {
-            assert!(!attempt.record(false));
+            assert_eq!(attempt.record(false), Change::None);
         }
         assert!(!b.is_open());
         // A call started after that failure counts: the second failure opens the circuit.

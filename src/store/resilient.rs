@@ -14,7 +14,7 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
-use crate::store::breaker::Breaker;
+use crate::store::breaker::{Breaker, Change};
 use crate::store::{Check, CircuitBreaker, Grant, MemoryStore, Store};
 use crate::telemetry;
 
@@ -56,7 +56,8 @@ impl std::str::FromStr for OnStoreError {
 pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
 
 /// A store around `S` that bounds every call by a timeout, stops calling `S` while it keeps
-/// failing (a [`CircuitBreaker`]), logs failures at most once per 10 s, and, with
+/// failing (a [`CircuitBreaker`]), logs what happens once per change (a failure, at most once
+/// per 10 s; the circuit opening; the store answering again), and, with
 /// [`OnStoreError::FallbackToMemory`], decides in memory while `S` is away.
 ///
 /// [`RateLimitLayer`](crate::RateLimitLayer)'s builder wraps its store in one, so a store
@@ -91,6 +92,8 @@ pub struct Resilient<S> {
     /// Only with [`OnStoreError::FallbackToMemory`].
     fallback: Option<MemoryStore>,
     errors: AtomicU64,
+    /// `errors` when the circuit last opened, to say how many failed while it was open.
+    errors_at_open: AtomicU64,
     error_log: QuietLog,
     hook: Option<ErrorHook>,
     /// The `store` label of its metrics.
@@ -112,6 +115,7 @@ impl<S: Store> Resilient<S> {
             breaker: Breaker::new(CircuitBreaker::default(), Arc::new(SystemClock)),
             fallback: None,
             errors: AtomicU64::new(0),
+            errors_at_open: AtomicU64::new(0),
             error_log: QuietLog::new(Duration::from_secs(10)),
             hook: None,
             label,
@@ -196,12 +200,30 @@ impl<S: Store> Resilient<S> {
         let reached = result
             .as_ref()
             .map_or_else(|e| !e.is_store_failure(), |_| true);
-        if attempt.record(reached) {
-            tracing::warn!(
-                target: "tollgate",
-                "rate limit store failed repeatedly: circuit breaker open, answering by {:?}",
-                self.on_error
-            );
+        match (attempt.record(reached), &result) {
+            (Change::Opened, Err(error)) => {
+                // This failure is counted by `failed` next, and is not one made while open.
+                let failed_so_far = self.errors.load(Ordering::Relaxed) + 1;
+                self.errors_at_open.store(failed_so_far, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "tollgate",
+                    "rate limit store {} keeps failing, circuit breaker open ({error}); {}, \
+                     probing the store again after a back-off",
+                    self.label,
+                    answering_by(self.on_error)
+                );
+            }
+            (Change::Closed, _) => {
+                let failed = (self.errors.load(Ordering::Relaxed))
+                    .saturating_sub(self.errors_at_open.load(Ordering::Relaxed));
+                tracing::info!(
+                    target: "tollgate",
+                    "rate limit store {} answers again, circuit breaker closed ({failed} calls \
+                     failed or were not made while it was open)",
+                    self.label
+                );
+            }
+            _ => {}
         }
         self.report_circuit();
         result
@@ -220,14 +242,20 @@ impl<S: Store> Resilient<S> {
     }
 
     /// Counts, logs (quietly) and reports a failure; then the fallback's answer, if any.
+    ///
+    /// While the circuit is open nothing is logged: its opening was, and so will its closing
+    /// be, so a long outage is two lines, not one every few seconds.
     fn failed(&self, error: &StoreError) -> Option<&MemoryStore> {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        if !matches!(error, StoreError::CircuitOpen) {
+        if !matches!(error, StoreError::CircuitOpen) && !self.breaker.is_open() {
             if let Some(suppressed) = self.error_log.should_log() {
                 tracing::warn!(
                     target: "tollgate",
                     suppressed,
-                    "{error} ({suppressed} more store errors since the last report)"
+                    "{error} (store {}); {} ({suppressed} more store errors since the last \
+                     report)",
+                    self.label,
+                    answering_by(self.on_error)
                 );
             }
         }
@@ -235,6 +263,17 @@ impl<S: Store> Resilient<S> {
             hook(error);
         }
         self.fallback.as_ref()
+    }
+}
+
+/// What the layer does meanwhile, in a log line.
+fn answering_by(on_error: OnStoreError) -> &'static str {
+    match on_error {
+        OnStoreError::Allow => "letting requests through unlimited (on_store_error allow)",
+        OnStoreError::Deny => "denying requests with 503 (on_store_error deny)",
+        OnStoreError::FallbackToMemory => {
+            "failing over to the in-memory limiter of each instance (on_store_error fallback)"
+        }
     }
 }
 
