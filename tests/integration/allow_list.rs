@@ -1,7 +1,7 @@
 //! Allow-lists over real HTTP: `[[skip]]` by client key and by network, from a rules file and
 //! from the builder.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 

@@ -1,7 +1,7 @@
 //! Acting on one client over real HTTP, on the memory store and on a real redis-server:
 //! `block_for` after a breach, and the layer's `reset`, `block` and `refund`.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `count_status`: a rule that counts only some responses (failed sign-ins), over real HTTP,
 //! on the memory store and on a real redis-server.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! When a request is counted: in `call` when the store decides at once (the memory store),
 //! and only once its response future runs when it waits for Redis.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The cache of denials against a real redis-server: it changes no decision, and a flooded key
 //! stops reaching Redis.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

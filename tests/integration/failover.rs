@@ -1,6 +1,6 @@
 //! Redis failures: killed, hung, restarted, absent at start. Each test owns its redis-server.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 
 #![cfg(all(feature = "tonic", feature = "redis"))]
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! The layer over real HTTP on loopback: statuses, headers, keys, hostile input.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! not much less, a few Redis calls per thousand requests; and without the store's atomic
 //! lease, too much.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,9 +1,9 @@
 //! Metrics over real HTTP: the values a Prometheus exporter renders after a known sequence
 //! of requests, on the memory store and on a real redis-server that goes away.
 
-mod support;
+use crate::support;
 
-use std::sync::OnceLock;
+use std::future::Future;
 use std::time::Duration;
 
 use axum::routing::get;
@@ -13,33 +13,45 @@ use tollgate::rules::{Mode, Rule};
 use tollgate::store::{BoxStore, CircuitBreaker, RedisStore};
 use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
 
-/// The process-wide recorder the layers report to (each test uses its own rule names).
-fn recorder() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        metrics::set_global_recorder(recorder).expect("the only recorder");
-        handle
-    })
+/// Runs `test` on a current-thread runtime with a Prometheus recorder of its own: every
+/// metric the layers it builds report (their tasks run on this thread too) goes there and
+/// nowhere else, so the other suites of this binary, running meanwhile, cannot change what it
+/// reads, and it can read absolute values.
+fn with_recorder<F, Fut>(test: F)
+where
+    F: FnOnce(Metrics) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let metrics = Metrics(recorder.handle());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || runtime.block_on(test(metrics)));
 }
 
-/// The value of the rendered sample `series` (name and labels as rendered), 0 when absent.
-/// The recorder is global to this test binary: its tests take turns, and read counters shared
-/// between them (by store, the cache's hits) as what changed during the test.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// What one test's recorder has seen.
+struct Metrics(PrometheusHandle);
 
-fn sample(series: &str) -> f64 {
-    let text = recorder().render();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().expect("a number"))
-}
+impl Metrics {
+    fn render(&self) -> String {
+        self.0.render()
+    }
 
-fn requests(rule: &str, outcome: &str) -> f64 {
-    sample(&format!(
-        "tollgate_requests_total{{rule=\"{rule}\",outcome=\"{outcome}\"}}"
-    ))
+    /// The value of the rendered sample `series` (name and labels as rendered), 0 when absent.
+    fn sample(&self, series: &str) -> f64 {
+        let text = self.render();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |value| value.trim().parse().expect("a number"))
+    }
+
+    fn requests(&self, rule: &str, outcome: &str) -> f64 {
+        self.sample(&format!(
+            "tollgate_requests_total{{rule=\"{rule}\",outcome=\"{outcome}\"}}"
+        ))
+    }
 }
 
 fn app(layer: RateLimitLayer<impl tollgate::Store>) -> Router {
@@ -54,162 +66,163 @@ async fn get_status(client: &reqwest::Client, url: String) -> u16 {
     client.get(url).send().await.unwrap().status().as_u16()
 }
 
-#[tokio::test]
-async fn memory_store_counts_each_outcome_per_rule() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    recorder();
-    let layer = RateLimitLayer::builder()
-        .key(key::Global)
-        .rule(Rule::new("m_api", Quota::per_minute(3)).path("/api"))
-        .rule(
-            Rule::new("m_shadow", Quota::per_minute(1))
-                .path("/shadow")
-                .mode(Mode::Shadow),
-        )
-        .skip_path("/health")
-        .build()
-        .unwrap();
-    let hits_before = sample("tollgate_denial_cache_hits_total");
-    let timed_before = sample("tollgate_store_duration_seconds_count{store=\"memory\"}");
-    let addr = support::serve(app(layer)).await;
-    let client = support::client();
-    let mut statuses = Vec::new();
-    for _ in 0..5 {
-        statuses.push(get_status(&client, format!("http://{addr}/api")).await);
-    }
-    assert_eq!(statuses, [200, 200, 200, 429, 429]);
-    for _ in 0..3 {
-        assert_eq!(
-            get_status(&client, format!("http://{addr}/shadow")).await,
-            200
-        );
-    }
-    for _ in 0..2 {
-        assert_eq!(
-            get_status(&client, format!("http://{addr}/health")).await,
-            200
-        );
-    }
+#[test]
+fn memory_store_counts_each_outcome_per_rule() {
+    with_recorder(|metrics| async move {
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(Rule::new("m_api", Quota::per_minute(3)).path("/api"))
+            .rule(
+                Rule::new("m_shadow", Quota::per_minute(1))
+                    .path("/shadow")
+                    .mode(Mode::Shadow),
+            )
+            .skip_path("/health")
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        let mut statuses = Vec::new();
+        for _ in 0..5 {
+            statuses.push(get_status(&client, format!("http://{addr}/api")).await);
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429]);
+        for _ in 0..3 {
+            assert_eq!(
+                get_status(&client, format!("http://{addr}/shadow")).await,
+                200
+            );
+        }
+        for _ in 0..2 {
+            assert_eq!(
+                get_status(&client, format!("http://{addr}/health")).await,
+                200
+            );
+        }
 
-    assert_eq!(requests("m_api", "allowed"), 3.0);
-    assert_eq!(requests("m_api", "denied"), 2.0);
-    assert_eq!(requests("m_shadow", "allowed"), 1.0);
-    assert_eq!(requests("m_shadow", "shadow_denied"), 2.0);
-    assert_eq!(requests("*", "skipped"), 2.0);
-    // The second denial of each rule was answered from the cache of denials; the other six
-    // decisions were the memory store's, made at once and not timed (only calls that wait
-    // are: see the Redis tests below).
-    assert_eq!(
-        sample("tollgate_denial_cache_hits_total") - hits_before,
-        2.0
-    );
-    assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"memory\"}") - timed_before,
-        0.0
-    );
-    assert_eq!(sample("tollgate_circuit_open{store=\"memory\"}"), 0.0);
-    assert!(
-        recorder()
-            .render()
-            .contains("tollgate_circuit_open{store=\"memory\"} 0"),
-        "the gauge is set from the first call"
-    );
-    let text = recorder().render();
-    assert!(
-        !text.contains("127.0.0.1"),
-        "no client key in labels:\n{text}"
-    );
+        assert_eq!(metrics.requests("m_api", "allowed"), 3.0);
+        assert_eq!(metrics.requests("m_api", "denied"), 2.0);
+        assert_eq!(metrics.requests("m_shadow", "allowed"), 1.0);
+        assert_eq!(metrics.requests("m_shadow", "shadow_denied"), 2.0);
+        assert_eq!(metrics.requests("*", "skipped"), 2.0);
+        // The second denial of each rule was answered from the cache of denials; the other six
+        // decisions were the memory store's, made at once and not timed (only calls that wait
+        // are: see the Redis tests below).
+        assert_eq!(metrics.sample("tollgate_denial_cache_hits_total"), 2.0);
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"memory\"}"),
+            0.0
+        );
+        assert_eq!(
+            metrics.sample("tollgate_circuit_open{store=\"memory\"}"),
+            0.0
+        );
+        assert!(
+            metrics
+                .render()
+                .contains("tollgate_circuit_open{store=\"memory\"} 0"),
+            "the gauge is set from the first call"
+        );
+        let text = metrics.render();
+        assert!(
+            !text.contains("127.0.0.1"),
+            "no client key in labels:\n{text}"
+        );
+    });
 }
 
-#[tokio::test]
-async fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    recorder();
-    let mut redis = support::RedisServer::start();
-    let layer = RateLimitLayer::builder()
-        .key(key::Global)
-        .rule(Rule::new("r_api", Quota::per_minute(100)).path("/api"))
-        .store(
-            RedisStore::from_url(&redis.url())
-                .unwrap()
-                .prefix(support::unique_prefix("metrics")),
-        )
-        .on_store_error(OnStoreError::FallbackToMemory)
-        .store_timeout(Duration::from_millis(500))
-        .circuit_breaker(
-            CircuitBreaker::default()
-                .failures(2)
-                .open_for(Duration::from_secs(60), Duration::from_secs(60)),
-        )
-        .build()
-        .unwrap();
-    let addr = support::serve(app(layer)).await;
-    let client = support::client();
-    // A boxed Redis store (another test) is labelled `redis` too: read what changes here.
-    let timed_before = sample("tollgate_store_duration_seconds_count{store=\"redis\"}");
-    for _ in 0..2 {
-        assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
-    }
-    assert_eq!(sample("tollgate_circuit_open{store=\"redis\"}"), 0.0);
-    assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"redis\"}") - timed_before,
-        2.0
-    );
+#[test]
+fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
+    with_recorder(|metrics| async move {
+        let mut redis = support::RedisServer::start();
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(Rule::new("r_api", Quota::per_minute(100)).path("/api"))
+            .store(
+                RedisStore::from_url(&redis.url())
+                    .unwrap()
+                    .prefix(support::unique_prefix("metrics")),
+            )
+            .on_store_error(OnStoreError::FallbackToMemory)
+            .store_timeout(Duration::from_millis(500))
+            .circuit_breaker(
+                CircuitBreaker::default()
+                    .failures(2)
+                    .open_for(Duration::from_secs(60), Duration::from_secs(60)),
+            )
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        for _ in 0..2 {
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        assert_eq!(
+            metrics.sample("tollgate_circuit_open{store=\"redis\"}"),
+            0.0
+        );
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+            2.0
+        );
 
-    redis.stop();
-    for _ in 0..4 {
-        assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
-    }
-    // Two failed calls opened the circuit; the next two never reached the store. All four
-    // were decided by the fallback.
-    assert_eq!(sample("tollgate_circuit_open{store=\"redis\"}"), 1.0);
-    assert_eq!(sample("tollgate_fallback_decisions_total"), 4.0);
-    assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"redis\"}") - timed_before,
-        4.0
-    );
-    assert_eq!(requests("r_api", "allowed"), 6.0);
-    assert_eq!(requests("r_api", "store_error"), 0.0);
+        redis.stop();
+        for _ in 0..4 {
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        // Two failed calls opened the circuit; the next two never reached the store. All four
+        // were decided by the fallback.
+        assert_eq!(
+            metrics.sample("tollgate_circuit_open{store=\"redis\"}"),
+            1.0
+        );
+        assert_eq!(metrics.sample("tollgate_fallback_decisions_total"), 4.0);
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+            4.0
+        );
+        assert_eq!(metrics.requests("r_api", "allowed"), 6.0);
+        assert_eq!(metrics.requests("r_api", "store_error"), 0.0);
+    });
 }
 
-#[tokio::test]
-async fn a_store_that_cannot_decide_counts_store_errors() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    recorder();
-    let nothing_listens = format!("redis://127.0.0.1:{}", support::free_port());
-    let layer = RateLimitLayer::builder()
-        .key(key::Global)
-        .rule(Rule::new("b_api", Quota::per_minute(100)).path("/api"))
-        .store(BoxStore::new(
-            RedisStore::from_url(&nothing_listens).unwrap(),
-        ))
-        .build()
-        .unwrap();
-    let addr = support::serve(app(layer)).await;
-    let client = support::client();
-    let timed_before = sample("tollgate_store_duration_seconds_count{store=\"redis\"}");
-    for _ in 0..3 {
-        // Fail open (the default).
-        assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
-    }
-    assert_eq!(requests("b_api", "store_error"), 3.0);
-    assert_eq!(requests("b_api", "allowed"), 0.0);
-    // Labelled by the store inside the box.
-    assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"redis\"}") - timed_before,
-        3.0
-    );
-    assert_eq!(
-        sample("tollgate_store_duration_seconds_count{store=\"box\"}"),
-        0.0
-    );
-    assert!(
-        recorder()
-            .render()
-            .contains("tollgate_circuit_open{store=\"redis\"} 0"),
-        "{}",
-        recorder().render()
-    );
+#[test]
+fn a_store_that_cannot_decide_counts_store_errors() {
+    with_recorder(|metrics| async move {
+        let nothing_listens = format!("redis://127.0.0.1:{}", support::free_port());
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(Rule::new("b_api", Quota::per_minute(100)).path("/api"))
+            .store(BoxStore::new(
+                RedisStore::from_url(&nothing_listens).unwrap(),
+            ))
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        for _ in 0..3 {
+            // Fail open (the default).
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        assert_eq!(metrics.requests("b_api", "store_error"), 3.0);
+        assert_eq!(metrics.requests("b_api", "allowed"), 0.0);
+        // Labelled by the store inside the box.
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+            3.0
+        );
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"box\"}"),
+            0.0
+        );
+        assert!(
+            metrics
+                .render()
+                .contains("tollgate_circuit_open{store=\"redis\"} 0"),
+            "{}",
+            metrics.render()
+        );
+    });
 }
 
 /// Captures what a `tracing` subscriber writes.
@@ -232,7 +245,6 @@ impl std::io::Write for Captured {
 /// for this thread sees every decision.)
 #[tokio::test]
 async fn each_decision_is_traced_with_its_rules_and_outcome() {
-    let _turn = ONE_AT_A_TIME.lock().await;
     use tower::{Layer, ServiceExt};
 
     let captured = Captured::default();
@@ -278,44 +290,47 @@ async fn each_decision_is_traced_with_its_rules_and_outcome() {
     assert!(decisions.iter().all(|l| l.contains("DEBUG")), "{text}");
 }
 
-#[tokio::test]
-async fn leases_count_calls_and_units_granted_and_returned() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    recorder();
-    let layer = RateLimitLayer::builder()
-        .key(key::Global)
-        .rule(
-            Rule::new("l_api", Quota::per_minute(10))
-                .path("/api")
-                .lease(tollgate::Lease::tokens(4)),
-        )
-        .build()
-        .unwrap();
-    let addr = support::serve(app(layer)).await;
-    let client = support::client();
-    for _ in 0..6 {
-        assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
-    }
-    let rule = "{rule=\"l_api\"}";
-    // Two leases of 4: 6 units spent, 2 held.
-    assert_eq!(sample(&format!("tollgate_lease_calls_total{rule}")), 2.0);
-    assert_eq!(
-        sample(&format!("tollgate_lease_tokens_granted_total{rule}")),
-        8.0
-    );
-    assert_eq!(
-        sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
-        0.0
-    );
-    // The lease lasts 1 s; then its 2 unused units go back (their slots are still ahead).
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    assert_eq!(
-        sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
-        2.0
-    );
-    assert_eq!(
-        sample(&format!("tollgate_lease_tokens_expired_total{rule}")),
-        0.0
-    );
-    assert_eq!(requests("l_api", "allowed"), 6.0);
+#[test]
+fn leases_count_calls_and_units_granted_and_returned() {
+    with_recorder(|metrics| async move {
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(
+                Rule::new("l_api", Quota::per_minute(10))
+                    .path("/api")
+                    .lease(tollgate::Lease::tokens(4)),
+            )
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        for _ in 0..6 {
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        let rule = "{rule=\"l_api\"}";
+        // Two leases of 4: 6 units spent, 2 held.
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_calls_total{rule}")),
+            2.0
+        );
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_granted_total{rule}")),
+            8.0
+        );
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
+            0.0
+        );
+        // The lease lasts 1 s; then its 2 unused units go back (their slots are still ahead).
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
+            2.0
+        );
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_expired_total{rule}")),
+            0.0
+        );
+        assert_eq!(metrics.requests("l_api", "allowed"), 6.0);
+    });
 }

@@ -1,7 +1,7 @@
 //! `peek`: the decision a request would get, consuming nothing, from the store and from the
 //! layer, on the memory store and on a real redis-server.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

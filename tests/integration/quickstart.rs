@@ -1,6 +1,6 @@
 //! The quickstart example as a new user runs it: choosing its store from the environment.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use support::{RedisCluster, RedisSentinel, SecureRedis};
 
 /// The quickstart binary, which `cargo test` builds next to the test binaries (a filtered
-/// `cargo test --test quickstart` does not: `cargo build --example quickstart` first).
+/// `cargo test --test integration quickstart::` does not: `cargo build --example quickstart` first).
 fn quickstart() -> Command {
     let deps = std::env::current_exe().expect("test binary path");
     let path: PathBuf = deps

@@ -2,7 +2,7 @@
 //! master, stacked limits across slots, and a master killed mid-traffic. Each test owns its
 //! cluster.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

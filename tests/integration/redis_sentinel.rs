@@ -1,7 +1,7 @@
 //! The Sentinel store against a real master, replica and sentinel: exact limits, no 5xx while
 //! the master is killed and its replica promoted, and exact limits again on the new master.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The Redis store against a real redis-server: identical to the memory store, exact across
 //! instances, one script call per decision, nothing without a TTL.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

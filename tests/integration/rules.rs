@@ -1,7 +1,7 @@
 //! Rules over real HTTP: per-route and stacked limits, cost, tiers, shadow, skip, delay, and
 //! a rules file reloaded while serving.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

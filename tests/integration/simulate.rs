@@ -1,8 +1,8 @@
 //! The `simulate` example's picture: well-formed SVG with one lane per algorithm.
 
-#[path = "../examples/simulate.rs"]
+#[path = "../../examples/simulate.rs"]
 #[allow(dead_code)]
-mod simulate;
+mod example;
 
 use tollgate::Algorithm;
 
@@ -35,7 +35,7 @@ fn lanes(svg: &str) -> Vec<(String, usize, String)> {
 #[test]
 fn every_pattern_draws_seven_labelled_lanes() {
     for pattern in ["burst", "steady", "boundary"] {
-        let svg = simulate::render_from(pattern, "5/10s").unwrap();
+        let svg = example::render_from(pattern, "5/10s").unwrap();
         let lanes = lanes(&svg);
         let names: Vec<_> = lanes.iter().map(|(name, _, _)| name.as_str()).collect();
         let expected: Vec<_> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
@@ -48,7 +48,7 @@ fn every_pattern_draws_seven_labelled_lanes() {
 
 #[test]
 fn the_boundary_burst_shows_the_fixed_window_letting_twice_the_limit_through() {
-    let svg = simulate::render_from("boundary", "5/10s").unwrap();
+    let svg = example::render_from("boundary", "5/10s").unwrap();
     let allowed: Vec<_> = lanes(&svg)
         .into_iter()
         .map(|(name, allowed, _)| (name, allowed))
@@ -62,17 +62,17 @@ fn the_boundary_burst_shows_the_fixed_window_letting_twice_the_limit_through() {
 
 #[test]
 fn a_bad_pattern_or_quota_is_a_clear_error() {
-    let e = simulate::render_from("zigzag", "5/10s").unwrap_err();
+    let e = example::render_from("zigzag", "5/10s").unwrap_err();
     assert!(e.to_string().contains("unknown pattern \"zigzag\""), "{e}");
-    let e = simulate::render_from("burst", "0/s").unwrap_err();
+    let e = example::render_from("burst", "0/s").unwrap_err();
     assert!(e.to_string().contains("quota"), "{e}");
 }
 
 #[test]
 fn the_committed_picture_is_what_the_example_prints() {
-    let committed = include_str!("../docs/algorithms.svg");
+    let committed = include_str!("../../docs/algorithms.svg");
     assert_eq!(
         committed,
-        simulate::render_from("boundary", "5/10s").unwrap()
+        example::render_from("boundary", "5/10s").unwrap()
     );
 }

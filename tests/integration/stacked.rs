@@ -2,7 +2,7 @@
 //! atomicity (a blocked request consumes nothing anywhere, a shadow denial blocks nothing),
 //! one script call per decision, and exact counts under concurrency.
 
-mod support;
+use crate::support;
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
