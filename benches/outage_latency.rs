@@ -39,7 +39,7 @@ async fn main() {
     }
     let store = RedisStore::from_url(&format!("redis://127.0.0.1:{port}")).expect("url");
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_second(1_000_000))
+        .quota(Quota::per_second(1_000_000).unwrap())
         .key(key::Global)
         .store(store)
         .build()

@@ -127,11 +127,11 @@ async fn signin(form: String) -> (StatusCode, &'static str) {
 
 /// Failed sign-ins: 3 per minute per client; successful ones are not counted. A rules file
 /// has its own (see examples/rules.toml).
-fn signin_rule() -> Rule {
-    Rule::new("signin", Quota::per_minute(3))
+fn signin_rule() -> Result<Rule, ConfigError> {
+    Ok(Rule::new("signin", Quota::per_minute(3)?)
         .methods([Method::POST])
         .path("/signin")
-        .count_status([401])
+        .count_status([401]))
 }
 
 fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
@@ -163,7 +163,7 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
             let quota: Quota = rate_limit
                 .parse()
                 .map_err(|e: ConfigError| e.context("RATE_LIMIT"))?;
-            builder.name("quickstart").quota(quota).rule(signin_rule())
+            builder.name("quickstart").quota(quota).rule(signin_rule()?)
         }
     };
     let layer = builder.store(store()?).build()?;

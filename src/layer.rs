@@ -39,7 +39,8 @@ const DENIAL_CACHE_CAPACITY: usize = 100_000;
 ///
 /// let app: Router = Router::new()
 ///     .route("/", get(|| async { "hello" }))
-///     .layer(RateLimitLayer::new(Quota::per_minute(100), key::PeerIp::default()));
+///     .layer(RateLimitLayer::new(Quota::per_minute(100)?, key::PeerIp::default()));
+/// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[must_use]
 pub struct RateLimitLayer<S = MemoryStore> {
@@ -50,10 +51,8 @@ impl RateLimitLayer<MemoryStore> {
     /// A layer with the in-memory store, GCRA, and the given quota and key; every other
     /// setting at its default.
     ///
-    /// # Panics
-    ///
-    /// When the quota is invalid (e.g. `Quota::per_second(0)`). Use
-    /// [`builder`](Self::builder) to get a [`ConfigError`] instead.
+    /// A [`Quota`] is valid by construction (`Quota::per_second(0)` is already a
+    /// [`ConfigError`]), so this never fails for a quota it can be given.
     pub fn new(quota: Quota, key: impl KeyExtractor) -> Self {
         match Self::builder().quota(quota).key(key).build() {
             Ok(layer) => layer,
@@ -170,7 +169,7 @@ impl<S: Store> RateLimitLayer<S> {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let layer = RateLimitLayer::builder()
     ///     .name("api")
-    ///     .quota(Quota::per_minute(100))
+    ///     .quota(Quota::per_minute(100)?)
     ///     .key(key::Header::new("x-api-key"))
     ///     .build()?;
     /// let decision = layer.peek("api", "alice").await?;
@@ -209,7 +208,7 @@ impl<S: Store> RateLimitLayer<S> {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let layer = RateLimitLayer::builder()
     ///     .name("api")
-    ///     .quota(Quota::per_minute(100))
+    ///     .quota(Quota::per_minute(100)?)
     ///     .key(key::Header::new("x-api-key"))
     ///     .build()?;
     /// layer.block("api", "key-123", Duration::from_secs(600)).await?;
@@ -378,7 +377,7 @@ impl<S> RateLimitLayerBuilder<S> {
     /// use tollgate::{key, Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .quota(Quota::per_minute(100))
+    ///     .quota(Quota::per_minute(100)?)
     ///     .skip_cidrs(["10.0.0.0/8".parse().unwrap()])
     ///     .skip_keys(["internal-batch"])
     ///     .build()?;
@@ -410,7 +409,7 @@ impl<S> RateLimitLayerBuilder<S> {
     /// use tollgate::{key, Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .quota(Quota::per_minute(100))
+    ///     .quota(Quota::per_minute(100)?)
     ///     .key(key::Global)
     ///     .skip(|req| req.method == http::Method::OPTIONS)
     ///     .build()?;
@@ -467,7 +466,7 @@ impl<S> RateLimitLayerBuilder<S> {
     /// use tollgate::{key, Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .quota(Quota::per_minute(10))
+    ///     .quota(Quota::per_minute(10)?)
     ///     .key(key::Global)
     ///     .deny_response(|decision| {
     ///         let mut r = Response::new(r#"{"error":"slow down"}"#.to_owned());

@@ -17,8 +17,8 @@ use crate::error::{ConfigError, ConfigErrorKind};
 /// ```
 /// use tollgate::{rules::Rule, Lease, Quota};
 ///
-/// let rule = Rule::new("global", Quota::per_second(20_000)).lease(Lease::Auto);
-/// let fixed = Rule::new("partner", Quota::per_second(500)).lease(Lease::tokens(25));
+/// let rule = Rule::new("global", Quota::per_second(20_000)?).lease(Lease::Auto);
+/// let fixed = Rule::new("partner", Quota::per_second(500)?).lease(Lease::tokens(25));
 /// assert_eq!("auto".parse::<Lease>()?, Lease::Auto);
 /// # let _ = (rule, fixed);
 /// # Ok::<(), tollgate::ConfigError>(())

@@ -13,14 +13,16 @@
 //! use axum::{routing::get, Router};
 //! use tollgate::{key, Quota, RateLimitLayer};
 //!
-//! # async fn run() -> std::io::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // A quota is checked where it is made: `Quota::per_minute(0)` is a `ConfigError`.
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
-//!     .layer(RateLimitLayer::new(Quota::per_minute(100), key::PeerIp::default()));
+//!     .layer(RateLimitLayer::new(Quota::per_minute(100)?, key::PeerIp::default()));
 //!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 //! // PeerIp needs the peer address: serve with connect info.
-//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(())
 //! # }
 //! ```
 //!

@@ -22,17 +22,23 @@ const MAX_PERIOD: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// `limit` requests per `period`, with an optional `burst` (bucket capacity, defaults to `limit`).
 ///
-/// `Quota::per_second(10)` means ten requests per second. Constructors never fail; the quota is
-/// checked when the layer or policy is built, which returns a [`ConfigError`] that says what is
-/// wrong.
+/// `Quota::per_second(10)?` means ten requests per second. A `Quota` is always valid: the
+/// constructors check the limit (at least 1), the burst (at least 1) and the period (from 50 µs
+/// to 365 days, at most one request per µs), and return a [`ConfigError`] that says what is
+/// wrong, so a zero quota cannot be written and nothing using one can fail on it later.
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::Quota;
+/// use tollgate::{ConfigErrorKind, Quota};
 ///
 /// let q: Quota = "10/s; burst=20".parse()?;
-/// assert_eq!(q, Quota::per_second(10).burst(20));
-/// assert_eq!("5/10s".parse::<Quota>()?, Quota::new(5, Duration::from_secs(10)));
+/// assert_eq!(q, Quota::per_second(10)?.burst(20)?);
+/// assert_eq!("5/10s".parse::<Quota>()?, Quota::new(5, Duration::from_secs(10))?);
+///
+/// // A zero limit is an error where the quota is made, not a panic later.
+/// let zero = Quota::per_second(0).unwrap_err();
+/// assert_eq!(zero.kind(), ConfigErrorKind::Quota);
+/// assert_eq!(zero.to_string(), "invalid quota \"0/1s\": limit must be at least 1");
 /// assert!("0/min".parse::<Quota>().is_err());
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
@@ -45,40 +51,52 @@ pub struct Quota {
 
 impl Quota {
     /// `limit` requests per `period`.
-    pub const fn new(limit: u32, period: Duration) -> Self {
-        Self {
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] of kind [`Quota`](ConfigErrorKind::Quota) when `limit` is 0, the
+    /// period is shorter than 50 µs or longer than 365 days, or `limit` is more than one
+    /// request per microsecond of it.
+    pub fn new(limit: u32, period: Duration) -> Result<Self, ConfigError> {
+        let quota = Self {
             limit,
             period,
             burst: None,
-        }
+        };
+        quota.check()?;
+        Ok(quota)
     }
 
-    /// `limit` requests per second.
-    pub const fn per_second(limit: u32) -> Self {
+    /// `limit` requests per second; see [`new`](Self::new) for the errors.
+    pub fn per_second(limit: u32) -> Result<Self, ConfigError> {
         Self::new(limit, Duration::from_secs(1))
     }
 
-    /// `limit` requests per minute.
-    pub const fn per_minute(limit: u32) -> Self {
+    /// `limit` requests per minute; see [`new`](Self::new) for the errors.
+    pub fn per_minute(limit: u32) -> Result<Self, ConfigError> {
         Self::new(limit, Duration::from_secs(60))
     }
 
-    /// `limit` requests per hour.
-    pub const fn per_hour(limit: u32) -> Self {
+    /// `limit` requests per hour; see [`new`](Self::new) for the errors.
+    pub fn per_hour(limit: u32) -> Result<Self, ConfigError> {
         Self::new(limit, Duration::from_secs(60 * 60))
     }
 
-    /// `limit` requests per day.
-    pub const fn per_day(limit: u32) -> Self {
+    /// `limit` requests per day; see [`new`](Self::new) for the errors.
+    pub fn per_day(limit: u32) -> Result<Self, ConfigError> {
         Self::new(limit, Duration::from_secs(24 * 60 * 60))
     }
 
-    /// Lets up to `burst` requests through at once (bucket algorithms only; window algorithms
-    /// reject a burst that differs from the limit).
-    #[must_use]
-    pub const fn burst(mut self, burst: u32) -> Self {
+    /// The same quota letting up to `burst` requests through at once (bucket algorithms only;
+    /// window algorithms reject a burst that differs from the limit).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] of kind [`Quota`](ConfigErrorKind::Quota) when `burst` is 0.
+    pub fn burst(mut self, burst: u32) -> Result<Self, ConfigError> {
         self.burst = Some(burst);
-        self
+        self.check()?;
+        Ok(self)
     }
 
     /// Requests per period.
@@ -104,8 +122,9 @@ impl Quota {
         self.burst
     }
 
-    /// Checks the quota against the allowed ranges.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks the quota against the allowed ranges: every constructor does, so that no invalid
+    /// quota exists.
+    fn check(&self) -> Result<(), ConfigError> {
         let err = |what: String| {
             Err(ConfigError::of(
                 ConfigErrorKind::Quota,
@@ -136,6 +155,16 @@ impl Quota {
                 "{} requests in {period_us}µs is more than one per microsecond, the finest rate \
                  supported",
                 self.limit
+            ));
+        }
+        // The bucket algorithms space requests `ceil(P / L)` apart: a full bucket must drain
+        // within MAX_BUCKET_SPAN_US, or the scripts' numbers would leave Lua's exact range.
+        let interval = period_us.div_ceil(u128::from(self.limit));
+        if u128::from(self.capacity()) * interval > u128::from(MAX_BUCKET_SPAN_US) {
+            return err(format!(
+                "a burst of {} at one request per {interval}µs spans more than 100 years; use \
+                 a smaller burst or a shorter period",
+                self.capacity()
             ));
         }
         Ok(())
@@ -193,7 +222,11 @@ impl FromStr for Quota {
             .parse()
             .map_err(|_| fail("the limit must be a whole number from 1 to 4294967295"))?;
         let period = parse_period(period.trim()).map_err(|why| fail(&why))?;
-        let mut quota = Quota::new(limit, period);
+        let mut quota = Quota {
+            limit,
+            period,
+            burst: None,
+        };
         for option in parts {
             let option = option.trim();
             if option.is_empty() {
@@ -209,7 +242,7 @@ impl FromStr for Quota {
                         .trim()
                         .parse()
                         .map_err(|_| fail("burst must be a whole number from 1 to 4294967295"))?;
-                    quota = quota.burst(burst);
+                    quota.burst = Some(burst);
                 }
                 other => {
                     return Err(fail(&format!(
@@ -218,7 +251,7 @@ impl FromStr for Quota {
                 }
             }
         }
-        quota.validate().map_err(|e| {
+        quota.check().map_err(|e| {
             ConfigError::of(
                 ConfigErrorKind::Quota,
                 format!("invalid quota {s:?}: {}", after_colon(&e)),
@@ -300,7 +333,7 @@ pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
 /// ```
 /// use tollgate::{Algorithm, Policy, Quota};
 ///
-/// let policy = Policy::new("api", Quota::per_minute(100), Algorithm::SlidingWindow)?;
+/// let policy = Policy::new("api", Quota::per_minute(100)?, Algorithm::SlidingWindow)?;
 /// assert_eq!(policy.name(), "api");
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
@@ -330,18 +363,7 @@ impl Policy {
     ) -> Result<Self, ConfigError> {
         let name = name.into();
         check_policy_name(&name)?;
-        quota.validate()?;
         let params = Params::new(&quota, algorithm);
-        if params.burst.saturating_mul(params.interval) > MAX_BUCKET_SPAN_US {
-            return Err(ConfigError::of(
-                ConfigErrorKind::Quota,
-                format!(
-                    "a burst of {} at one request per {}µs spans more than 100 years; use a \
-                     smaller burst or a shorter period",
-                    params.burst, params.interval
-                ),
-            ));
-        }
         if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
             return Err(ConfigError::of(
                 ConfigErrorKind::Quota,
@@ -373,7 +395,7 @@ impl Policy {
     /// use std::time::Duration;
     /// use tollgate::{Algorithm, Policy, Quota};
     ///
-    /// let policy = Policy::new("login", Quota::per_minute(5), Algorithm::Gcra)?
+    /// let policy = Policy::new("login", Quota::per_minute(5)?, Algorithm::Gcra)?
     ///     .block_for(Duration::from_secs(600));
     /// assert_eq!(policy.blocks_for(), Some(Duration::from_secs(600)));
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -407,7 +429,7 @@ impl Policy {
     /// ```
     /// use tollgate::{Algorithm, Lease, Policy, Quota};
     ///
-    /// let policy = Policy::new("global", Quota::per_second(20_000), Algorithm::Gcra)?
+    /// let policy = Policy::new("global", Quota::per_second(20_000)?, Algorithm::Gcra)?
     ///     .with_lease(Lease::Auto)?;
     /// assert_eq!(policy.lease(), Some(Lease::Auto));
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -482,7 +504,7 @@ mod tests {
             text in "[0-9]{0,12} ?/ ?[0-9]{0,22} ?(us|µs|ms|s|sec|m|min|h|hours|d|day|x)?( ?; ?(burst|b)=[0-9]{0,11})?",
         ) {
             if let Ok(quota) = text.parse::<Quota>() {
-                prop_assert!(quota.validate().is_ok());
+                prop_assert!(quota.check().is_ok());
                 let shown = quota.to_string();
                 prop_assert_eq!(shown.trim_matches('"').parse::<Quota>(), Ok(quota));
             }
@@ -492,16 +514,28 @@ mod tests {
     #[test]
     fn parses_the_documented_forms() {
         let q = |s: &str| s.parse::<Quota>().unwrap();
-        assert_eq!(q("100/min"), Quota::per_minute(100));
-        assert_eq!(q("5/10s"), Quota::new(5, Duration::from_secs(10)));
-        assert_eq!(q("10/s; burst=20"), Quota::per_second(10).burst(20));
-        assert_eq!(q("1000/day"), Quota::per_day(1000));
+        assert_eq!(q("100/min"), Quota::per_minute(100).unwrap());
+        assert_eq!(q("5/10s"), Quota::new(5, Duration::from_secs(10)).unwrap());
+        assert_eq!(
+            q("10/s; burst=20"),
+            Quota::per_second(10).unwrap().burst(20).unwrap()
+        );
+        assert_eq!(q("1000/day"), Quota::per_day(1000).unwrap());
         assert_eq!(
             q(" 3 / 2 hours ;burst=4 "),
-            Quota::new(3, Duration::from_secs(7200)).burst(4)
+            Quota::new(3, Duration::from_secs(7200))
+                .unwrap()
+                .burst(4)
+                .unwrap()
         );
-        assert_eq!(q("1/50us"), Quota::new(1, Duration::from_micros(50)));
-        assert_eq!(q("2/250ms"), Quota::new(2, Duration::from_millis(250)));
+        assert_eq!(
+            q("1/50us"),
+            Quota::new(1, Duration::from_micros(50)).unwrap()
+        );
+        assert_eq!(
+            q("2/250ms"),
+            Quota::new(2, Duration::from_millis(250)).unwrap()
+        );
     }
 
     #[test]
@@ -544,9 +578,9 @@ mod tests {
     #[test]
     fn display_round_trips() {
         for q in [
-            Quota::per_minute(100),
-            Quota::per_second(10).burst(20),
-            Quota::new(1, Duration::from_micros(75)),
+            Quota::per_minute(100).unwrap(),
+            Quota::per_second(10).unwrap().burst(20).unwrap(),
+            Quota::new(1, Duration::from_micros(75)).unwrap(),
         ] {
             let shown = q.to_string();
             assert_eq!(shown.trim_matches('"').parse::<Quota>().unwrap(), q);
@@ -555,14 +589,29 @@ mod tests {
 
     #[test]
     fn policy_checks_name_and_burst() {
-        assert!(Policy::new("a b", Quota::per_second(1), Algorithm::Gcra).is_err());
-        assert!(Policy::new("", Quota::per_second(1), Algorithm::Gcra).is_err());
-        let e = Policy::new("w", Quota::per_second(1).burst(5), Algorithm::FixedWindow);
+        assert!(Policy::new("a b", Quota::per_second(1).unwrap(), Algorithm::Gcra).is_err());
+        assert!(Policy::new("", Quota::per_second(1).unwrap(), Algorithm::Gcra).is_err());
+        let e = Policy::new(
+            "w",
+            Quota::per_second(1).unwrap().burst(5).unwrap(),
+            Algorithm::FixedWindow,
+        );
         assert!(e.unwrap_err().to_string().contains("burst is not used"));
-        assert!(Policy::new("b", Quota::per_second(1).burst(5), Algorithm::TokenBucket).is_ok());
-        assert!(Policy::new("z", Quota::per_second(0), Algorithm::Gcra).is_err());
-        let huge = Policy::new("h", Quota::per_day(1).burst(40_000), Algorithm::Gcra);
+        assert!(Policy::new(
+            "b",
+            Quota::per_second(1).unwrap().burst(5).unwrap(),
+            Algorithm::TokenBucket
+        )
+        .is_ok());
+        // What a policy once refused, its quota now refuses where it is made.
+        assert!(Quota::per_second(0).is_err());
+        let huge = Quota::per_day(1).unwrap().burst(40_000);
         assert!(huge.unwrap_err().to_string().contains("100 years"));
-        assert!(Policy::new("h", Quota::per_day(1).burst(30_000), Algorithm::Gcra).is_ok());
+        assert!(Policy::new(
+            "h",
+            Quota::per_day(1).unwrap().burst(30_000).unwrap(),
+            Algorithm::Gcra
+        )
+        .is_ok());
     }
 }

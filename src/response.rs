@@ -279,8 +279,8 @@ mod tests {
     #[test]
     fn ietf_headers_list_every_policy_and_report_the_tightest() {
         let (a, b) = (
-            policy("burst", Quota::per_second(10)),
-            policy("daily", Quota::per_day(1000)),
+            policy("burst", Quota::per_second(10).unwrap()),
+            policy("daily", Quota::per_day(1000).unwrap()),
         );
         let mut h = HeaderMap::new();
         rate_limit_headers(
@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn legacy_headers_use_delta_seconds_rounded_up() {
-        let a = policy("api", Quota::per_minute(100));
+        let a = policy("api", Quota::per_minute(100).unwrap());
         let mut h = HeaderMap::new();
         rate_limit_headers(HeaderStyle::Legacy, &[(&a, decision(42, 16_001))]).write_into(&mut h);
         assert_eq!(h["x-ratelimit-limit"], "100");

@@ -250,11 +250,11 @@ mod tests {
         (prop_oneof![small, large], burst).prop_map(move |((limit, period), burst)| {
             // At most one request per µs.
             let limit = limit.min(u32::try_from(period).unwrap_or(u32::MAX));
-            let mut quota = Quota::new(limit, Duration::from_micros(period));
+            let mut quota = Quota::new(limit, Duration::from_micros(period)).unwrap();
             if algorithm.uses_burst() {
                 let interval = period.div_ceil(u64::from(limit));
                 let most = u32::try_from(MAX_BUCKET_SPAN / interval).unwrap_or(u32::MAX);
-                quota = quota.burst(burst.min(most));
+                quota = quota.burst(burst.min(most)).unwrap();
             }
             *Policy::new("p", quota, algorithm)
                 .expect("a valid quota")
@@ -476,9 +476,13 @@ mod tests {
         const S: u64 = 1_000_000;
         for algorithm in Algorithm::ALL {
             // 5 per 10 s: T = 2 s for the buckets.
-            let p = *Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm)
-                .unwrap()
-                .params();
+            let p = *Policy::new(
+                "p",
+                Quota::new(5, Duration::from_secs(10)).unwrap(),
+                algorithm,
+            )
+            .unwrap()
+            .params();
             let mut state = State::new(algorithm);
             for _ in 0..3 {
                 assert!(state.check(&p, S, 1).allowed, "{algorithm}");
@@ -497,9 +501,13 @@ mod tests {
     fn a_refund_reaches_neither_past_windows_nor_before_now() {
         const S: u64 = 1_000_000;
         let p = |algorithm| {
-            *Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm)
-                .unwrap()
-                .params()
+            *Policy::new(
+                "p",
+                Quota::new(5, Duration::from_secs(10)).unwrap(),
+                algorithm,
+            )
+            .unwrap()
+            .params()
         };
         // The sliding window counter: 3 in the window [0, 10 s); at 11 s they weigh 2.7, and a
         // refund lowers only the current window's count, which is 0.

@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn clock_going_back_delays_refill_and_never_panics() {
         let p = Params::new(
-            &Quota::new(5, Duration::from_micros(500)),
+            &Quota::new(5, Duration::from_micros(500)).unwrap(),
             Algorithm::TokenBucket,
         );
         let mut s = TokenBucket::default();

@@ -57,7 +57,7 @@ impl DelayQueue {
                 "max_delay is too long for this quota (the queue would be too long)",
             )
         })?;
-        Policy::new(name, quota.burst(burst), Algorithm::LeakyBucket)
+        Policy::new(name, quota.burst(burst)?, Algorithm::LeakyBucket)
     }
 
     /// For the store's decision under [`policy`](Self::policy): how long the request must

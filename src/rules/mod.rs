@@ -85,11 +85,11 @@ pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .key(key::Header::new("x-api-key").or(key::PeerIp::default()))
-///     .rule(Rule::new("login", Quota::per_minute(5)).methods([Method::POST]).path("/login")
+///     .rule(Rule::new("login", Quota::per_minute(5)?).methods([Method::POST]).path("/login")
 ///         .key(key::PeerIp::default()))
 ///     .rule(Rule::new("api", "100/s; burst=200".parse()?).path("/api/*").cost_header("x-cost"))
-///     .rule(Rule::new("api-daily", Quota::per_day(100_000)).path("/api/*"))
-///     .rule(Rule::new("export", Quota::per_second(2)).path("/export")
+///     .rule(Rule::new("api-daily", Quota::per_day(100_000)?).path("/api/*"))
+///     .rule(Rule::new("export", Quota::per_second(2)?).path("/export")
 ///         .mode(Mode::Delay).max_delay(Duration::from_secs(2)))
 ///     .skip_path("/health")
 ///     .build()?;
@@ -228,9 +228,12 @@ impl Rule {
     /// ```
     /// use tollgate::{key, rules::Rule, Quota};
     ///
-    /// let rule = Rule::new("api", Quota::per_minute(60))
+    /// let paid = Quota::per_minute(6000)?;
+    /// let rule = Rule::new("api", Quota::per_minute(60)?)
     ///     .key(key::Header::new("x-api-key"))
-    ///     .quota_for(|key| key.starts_with("paid-").then(|| Quota::per_minute(6000)));
+    ///     .quota_for(move |key| key.starts_with("paid-").then_some(paid));
+    /// # let _ = rule;
+    /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
     pub fn quota_for<F>(mut self, tiers: F) -> Self
@@ -253,10 +256,11 @@ impl Rule {
     /// use std::time::Duration;
     /// use tollgate::{rules::Rule, Quota};
     ///
-    /// let login = Rule::new("login", Quota::per_minute(5))
+    /// let login = Rule::new("login", Quota::per_minute(5)?)
     ///     .path("/login")
     ///     .block_for(Duration::from_secs(15 * 60));
     /// # let _ = login;
+    /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
     pub fn block_for(mut self, duration: Duration) -> Self {
@@ -290,9 +294,9 @@ impl Rule {
     /// use tollgate::{key, rules::{Rule, StatusMatch}, Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("signin", Quota::per_minute(3)).methods([Method::POST])
+    ///     .rule(Rule::new("signin", Quota::per_minute(3)?).methods([Method::POST])
     ///         .path("/signin").key(key::PeerIp::default()).count_status([401, 403]))
-    ///     .rule(Rule::new("errors", Quota::per_minute(10)).path("/api/*")
+    ///     .rule(Rule::new("errors", Quota::per_minute(10)?).path("/api/*")
     ///         .count_status([StatusMatch::class(5)]))
     ///     .build()?;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -315,7 +319,7 @@ impl Rule {
     /// use tollgate::{key, rules::Rule, Lease, Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("global", Quota::per_second(20_000)).key(key::Global).lease(Lease::Auto))
+    ///     .rule(Rule::new("global", Quota::per_second(20_000)?).key(key::Global).lease(Lease::Auto))
     ///     .build()?;
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -349,7 +353,6 @@ impl Rule {
     ) -> Result<CompiledRule, (Setting, ConfigError)> {
         let at = |setting: Setting| move |e: ConfigError| (setting, e);
         check_policy_name(&self.name).map_err(at(Setting::Name))?;
-        self.quota.validate().map_err(at(Setting::Quota))?;
         let cost = match &self.cost {
             CostSpec::One => Cost::One,
             CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
@@ -593,10 +596,10 @@ mod tests {
 
     #[test]
     fn a_lease_is_carried_by_the_policy_and_refused_where_it_cannot_be_exact() {
-        let rule = Rule::new("g", Quota::per_second(100)).lease(Lease::Auto);
+        let rule = Rule::new("g", Quota::per_second(100).unwrap()).lease(Lease::Auto);
         assert_eq!(compile(rule).unwrap().policy.lease(), Some(Lease::Auto));
         let e = compile(
-            Rule::new("s", Quota::per_second(100))
+            Rule::new("s", Quota::per_second(100).unwrap())
                 .algorithm(Algorithm::SlidingWindowLog)
                 .lease(Lease::tokens(5)),
         )
@@ -608,7 +611,7 @@ mod tests {
             "{e}"
         );
         let e = compile(
-            Rule::new("d", Quota::per_second(100))
+            Rule::new("d", Quota::per_second(100).unwrap())
                 .mode(Mode::Delay)
                 .lease(Lease::Auto),
         )
@@ -621,9 +624,11 @@ mod tests {
 
     #[test]
     fn a_tier_keeps_the_rules_lease() {
-        let rule = Rule::new("t", Quota::per_second(100)).lease(Lease::tokens(5));
+        let rule = Rule::new("t", Quota::per_second(100).unwrap()).lease(Lease::tokens(5));
         let compiled = compile(rule).unwrap();
-        let tier = compiled.policy_for(Quota::per_second(1_000)).unwrap();
+        let tier = compiled
+            .policy_for(Quota::per_second(1_000).unwrap())
+            .unwrap();
         assert_eq!(tier.lease(), Some(Lease::tokens(5)));
     }
 }

@@ -229,7 +229,7 @@ mod tests {
 
     fn load(file: &TempFile) -> Result<Arc<RuleSource>, ConfigError> {
         RuleSource::load(
-            &[Rule::new("code", Quota::per_second(1))],
+            &[Rule::new("code", Quota::per_second(1).unwrap())],
             Vec::new(),
             Arc::new(key::Global),
             Algorithm::Gcra,
@@ -357,7 +357,7 @@ mod tests {
     #[test]
     fn without_a_file_reload_does_nothing() {
         let source = RuleSource::load(
-            &[Rule::new("code", Quota::per_second(1))],
+            &[Rule::new("code", Quota::per_second(1).unwrap())],
             Vec::new(),
             Arc::new(key::Global),
             Algorithm::Gcra,

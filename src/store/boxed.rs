@@ -28,7 +28,7 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///     Err(_) => BoxStore::new(MemoryStore::new()),
 /// };
 /// let layer = RateLimitLayer::builder()
-///     .quota(Quota::per_minute(100))
+///     .quota(Quota::per_minute(100)?)
 ///     .key(key::Global)
 ///     .store(store)
 ///     .build()?;

@@ -704,7 +704,7 @@ mod tests {
         let clock = ManualClock::new(1_000_000_000);
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
-        let policy = leased(Quota::per_minute(100), Lease::tokens(5));
+        let policy = leased(Quota::per_minute(100).unwrap(), Lease::tokens(5));
         let mut remaining = Vec::new();
         for _ in 0..7 {
             let d = leases.check("k", &policy, 1).await.unwrap();
@@ -723,7 +723,7 @@ mod tests {
         let clock = ManualClock::new(1_000_000_000);
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
-        let policy = leased(Quota::per_minute(100), Lease::tokens(3));
+        let policy = leased(Quota::per_minute(100).unwrap(), Lease::tokens(3));
         // No lease yet: only `check` can get one.
         assert!(leases.check_ready("k", &policy, 1).is_none());
         assert_eq!(leases.check("k", &policy, 1).await.unwrap().remaining, 99);
@@ -747,7 +747,7 @@ mod tests {
         let clock = ManualClock::new(0);
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
-        let policy = Policy::new("p", Quota::per_minute(100), Algorithm::Gcra).unwrap();
+        let policy = Policy::new("p", Quota::per_minute(100).unwrap(), Algorithm::Gcra).unwrap();
         for _ in 0..3 {
             leases.check("k", &policy, 1).await.unwrap();
         }
@@ -762,7 +762,7 @@ mod tests {
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
         // T = 6 s; a lease of 5 spans 30 s of the store's time, and lasts 1 s here.
-        let policy = leased(Quota::per_minute(10), Lease::tokens(5));
+        let policy = leased(Quota::per_minute(10).unwrap(), Lease::tokens(5));
         assert!(leases.check("k", &policy, 1).await.unwrap().allowed);
         clock.advance(Duration::from_millis(1_001));
         // The next request finds the lease expired, gives its 4 unused units back, and leases
@@ -780,7 +780,10 @@ mod tests {
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
         // A 100 ms period: leases last 100 ms at most.
-        let policy = leased(Quota::new(10, Duration::from_millis(100)), Lease::tokens(5));
+        let policy = leased(
+            Quota::new(10, Duration::from_millis(100)).unwrap(),
+            Lease::tokens(5),
+        );
         assert!(leases.check("k", &policy, 1).await.unwrap().allowed);
         tokio::time::sleep(Duration::from_millis(150)).await;
         settle().await;
@@ -795,7 +798,7 @@ mod tests {
         let mut store = Counted::new(&clock);
         store.slow = Duration::from_millis(30);
         let leases = Arc::new(Leases::new(store.clone()));
-        let policy = leased(Quota::per_minute(1_000), Lease::tokens(100));
+        let policy = leased(Quota::per_minute(1_000).unwrap(), Lease::tokens(100));
         let requests: Vec<_> = (0..50)
             .map(|_| {
                 let (leases, policy) = (Arc::clone(&leases), policy.clone());
@@ -815,7 +818,7 @@ mod tests {
         let mut store = Counted::new(&clock);
         store.slow = Duration::from_millis(30);
         let leases = Leases::new(store.clone());
-        let policy = leased(Quota::per_minute(1_000), Lease::tokens(10));
+        let policy = leased(Quota::per_minute(1_000).unwrap(), Lease::tokens(10));
         let dropped =
             tokio::time::timeout(Duration::from_millis(5), leases.check("k", &policy, 1)).await;
         assert!(dropped.is_err());
@@ -834,7 +837,7 @@ mod tests {
         let store = MemoryStore::with_clock(clock.clone());
         // Two instances on one store; 20 per minute (T = 3 s), leases of 8.
         let (a, b) = (Leases::new(store.clone()), Leases::new(store.clone()));
-        let policy = leased(Quota::per_minute(20), Lease::tokens(8));
+        let policy = leased(Quota::per_minute(20).unwrap(), Lease::tokens(8));
         assert!(a.check("k", &policy, 1).await.unwrap().allowed);
         // A holds 7 unused: B gets exactly the other 12, then is denied.
         let mut allowed = 0;
@@ -870,7 +873,7 @@ mod tests {
     #[tokio::test]
     async fn requests_waiting_for_a_failed_refill_share_its_error() {
         let leases = Arc::new(Leases::new(Failing));
-        let policy = leased(Quota::per_minute(1_000), Lease::tokens(100));
+        let policy = leased(Quota::per_minute(1_000).unwrap(), Lease::tokens(100));
         let started = Instant::now();
         let requests: Vec<_> = (0..20)
             .map(|_| {
@@ -894,7 +897,7 @@ mod tests {
         let clock = ManualClock::new(1_000_000_000);
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
-        let policy = leased(Quota::per_second(4), Lease::tokens(4));
+        let policy = leased(Quota::per_second(4).unwrap(), Lease::tokens(4));
         for _ in 0..4 {
             assert!(leases.check("k", &policy, 1).await.unwrap().allowed);
         }
@@ -921,7 +924,7 @@ mod tests {
         let clock = ManualClock::new(1_000_000_000);
         let store = Counted::new(&clock);
         let leases = Leases::new(store.clone());
-        let policy = leased(Quota::per_second(10_000), Lease::Auto);
+        let policy = leased(Quota::per_second(10_000).unwrap(), Lease::Auto);
         // 1,000 requests a second, one per ms: about 100 ms of traffic is 100 units.
         for _ in 0..2_000 {
             assert!(leases.check("k", &policy, 1).await.unwrap().allowed);

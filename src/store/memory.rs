@@ -665,7 +665,7 @@ mod tests {
     use crate::quota::Quota;
 
     fn policy(name: &str, limit: u32, algorithm: Algorithm) -> Policy {
-        Policy::new(name, Quota::per_minute(limit), algorithm).unwrap()
+        Policy::new(name, Quota::per_minute(limit).unwrap(), algorithm).unwrap()
     }
 
     #[test]
@@ -673,7 +673,7 @@ mod tests {
         let clock = ManualClock::new(1_000_000);
         let store = MemoryStore::with_clock(clock.clone());
         // Each key's state lasts 100 ms; a new key every 10 µs: about 10,000 live at a time.
-        let policy = Policy::new("p", Quota::per_second(10), Algorithm::Gcra).unwrap();
+        let policy = Policy::new("p", Quota::per_second(10).unwrap(), Algorithm::Gcra).unwrap();
         let mut most = 0;
         for i in 0..300_000 {
             clock.advance(Duration::from_micros(10));
@@ -937,7 +937,12 @@ mod lease_tests {
         // T = 100 ms. A lease of 10 at 0, 1 unit from elsewhere at 20T, 5 returned at 20T.
         let clock = ManualClock::new(0);
         let store = MemoryStore::with_clock(clock.clone());
-        let policy = Policy::new("p", Quota::per_second(10).burst(20), Algorithm::Gcra).unwrap();
+        let policy = Policy::new(
+            "p",
+            Quota::per_second(10).unwrap().burst(20).unwrap(),
+            Algorithm::Gcra,
+        )
+        .unwrap();
         let grant = store.acquire("k", &policy, 1, 10).await.unwrap();
         assert_eq!((grant.granted, grant.mark), (10, 1_000_000));
         assert_eq!(grant.decision.remaining, 10);

@@ -24,7 +24,7 @@ pub use grant::Grant;
 /// use tollgate::store::Check;
 /// use tollgate::{Algorithm, Policy, Quota};
 ///
-/// let policy = Policy::new("api", Quota::per_minute(100), Algorithm::Gcra)?;
+/// let policy = Policy::new("api", Quota::per_minute(100)?, Algorithm::Gcra)?;
 /// let shadow = Check::new("client-1", &policy, 1).blocking(false);
 /// assert!(!shadow.blocking);
 /// # Ok::<(), tollgate::ConfigError>(())
@@ -230,7 +230,7 @@ pub trait Store: Send + Sync + 'static {
     /// use tollgate::store::{MemoryStore, Store};
     /// use tollgate::{Algorithm, Policy, Quota};
     ///
-    /// let policy = Policy::new("api", Quota::per_minute(1), Algorithm::Gcra)?;
+    /// let policy = Policy::new("api", Quota::per_minute(1)?, Algorithm::Gcra)?;
     /// let store = MemoryStore::new();
     /// assert!(store.check_ready("client-1", &policy, 1).is_some_and(|d| d.allowed));
     /// assert!(store.check_ready("client-1", &policy, 1).is_some_and(|d| !d.allowed));

@@ -54,7 +54,7 @@ const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 ///
 /// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("myapp");
 /// let layer = RateLimitLayer::builder()
-///     .quota(Quota::per_minute(100))
+///     .quota(Quota::per_minute(100)?)
 ///     .key(key::Header::new("x-api-key"))
 ///     .store(store)
 ///     .build()?;
@@ -280,7 +280,7 @@ mod tests {
     #[tokio::test]
     async fn a_decision_through_the_layers_wrappers_has_a_small_future() {
         let store = RedisStore::from_url("redis://127.0.0.1:1").unwrap();
-        let policy = Policy::new("p", Quota::per_second(10), Algorithm::Gcra).unwrap();
+        let policy = Policy::new("p", Quota::per_second(10).unwrap(), Algorithm::Gcra).unwrap();
         let wrapped = DenialCache::new(Leases::new(Resilient::new(store)), 1_000);
         let check = wrapped.check("client", &policy, 1);
         let bytes = std::mem::size_of_val(&check);

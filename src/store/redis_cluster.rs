@@ -56,7 +56,7 @@ const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 ///     "redis://10.0.0.3:6379",
 /// ])?;
 /// let layer = RateLimitLayer::builder()
-///     .quota(Quota::per_minute(100))
+///     .quota(Quota::per_minute(100)?)
 ///     .key(key::Header::new("x-api-key"))
 ///     .store(store)
 ///     .build()?;

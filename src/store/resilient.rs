@@ -79,7 +79,7 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
 /// let store = Resilient::new(RedisStore::from_url("redis://127.0.0.1:6379")?)
 ///     .timeout(Duration::from_millis(20))
 ///     .on_error(OnStoreError::FallbackToMemory);
-/// let policy = Policy::new("api", Quota::per_second(10), Algorithm::Gcra)?;
+/// let policy = Policy::new("api", Quota::per_second(10)?, Algorithm::Gcra)?;
 /// let decision = store.check("client-1", &policy, 1).await?;
 /// # let _ = decision; Ok(()) }
 /// ```
@@ -444,7 +444,7 @@ mod tests {
     }
 
     fn policy() -> Policy {
-        Policy::new("p", Quota::per_second(100), Algorithm::Gcra).unwrap()
+        Policy::new("p", Quota::per_second(100).unwrap(), Algorithm::Gcra).unwrap()
     }
 
     /// A store that denies on errors, whose circuit opens at the first failure and stays open
@@ -505,7 +505,7 @@ mod tests {
             .timeout(Duration::from_millis(5))
             .on_error(OnStoreError::FallbackToMemory);
         store.get_ref().set(HANG);
-        let policy = Policy::new("p", Quota::per_minute(2), Algorithm::Gcra).unwrap();
+        let policy = Policy::new("p", Quota::per_minute(2).unwrap(), Algorithm::Gcra).unwrap();
         let mut allowed = Vec::new();
         for _ in 0..3 {
             allowed.push(store.check("k", &policy, 1).await.unwrap().allowed);

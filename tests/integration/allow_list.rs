@@ -104,7 +104,7 @@ async fn skip_cidrs_match_the_client_address_through_trusted_proxies() {
 #[tokio::test]
 async fn the_builder_skips_by_key_and_by_network() {
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .key(key::Header::new("x-api-key"))
         .skip_keys(["internal-batch"])
         .build()
@@ -120,7 +120,7 @@ async fn the_builder_skips_by_key_and_by_network() {
     );
 
     let by_peer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .key(key::Global)
         .skip_cidrs(["127.0.0.0/8".parse().unwrap()])
         .build()
@@ -129,7 +129,7 @@ async fn the_builder_skips_by_key_and_by_network() {
     assert_eq!(statuses(addr, &[], 5).await, [200; 5]);
 
     let by_client = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .key(key::Global)
         .skip_client_cidrs(
             key::ClientIp::trusting(["127.0.0.1/32".parse().unwrap()]),
@@ -151,7 +151,7 @@ async fn the_builder_skips_by_key_and_by_network() {
 #[test]
 fn an_empty_allow_list_is_a_clear_error() {
     let e = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .skip_keys(Vec::<String>::new())
         .build()
         .unwrap_err();

@@ -53,7 +53,7 @@ fn answer(status: u16, retry_after: &str, ratelimit: &str) -> (u16, String, Stri
 fn login_layer<S: Store>(store: S) -> RateLimitLayer<S> {
     RateLimitLayer::builder()
         .rule(
-            Rule::new("login", Quota::per_minute(2))
+            Rule::new("login", Quota::per_minute(2).unwrap())
                 .key(key::Header::new("x-user"))
                 .block_for(Duration::from_secs(600)),
         )
@@ -143,12 +143,12 @@ async fn only_the_denying_rule_blocks() {
     let prefix = support::unique_prefix("stacked-block");
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("burst", Quota::per_second(1))
+            Rule::new("burst", Quota::per_second(1).unwrap())
                 .key(key::Header::new("x-user"))
                 .block_for(Duration::from_secs(30)),
         )
         .rule(
-            Rule::new("hourly", Quota::per_hour(100))
+            Rule::new("hourly", Quota::per_hour(100).unwrap())
                 .key(key::Header::new("x-user"))
                 .block_for(Duration::from_secs(3600)),
         )
@@ -190,7 +190,7 @@ async fn only_the_denying_rule_blocks() {
 /// "api": 3 per minute by GCRA (one back every 20 s), keyed by `x-user`.
 fn api_layer<S: Store>(store: S) -> RateLimitLayer<S> {
     RateLimitLayer::builder()
-        .rule(Rule::new("api", Quota::per_minute(3)).key(key::Header::new("x-user")))
+        .rule(Rule::new("api", Quota::per_minute(3).unwrap()).key(key::Header::new("x-user")))
         .store(store)
         .build()
         .unwrap()
@@ -328,7 +328,7 @@ async fn a_store_without_them_says_so() {
 fn block_for_is_refused_in_delay_mode_and_out_of_range() {
     let build = |rule: Rule| RateLimitLayer::builder().rule(rule).build().unwrap_err();
     let delay = build(
-        Rule::new("export", Quota::per_second(2))
+        Rule::new("export", Quota::per_second(2).unwrap())
             .mode(Mode::Delay)
             .max_delay(Duration::from_secs(1))
             .block_for(Duration::from_secs(60)),
@@ -340,7 +340,7 @@ fn block_for_is_refused_in_delay_mode_and_out_of_range() {
             .contains("block_for cannot be used in delay mode"),
         "{delay}"
     );
-    let zero = build(Rule::new("api", Quota::per_second(2)).block_for(Duration::ZERO));
+    let zero = build(Rule::new("api", Quota::per_second(2).unwrap()).block_for(Duration::ZERO));
     assert!(
         zero.to_string().contains("block_for 0ns is out of range"),
         "{zero}"

@@ -10,7 +10,8 @@ async fn sixty_four_tasks_on_one_key_get_exactly_the_limit() {
     for algorithm in Algorithm::ALL {
         for round in 0..5 {
             let store = MemoryStore::new();
-            let policy = Arc::new(Policy::new("c", Quota::per_minute(10), algorithm).unwrap());
+            let policy =
+                Arc::new(Policy::new("c", Quota::per_minute(10).unwrap(), algorithm).unwrap());
             let barrier = Arc::new(tokio::sync::Barrier::new(64));
             let tasks: Vec<_> = (0..64)
                 .map(|_| {

@@ -56,7 +56,7 @@ fn app(layer: RateLimitLayer<BoxStore>, calls: Arc<AtomicUsize>) -> Router {
 }
 
 fn signin_rule() -> Rule {
-    Rule::new("signin", Quota::per_minute(3))
+    Rule::new("signin", Quota::per_minute(3).unwrap())
         .methods([Method::POST])
         .path("/signin")
         .count_status([401])
@@ -143,10 +143,10 @@ async fn only_listed_statuses_are_counted_and_a_spent_client_never_reaches_the_h
 async fn classes_count_and_other_rules_on_the_request_behave_as_before() {
     for store in stores("count-class") {
         let calls = Arc::new(AtomicUsize::new(0));
-        let errors = Rule::new("errors", Quota::per_minute(2))
+        let errors = Rule::new("errors", Quota::per_minute(2).unwrap())
             .path("/boom")
             .count_status([StatusMatch::class(5)]);
-        let every = Rule::new("every", Quota::per_minute(100)).path("/boom");
+        let every = Rule::new("every", Quota::per_minute(100).unwrap()).path("/boom");
         let layer = layer(store.clone(), [errors, every]);
         let addr = support::serve(app(layer.clone(), Arc::clone(&calls))).await;
         let boom = |code: u16| {
@@ -293,23 +293,26 @@ async fn a_response_future_dropped_while_counting_still_counts_and_one_dropped_b
 #[test]
 fn bad_count_status_is_a_config_error_naming_the_rule() {
     let build = |rule: Rule| RateLimitLayer::builder().rule(rule).build().unwrap_err();
-    let e = build(Rule::new("signin", Quota::per_minute(3)).count_status(Vec::<u16>::new()));
+    let e =
+        build(Rule::new("signin", Quota::per_minute(3).unwrap()).count_status(Vec::<u16>::new()));
     assert_eq!(e.kind(), ConfigErrorKind::Rule);
     assert!(
         e.message()
             .starts_with("rule \"signin\": count_status is an empty list"),
         "{e}"
     );
-    let e = build(Rule::new("signin", Quota::per_minute(3)).count_status([401, 99]));
+    let e = build(Rule::new("signin", Quota::per_minute(3).unwrap()).count_status([401, 99]));
     assert_eq!(
         e.message(),
         "rule \"signin\": count_status: 99 is not an HTTP status (use codes from 100 to 599 \
          and classes \"1xx\" to \"5xx\", e.g. [401, 403] or \"4xx\")"
     );
-    let e = build(Rule::new("signin", Quota::per_minute(3)).count_status([StatusMatch::class(6)]));
+    let e = build(
+        Rule::new("signin", Quota::per_minute(3).unwrap()).count_status([StatusMatch::class(6)]),
+    );
     assert!(e.message().contains("\"6xx\" is not an HTTP status"), "{e}");
     let e = build(
-        Rule::new("signin", Quota::per_minute(3))
+        Rule::new("signin", Quota::per_minute(3).unwrap())
             .mode(Mode::Delay)
             .max_delay(Duration::from_secs(1))
             .count_status([401]),

@@ -23,7 +23,7 @@ fn limited<S: Store>(
     store: S,
 ) -> impl Service<Request<()>, Response = Response<impl Sized>, Error = Infallible> + Clone {
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .key(key::Header::new("x-api-key"))
         .store(store)
         .store_timeout(Duration::from_secs(2))

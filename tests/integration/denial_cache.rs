@@ -24,7 +24,7 @@ async fn the_cache_changes_no_decision() {
     let clock = ManualClock::new(0);
     let mut hits = 0;
     for algorithm in Algorithm::ALL {
-        let quota = Quota::new(5, Duration::from_secs(2));
+        let quota = Quota::new(5, Duration::from_secs(2)).unwrap();
         let seed = 0xdea1_ca5e ^ (algorithm as u64);
         let mut rng = SmallRng::seed_from_u64(seed);
         let cached = DenialCache::new(
@@ -82,7 +82,7 @@ async fn the_cache_changes_no_decision() {
 /// cache of denials.
 async fn app(url: &str, per_minute: u32, cache: bool) -> (RateLimitLayer<RedisStore>, SocketAddr) {
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(per_minute))
+        .quota(Quota::per_minute(per_minute).unwrap())
         .key(key::Global)
         .store(RedisStore::from_url(url).unwrap())
         .denial_cache(cache)

@@ -76,7 +76,12 @@ async fn until_limiting(addr: SocketAddr, within: Duration) -> Reply {
 #[tokio::test]
 async fn redis_killed_mid_traffic_lets_everything_through_with_allow() {
     let mut redis = RedisServer::start();
-    let addr = app(&redis.url(), Quota::per_minute(1000), OnStoreError::Allow).await;
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(1000).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
     for _ in 0..10 {
         let r = get_once(addr).await;
         assert_eq!((r.status, r.limited), (200, true));
@@ -92,7 +97,12 @@ async fn redis_killed_mid_traffic_lets_everything_through_with_allow() {
 #[tokio::test]
 async fn hung_redis_costs_one_timeout_then_nothing_and_recovers() {
     let redis = RedisServer::start();
-    let addr = app(&redis.url(), Quota::per_minute(1000), OnStoreError::Allow).await;
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(1000).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
     assert!(get_once(addr).await.limited);
     redis.pause();
     // Until the breaker opens (3 failures), each request waits for the 50 ms timeout, no more.
@@ -119,7 +129,12 @@ async fn hung_redis_costs_one_timeout_then_nothing_and_recovers() {
 #[tokio::test]
 async fn limiting_resumes_after_redis_restarts_empty() {
     let mut redis = RedisServer::start();
-    let addr = app(&redis.url(), Quota::per_minute(5), OnStoreError::Allow).await;
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(5).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
     assert_eq!(get_once(addr).await.status, 200);
     redis.restart(); // same port, no data, no scripts
     until_limiting(addr, Duration::from_secs(3)).await;
@@ -139,7 +154,7 @@ async fn fallback_to_memory_keeps_limiting_while_redis_is_dead() {
     let redis = RedisServer::not_started();
     let addr = app(
         &redis.url(),
-        Quota::per_minute(3),
+        Quota::per_minute(3).unwrap(),
         OnStoreError::FallbackToMemory,
     )
     .await;
@@ -155,7 +170,12 @@ async fn fallback_to_memory_keeps_limiting_while_redis_is_dead() {
 #[tokio::test]
 async fn deny_answers_503_with_retry_after_while_redis_is_down() {
     let redis = RedisServer::not_started();
-    let addr = app(&redis.url(), Quota::per_minute(100), OnStoreError::Deny).await;
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(100).unwrap(),
+        OnStoreError::Deny,
+    )
+    .await;
     for _ in 0..5 {
         let r = get_once(addr).await;
         assert_eq!(r.status, 503);
@@ -166,7 +186,12 @@ async fn deny_answers_503_with_retry_after_while_redis_is_down() {
 #[tokio::test]
 async fn app_started_before_redis_begins_limiting_once_redis_is_up() {
     let mut redis = RedisServer::not_started();
-    let addr = app(&redis.url(), Quota::per_minute(3), OnStoreError::Allow).await;
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(3).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
     for _ in 0..5 {
         assert_eq!(get_once(addr).await.status, 200);
     }
@@ -182,7 +207,12 @@ async fn app_started_before_redis_begins_limiting_once_redis_is_up() {
 #[tokio::test]
 async fn a_probe_dropped_by_its_client_does_not_keep_the_circuit_open() {
     let redis = RedisServer::start();
-    let addr = app(&redis.url(), Quota::per_hour(1000), OnStoreError::Deny).await;
+    let addr = app(
+        &redis.url(),
+        Quota::per_hour(1000).unwrap(),
+        OnStoreError::Deny,
+    )
+    .await;
     assert_eq!(get_once(addr).await.status, 200);
     redis.pause();
     for _ in 0..6 {
@@ -212,7 +242,7 @@ async fn a_probe_dropped_by_its_client_does_not_keep_the_circuit_open() {
 async fn one_killed_connection_under_load_costs_almost_nothing() {
     let redis = RedisServer::start();
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_hour(1_000_000_000))
+        .quota(Quota::per_hour(1_000_000_000).unwrap())
         .key(key::Global)
         .store(RedisStore::from_url(&redis.url()).unwrap())
         .on_store_error(OnStoreError::Deny)

@@ -149,7 +149,7 @@ const EXHAUSTED: Code = Code::ResourceExhausted;
 
 #[tokio::test]
 async fn unary_calls_get_resource_exhausted_with_pushback_after_the_quota() {
-    let (addr, _reporter) = serve_grpc(api_key_layer(Quota::per_minute(3))).await;
+    let (addr, _reporter) = serve_grpc(api_key_layer(Quota::per_minute(3).unwrap())).await;
     let mut client = connect(addr).await;
     let start = Instant::now();
 
@@ -187,7 +187,7 @@ async fn unary_calls_get_resource_exhausted_with_pushback_after_the_quota() {
 #[tokio::test]
 async fn other_api_keys_and_the_peer_fallback_are_unaffected() {
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .key(key::Header::new("x-api-key").or(key::PeerIp::default()))
         .build()
         .unwrap();
@@ -211,7 +211,7 @@ async fn other_api_keys_and_the_peer_fallback_are_unaffected() {
 #[tokio::test]
 async fn keyed_by_peer_ip_without_any_interceptor() {
     let (addr, _reporter) = serve_grpc(RateLimitLayer::new(
-        Quota::per_minute(2),
+        Quota::per_minute(2).unwrap(),
         key::PeerIp::default(),
     ))
     .await;
@@ -243,7 +243,7 @@ async fn keyed_by_peer_ip_without_any_interceptor() {
 
 #[tokio::test]
 async fn server_streaming_call_is_limited_when_it_starts() {
-    let (addr, reporter) = serve_grpc(api_key_layer(Quota::per_minute(2))).await;
+    let (addr, reporter) = serve_grpc(api_key_layer(Quota::per_minute(2).unwrap())).await;
     let mut client = connect(addr).await;
     let start = Instant::now();
 
@@ -285,7 +285,7 @@ async fn per_method_limit_with_a_closure_key() {
     })
     .with_description("the x-api-key metadata on Check");
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .key(only_check)
         .on_missing_key(OnMissingKey::Skip)
         .build()
@@ -306,7 +306,7 @@ async fn per_method_limit_with_a_closure_key() {
 async fn per_method_budgets_with_the_path_key() {
     // One budget per method and API key: /grpc.health.v1.Health/Check and .../Watch apart.
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(2))
+        .quota(Quota::per_minute(2).unwrap())
         .key((key::Path, key::Header::new("x-api-key")))
         .build()
         .unwrap();
@@ -329,7 +329,7 @@ async fn per_method_budgets_with_the_path_key() {
 
 #[tokio::test]
 async fn missing_key_is_invalid_argument() {
-    let (addr, _reporter) = serve_grpc(api_key_layer(Quota::per_minute(2))).await;
+    let (addr, _reporter) = serve_grpc(api_key_layer(Quota::per_minute(2).unwrap())).await;
     let mut client = connect(addr).await;
     let status = check(&mut client, None).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -343,7 +343,7 @@ async fn missing_key_is_invalid_argument() {
 async fn unreachable_redis_with_deny_gives_unavailable() {
     let redis = support::RedisServer::not_started();
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(100))
+        .quota(Quota::per_minute(100).unwrap())
         .key(key::Header::new("x-api-key"))
         .store(RedisStore::from_url(&redis.url()).unwrap())
         .on_store_error(OnStoreError::Deny)
@@ -366,7 +366,7 @@ async fn redis_store_shares_the_limit_between_two_grpc_servers() {
     let layer = || {
         let store = RedisStore::from_url(&url).unwrap().prefix(prefix.clone());
         RateLimitLayer::builder()
-            .quota(Quota::per_minute(3))
+            .quota(Quota::per_minute(3).unwrap())
             .key(key::Header::new("x-api-key"))
             .store(store)
             // Fail closed and wait long enough: a Redis problem must not pass as an OK.
@@ -389,7 +389,7 @@ async fn redis_store_shares_the_limit_between_two_grpc_servers() {
 
 #[tokio::test]
 async fn the_same_layer_still_answers_http_with_a_plain_429() {
-    let layer = api_key_layer(Quota::per_minute(2));
+    let layer = api_key_layer(Quota::per_minute(2).unwrap());
     let (grpc, _reporter) = serve_grpc(layer.clone()).await;
     let http = support::serve(
         Router::new()

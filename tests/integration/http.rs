@@ -32,7 +32,7 @@ async fn statuses(url: &str, n: usize, api_key: Option<&str>) -> Vec<u16> {
 
 #[tokio::test]
 async fn denies_after_the_quota_with_retry_after_and_ietf_headers() {
-    let layer = RateLimitLayer::new(Quota::per_minute(3), key::PeerIp::default());
+    let layer = RateLimitLayer::new(Quota::per_minute(3).unwrap(), key::PeerIp::default());
     let addr = support::serve(routes().layer(layer)).await;
     let client = support::client();
     let url = format!("http://{addr}/");
@@ -64,7 +64,7 @@ async fn legacy_and_both_header_styles() {
         (HeaderStyle::None, false, false),
     ] {
         let layer = RateLimitLayer::builder()
-            .quota(Quota::per_second(2))
+            .quota(Quota::per_second(2).unwrap())
             .algorithm(Algorithm::FixedWindow)
             .key(key::Global)
             .headers(style)
@@ -93,7 +93,7 @@ async fn legacy_and_both_header_styles() {
 
 #[tokio::test]
 async fn keys_are_isolated() {
-    let layer = RateLimitLayer::new(Quota::per_minute(2), key::Header::new("x-api-key"));
+    let layer = RateLimitLayer::new(Quota::per_minute(2).unwrap(), key::Header::new("x-api-key"));
     let addr = support::serve(routes().layer(layer)).await;
     let url = format!("http://{addr}/");
     assert_eq!(statuses(&url, 3, Some("alice")).await, [200, 200, 429]);
@@ -116,7 +116,7 @@ async fn random_api_keys_get_no_fresh_buckets_with_validated_keys_and_a_per_ip_r
     }
 
     // Unchecked: every random key is a fresh bucket, so nothing is ever denied.
-    let layer = RateLimitLayer::new(Quota::per_minute(3), key::Header::new("x-api-key"));
+    let layer = RateLimitLayer::new(Quota::per_minute(3).unwrap(), key::Header::new("x-api-key"));
     let addr = support::serve(routes().layer(layer)).await;
     assert_eq!(
         send(&format!("http://{addr}/"), &random_keys(10)).await,
@@ -129,8 +129,11 @@ async fn random_api_keys_get_no_fresh_buckets_with_validated_keys_and_a_per_ip_r
         issued.iter().any(|k| k == key).then(|| key.to_owned())
     });
     let layer = RateLimitLayer::builder()
-        .rule(Rule::new("per-key", Quota::per_minute(3)).key(api_key.or(key::PeerIp::default())))
-        .rule(Rule::new("per-ip", Quota::per_minute(5)).key(key::PeerIp::default()))
+        .rule(
+            Rule::new("per-key", Quota::per_minute(3).unwrap())
+                .key(api_key.or(key::PeerIp::default())),
+        )
+        .rule(Rule::new("per-ip", Quota::per_minute(5).unwrap()).key(key::PeerIp::default()))
         .build()
         .unwrap();
     let addr = support::serve(routes().layer(layer)).await;
@@ -146,7 +149,7 @@ async fn random_api_keys_get_no_fresh_buckets_with_validated_keys_and_a_per_ip_r
 
 #[tokio::test]
 async fn missing_key_is_a_400_naming_the_header_or_skipped_or_shared() {
-    let layer = RateLimitLayer::new(Quota::per_minute(1), key::Header::new("x-api-key"));
+    let layer = RateLimitLayer::new(Quota::per_minute(1).unwrap(), key::Header::new("x-api-key"));
     let addr = support::serve(routes().layer(layer)).await;
     let r = support::client()
         .get(format!("http://{addr}/"))
@@ -161,7 +164,7 @@ async fn missing_key_is_a_400_naming_the_header_or_skipped_or_shared() {
         (OnMissingKey::Shared, [200, 429, 429]),
     ] {
         let layer = RateLimitLayer::builder()
-            .quota(Quota::per_minute(1))
+            .quota(Quota::per_minute(1).unwrap())
             .key(key::Header::new("x-api-key"))
             .on_missing_key(mode)
             .build()
@@ -177,7 +180,7 @@ async fn missing_key_is_a_400_naming_the_header_or_skipped_or_shared() {
 #[tokio::test]
 async fn the_header_key_falls_back_to_the_peer_ip() {
     let layer = RateLimitLayer::new(
-        Quota::per_minute(1),
+        Quota::per_minute(1).unwrap(),
         key::Header::new("x-api-key").or(key::PeerIp::default()),
     );
     let addr = support::serve(routes().layer(layer)).await;
@@ -191,7 +194,10 @@ async fn the_header_key_falls_back_to_the_peer_ip() {
 async fn route_layer_limits_one_route_only() {
     let limited = Router::new()
         .route("/", get(|| async { "hello" }))
-        .route_layer(RateLimitLayer::new(Quota::per_minute(1), key::Global));
+        .route_layer(RateLimitLayer::new(
+            Quota::per_minute(1).unwrap(),
+            key::Global,
+        ));
     let app = limited.route("/other", get(|| async { "other" }));
     let addr = support::serve(app).await;
     assert_eq!(
@@ -208,7 +214,7 @@ async fn route_layer_limits_one_route_only() {
 async fn hostile_headers_never_cause_a_5xx() {
     let trusted = ["127.0.0.0/8".parse().unwrap()];
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(1000))
+        .quota(Quota::per_minute(1000).unwrap())
         .key(key::Header::new("x-api-key").or(key::ClientIp::trusting(trusted)))
         .build()
         .unwrap();
@@ -266,7 +272,7 @@ async fn raw_status(addr: std::net::SocketAddr, name: &str, value: &[u8]) -> u16
 async fn spoofed_forwarded_for_is_ignored_unless_the_peer_is_trusted() {
     let client = support::client();
     // Nobody trusted: the peer IP is the key, whatever X-Forwarded-For says.
-    let layer = RateLimitLayer::new(Quota::per_minute(1), key::ClientIp::default());
+    let layer = RateLimitLayer::new(Quota::per_minute(1).unwrap(), key::ClientIp::default());
     let addr = support::serve(routes().layer(layer)).await;
     let url = format!("http://{addr}/");
     for (i, expected) in [200, 429, 429].into_iter().enumerate() {
@@ -280,7 +286,7 @@ async fn spoofed_forwarded_for_is_ignored_unless_the_peer_is_trusted() {
     }
     // The loopback peer trusted as a proxy: the rightmost untrusted address is the client.
     let layer = RateLimitLayer::new(
-        Quota::per_minute(1),
+        Quota::per_minute(1).unwrap(),
         key::ClientIp::trusting(["127.0.0.0/8".parse().unwrap()]),
     );
     let addr = support::serve(routes().layer(layer)).await;
@@ -296,7 +302,7 @@ async fn spoofed_forwarded_for_is_ignored_unless_the_peer_is_trusted() {
 async fn every_algorithm_allows_exactly_the_limit_over_http() {
     for algorithm in Algorithm::ALL {
         let layer = RateLimitLayer::builder()
-            .quota(Quota::per_minute(4))
+            .quota(Quota::per_minute(4).unwrap())
             .algorithm(algorithm)
             .key(key::Global)
             .build()
@@ -313,7 +319,7 @@ async fn every_algorithm_allows_exactly_the_limit_over_http() {
 #[tokio::test]
 async fn a_custom_denial_response_keeps_the_rate_limit_headers() {
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(1))
+        .quota(Quota::per_minute(1).unwrap())
         .key(key::Global)
         .deny_response(|decision| {
             let secs = decision.retry_after.unwrap_or(Duration::ZERO).as_secs();

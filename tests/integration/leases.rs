@@ -33,7 +33,7 @@ async fn memory_and_redis_lease_and_return_alike() {
             .prefix(support::unique_prefix("leases"))
             .with_clock(clock.clone());
         let memory = MemoryStore::with_clock(clock.clone());
-        let quota = Quota::new(20, Duration::from_secs(2));
+        let quota = Quota::new(20, Duration::from_secs(2)).unwrap();
         let policy = Policy::new("p", quota, algorithm).unwrap();
         let period = 2_000_000u64;
         let start = Instant::now();
@@ -102,7 +102,12 @@ async fn a_return_on_redis_never_erases_later_consumption() {
         .prefix(support::unique_prefix("design"))
         .with_clock(clock.clone());
     // T = 100 ms.
-    let policy = Policy::new("p", Quota::per_second(10).burst(20), Algorithm::Gcra).unwrap();
+    let policy = Policy::new(
+        "p",
+        Quota::per_second(10).unwrap().burst(20).unwrap(),
+        Algorithm::Gcra,
+    )
+    .unwrap();
     let grant = redis.acquire("k", &policy, 1, 10).await.unwrap();
     assert_eq!((grant.granted, grant.mark), (10, t0 + 1_000_000));
     clock.set(t0 + 2_000_000);
@@ -129,7 +134,7 @@ struct Run {
 async fn app<S: Store + std::fmt::Debug>(store: S, per_second: u32) -> SocketAddr {
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("global", Quota::per_second(per_second))
+            Rule::new("global", Quota::per_second(per_second).unwrap())
                 .key(key::Global)
                 .lease(Lease::Auto),
         )

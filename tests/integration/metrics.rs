@@ -71,9 +71,9 @@ fn memory_store_counts_each_outcome_per_rule() {
     with_recorder(|metrics| async move {
         let layer = RateLimitLayer::builder()
             .key(key::Global)
-            .rule(Rule::new("m_api", Quota::per_minute(3)).path("/api"))
+            .rule(Rule::new("m_api", Quota::per_minute(3).unwrap()).path("/api"))
             .rule(
-                Rule::new("m_shadow", Quota::per_minute(1))
+                Rule::new("m_shadow", Quota::per_minute(1).unwrap())
                     .path("/shadow")
                     .mode(Mode::Shadow),
             )
@@ -137,7 +137,7 @@ fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
         let mut redis = support::RedisServer::start();
         let layer = RateLimitLayer::builder()
             .key(key::Global)
-            .rule(Rule::new("r_api", Quota::per_minute(100)).path("/api"))
+            .rule(Rule::new("r_api", Quota::per_minute(100).unwrap()).path("/api"))
             .store(
                 RedisStore::from_url(&redis.url())
                     .unwrap()
@@ -192,7 +192,7 @@ fn a_store_that_cannot_decide_counts_store_errors() {
         let nothing_listens = format!("redis://127.0.0.1:{}", support::free_port());
         let layer = RateLimitLayer::builder()
             .key(key::Global)
-            .rule(Rule::new("b_api", Quota::per_minute(100)).path("/api"))
+            .rule(Rule::new("b_api", Quota::per_minute(100).unwrap()).path("/api"))
             .store(BoxStore::new(
                 RedisStore::from_url(&nothing_listens).unwrap(),
             ))
@@ -255,11 +255,14 @@ async fn each_decision_is_traced_with_its_rules_and_outcome() {
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other suites of this binary may be registering the layer's callsites at this moment,
+    // against the subscribers that existed before this one: have every callsite ask again.
+    tracing_core::callsite::rebuild_interest_cache();
 
     let layer = RateLimitLayer::builder()
         .key(key::Global)
-        .rule(Rule::new("t_all", Quota::per_minute(1)))
-        .rule(Rule::new("t_api", Quota::per_minute(5)).path("/api"))
+        .rule(Rule::new("t_all", Quota::per_minute(1).unwrap()))
+        .rule(Rule::new("t_api", Quota::per_minute(5).unwrap()).path("/api"))
         .build()
         .unwrap();
     let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
@@ -296,7 +299,7 @@ fn leases_count_calls_and_units_granted_and_returned() {
         let layer = RateLimitLayer::builder()
             .key(key::Global)
             .rule(
-                Rule::new("l_api", Quota::per_minute(10))
+                Rule::new("l_api", Quota::per_minute(10).unwrap())
                     .path("/api")
                     .lease(tollgate::Lease::tokens(4)),
             )

@@ -29,8 +29,12 @@ async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() 
             .prefix(prefix.as_str())
             .with_clock(clock.clone());
         let memory = MemoryStore::with_clock(clock.clone());
-        let mut policy =
-            Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm).unwrap();
+        let mut policy = Policy::new(
+            "p",
+            Quota::new(5, Duration::from_secs(10)).unwrap(),
+            algorithm,
+        )
+        .unwrap();
         if let Some(block_for) = block_for {
             policy = policy.block_for(block_for);
         }
@@ -81,7 +85,7 @@ async fn a_redis_peek_is_one_script_call_that_writes_nothing() {
     let mut conn = support::redis_connection(&server.url());
     let store = RedisStore::from_url(&server.url()).unwrap();
     for algorithm in Algorithm::ALL {
-        let policy = Policy::new("p", Quota::per_minute(3), algorithm).unwrap();
+        let policy = Policy::new("p", Quota::per_minute(3).unwrap(), algorithm).unwrap();
         store.check("k", &policy, 1).await.unwrap();
         let state_key = store.state_key(&policy, "k");
         let dump = |conn: &mut deadpool_redis::redis::Connection| -> Vec<u8> {
@@ -114,7 +118,7 @@ fn app(layer: RateLimitLayer<BoxStore>) -> Router {
 fn layer(store: BoxStore) -> RateLimitLayer<BoxStore> {
     RateLimitLayer::builder()
         .name("api")
-        .quota(Quota::per_minute(5))
+        .quota(Quota::per_minute(5).unwrap())
         .key(key::Header::new("x-api-key"))
         .store(store)
         .store_timeout(Duration::from_secs(2))

@@ -60,7 +60,8 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
     let store = RedisClusterStore::from_nodes(&cluster.urls()).unwrap();
     let keys = keys_on_every_master(&cluster, "client");
     for algorithm in Algorithm::ALL {
-        let policy = Arc::new(Policy::new("exact", Quota::per_minute(5), algorithm).unwrap());
+        let policy =
+            Arc::new(Policy::new("exact", Quota::per_minute(5).unwrap(), algorithm).unwrap());
         for key in &keys {
             assert_eq!(
                 allowed_of_twelve(&store, &policy, key).await,
@@ -79,7 +80,7 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
     for &port in &cluster.ports {
         support::redis_cli(port, &["script", "flush"]);
     }
-    let policy = Policy::new("flushed", Quota::per_minute(2), Algorithm::Gcra).unwrap();
+    let policy = Policy::new("flushed", Quota::per_minute(2).unwrap(), Algorithm::Gcra).unwrap();
     for key in &keys {
         let mut allowed = Vec::new();
         for _ in 0..3 {
@@ -89,7 +90,12 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
     }
 
     // A peek is one dry run on the key's master: it decides as a check would, writes nothing.
-    let policy = Policy::new("peeked", Quota::per_minute(2), Algorithm::TokenBucket).unwrap();
+    let policy = Policy::new(
+        "peeked",
+        Quota::per_minute(2).unwrap(),
+        Algorithm::TokenBucket,
+    )
+    .unwrap();
     for key in &keys {
         let mut seen = Vec::new();
         for _ in 0..2 {
@@ -105,8 +111,14 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
 
     // Stacked limits of two client keys on two masters: a per-IP limit of 3 and a per-API-key
     // limit of 5. A request the IP limit blocks is counted by neither.
-    let per_ip = Policy::new("ip", Quota::per_minute(3), Algorithm::SlidingWindow).unwrap();
-    let per_api_key = Policy::new("api", Quota::per_minute(5), Algorithm::TokenBucket).unwrap();
+    let per_ip = Policy::new(
+        "ip",
+        Quota::per_minute(3).unwrap(),
+        Algorithm::SlidingWindow,
+    )
+    .unwrap();
+    let per_api_key =
+        Policy::new("api", Quota::per_minute(5).unwrap(), Algorithm::TokenBucket).unwrap();
     let (ip, api_key) = (keys[0].as_str(), keys[1].as_str());
     let stacked = [
         Check::new(ip, &per_ip, 1),
@@ -125,8 +137,13 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
     );
 
     // A shadow (non-blocking) denial blocks nothing: the other slot's limit still counts.
-    let shadow_ip = Policy::new("shadow-ip", Quota::per_minute(1), Algorithm::FixedWindow).unwrap();
-    let api = Policy::new("api2", Quota::per_minute(10), Algorithm::Gcra).unwrap();
+    let shadow_ip = Policy::new(
+        "shadow-ip",
+        Quota::per_minute(1).unwrap(),
+        Algorithm::FixedWindow,
+    )
+    .unwrap();
+    let api = Policy::new("api2", Quota::per_minute(10).unwrap(), Algorithm::Gcra).unwrap();
     for _ in 0..3 {
         let checks = [
             Check::new(ip, &shadow_ip, 1).blocking(false),
@@ -138,8 +155,10 @@ async fn every_algorithm_is_exact_on_every_master_and_stacked_limits_span_slots(
     assert_eq!(store.check(api_key, &api, 1).await.unwrap().remaining, 6);
 
     // Concurrent stacked requests across slots: the per-IP limit stays exact on its own.
-    let per_ip = Arc::new(Policy::new("ip-c", Quota::per_minute(5), Algorithm::Gcra).unwrap());
-    let per_key = Arc::new(Policy::new("key-c", Quota::per_minute(100), Algorithm::Gcra).unwrap());
+    let per_ip =
+        Arc::new(Policy::new("ip-c", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap());
+    let per_key =
+        Arc::new(Policy::new("key-c", Quota::per_minute(100).unwrap(), Algorithm::Gcra).unwrap());
     let barrier = Arc::new(tokio::sync::Barrier::new(12));
     let tasks: Vec<_> = (0..12)
         .map(|_| {
@@ -211,7 +230,7 @@ async fn reply(addr: SocketAddr, key: &str) -> (u16, bool) {
 async fn a_killed_master_gives_no_errors_and_its_replica_limits_exactly() {
     let mut cluster = RedisCluster::start();
     let store = RedisClusterStore::from_nodes(&cluster.urls()).unwrap();
-    let addr = app(store.clone(), Quota::per_minute(5)).await;
+    let addr = app(store.clone(), Quota::per_minute(5).unwrap()).await;
     let victim_key = keys_on_every_master(&cluster, "victim")[0].clone();
     let victim = cluster.master_of(&format!("{{{victim_key}}}"));
     // Fresh keys in the victim's slots, for after the failover.
@@ -228,7 +247,12 @@ async fn a_killed_master_gives_no_errors_and_its_replica_limits_exactly() {
     let killed = Instant::now();
     cluster.kill(victim);
     // Traffic on the victim's slots while its replica takes over: answers only, no 5xx.
-    let policy = Policy::new("probe", Quota::per_minute(1_000_000), Algorithm::Gcra).unwrap();
+    let policy = Policy::new(
+        "probe",
+        Quota::per_minute(1_000_000).unwrap(),
+        Algorithm::Gcra,
+    )
+    .unwrap();
     let mut back_after = None;
     let mut statuses = Vec::new();
     while killed.elapsed() < Duration::from_secs(20) {
@@ -278,7 +302,8 @@ async fn a_killed_master_gives_no_errors_and_its_replica_limits_exactly() {
     assert_eq!(codes, [[200; 5].as_slice(), [429; 7].as_slice()].concat());
     // And on the store itself, for every algorithm.
     for (algorithm, key) in Algorithm::ALL.into_iter().zip(&later[1..]) {
-        let policy = Arc::new(Policy::new("after", Quota::per_minute(5), algorithm).unwrap());
+        let policy =
+            Arc::new(Policy::new("after", Quota::per_minute(5).unwrap(), algorithm).unwrap());
         assert_eq!(
             allowed_of_twelve(&store, &policy, key).await,
             5,
@@ -299,10 +324,11 @@ async fn a_cluster_over_tls_with_a_password_limits_exactly() {
     let keys = keys_on_every_master(&cluster, "tls");
     // One decision first: 12 cold requests would each open a cluster connection (TLS to six
     // nodes), which a loaded machine may not finish within the pool's 1 s.
-    let warm = Policy::new("warm", Quota::per_minute(5), Algorithm::Gcra).unwrap();
+    let warm = Policy::new("warm", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap();
     store.check("warm", &warm, 1).await.unwrap();
     for algorithm in Algorithm::ALL {
-        let policy = Arc::new(Policy::new("tls", Quota::per_minute(5), algorithm).unwrap());
+        let policy =
+            Arc::new(Policy::new("tls", Quota::per_minute(5).unwrap(), algorithm).unwrap());
         for key in &keys {
             assert_eq!(
                 allowed_of_twelve(&store, &policy, key).await,

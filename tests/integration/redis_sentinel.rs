@@ -14,7 +14,7 @@ use tollgate::{key, Algorithm, OnStoreError, Policy, Quota, RateLimitLayer, Stor
 
 /// How many of 12 concurrent requests of `key` at limit 5 the store allows.
 async fn allowed_of_twelve(store: &RedisSentinelStore, algorithm: Algorithm, key: &str) -> usize {
-    let policy = Arc::new(Policy::new("s", Quota::per_minute(5), algorithm).unwrap());
+    let policy = Arc::new(Policy::new("s", Quota::per_minute(5).unwrap(), algorithm).unwrap());
     let tasks: Vec<_> = (0..12)
         .map(|_| {
             let (store, policy, key) = (store.clone(), Arc::clone(&policy), key.to_owned());
@@ -44,7 +44,7 @@ async fn limits_are_exact_before_and_after_a_failover() {
     support::leases_are_exact(&store, "leased").await;
 
     // Blocks after a breach, resets, refunds and blocks go to the master too.
-    let login = Policy::new("login", Quota::per_minute(2), Algorithm::Gcra)
+    let login = Policy::new("login", Quota::per_minute(2).unwrap(), Algorithm::Gcra)
         .unwrap()
         .block_for(Duration::from_secs(60));
     let check = async || store.check("eve", &login, 1).await.unwrap();
@@ -70,7 +70,7 @@ async fn limits_are_exact_before_and_after_a_failover() {
 
     // An app on the same store, failing open, with a quickly probing breaker.
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(1_000_000))
+        .quota(Quota::per_minute(1_000_000).unwrap())
         .key(key::Global)
         .store(store.clone())
         .on_store_error(OnStoreError::Allow)
@@ -92,7 +92,12 @@ async fn limits_are_exact_before_and_after_a_failover() {
 
     let killed = Instant::now();
     redis.kill_master();
-    let probe = Policy::new("probe", Quota::per_minute(1_000_000), Algorithm::Gcra).unwrap();
+    let probe = Policy::new(
+        "probe",
+        Quota::per_minute(1_000_000).unwrap(),
+        Algorithm::Gcra,
+    )
+    .unwrap();
     let back_after = loop {
         let r = support::client()
             .get(format!("http://{addr}/"))
@@ -129,7 +134,7 @@ async fn limits_are_exact_before_and_after_a_failover() {
         );
     }
     // A peek on the new master: decides as a check would, and writes nothing.
-    let policy = Policy::new("peeked", Quota::per_minute(2), Algorithm::Gcra).unwrap();
+    let policy = Policy::new("peeked", Quota::per_minute(2).unwrap(), Algorithm::Gcra).unwrap();
     let mut seen = Vec::new();
     for _ in 0..2 {
         let peek = store.peek("p", &policy, 1).await.unwrap();

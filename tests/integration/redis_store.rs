@@ -20,21 +20,26 @@ use tollgate::{
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {
     let mut quotas = vec![
-        Quota::new(5, Duration::from_secs(10)),
-        Quota::new(3, Duration::from_secs(1)),
-        Quota::new(7, Duration::from_millis(700)),
-        Quota::per_minute(1),
+        Quota::new(5, Duration::from_secs(10)).unwrap(),
+        Quota::new(3, Duration::from_secs(1)).unwrap(),
+        Quota::new(7, Duration::from_millis(700)).unwrap(),
+        Quota::per_minute(1).unwrap(),
     ];
     if matches!(
         algorithm,
         Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket
     ) {
-        quotas.push(Quota::per_second(10).burst(20));
-        quotas.push(Quota::new(4, Duration::from_secs(3)).burst(1));
+        quotas.push(Quota::per_second(10).unwrap().burst(20).unwrap());
+        quotas.push(
+            Quota::new(4, Duration::from_secs(3))
+                .unwrap()
+                .burst(1)
+                .unwrap(),
+        );
     }
     if algorithm == Algorithm::SlidingWindowLog {
         // Enough entries in the log for the search of a denied request's retry to take steps.
-        quotas.push(Quota::new(60, Duration::from_millis(400)));
+        quotas.push(Quota::new(60, Duration::from_millis(400)).unwrap());
     }
     quotas
 }
@@ -168,7 +173,7 @@ async fn two_servers_sharing_redis_allow_exactly_the_limit() {
                 .prefix(support::unique_prefix("two"));
             let layer = || {
                 RateLimitLayer::builder()
-                    .quota(Quota::per_minute(10))
+                    .quota(Quota::per_minute(10).unwrap())
                     .algorithm(algorithm)
                     .key(key::Header::new("x-api-key"))
                     .store(store.clone())
@@ -210,7 +215,7 @@ async fn script_flush_between_requests_still_decides_correctly() {
         .prefix(support::unique_prefix("flush"));
     let mut conn = support::redis_connection(&url);
     for algorithm in Algorithm::ALL {
-        let policy = Policy::new("f", Quota::per_minute(3), algorithm).unwrap();
+        let policy = Policy::new("f", Quota::per_minute(3).unwrap(), algorithm).unwrap();
         let mut remaining = Vec::new();
         for _ in 0..4 {
             let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
@@ -232,7 +237,8 @@ async fn one_script_call_per_decision_and_every_key_has_a_ttl() {
     let mut conn = support::redis_connection(&server.url());
     // Load the scripts once, so that the count below is of steady-state decisions.
     for algorithm in Algorithm::ALL {
-        let policy = Policy::new(algorithm.as_str(), Quota::per_minute(5), algorithm).unwrap();
+        let policy =
+            Policy::new(algorithm.as_str(), Quota::per_minute(5).unwrap(), algorithm).unwrap();
         store.check("warm-up", &policy, 1).await.unwrap();
     }
     let _: () = redis::cmd("CONFIG")
@@ -241,7 +247,8 @@ async fn one_script_call_per_decision_and_every_key_has_a_ttl() {
         .unwrap();
     let mut decisions = 0;
     for algorithm in Algorithm::ALL {
-        let policy = Policy::new(algorithm.as_str(), Quota::per_minute(5), algorithm).unwrap();
+        let policy =
+            Policy::new(algorithm.as_str(), Quota::per_minute(5).unwrap(), algorithm).unwrap();
         for i in 0..40 {
             let key = format!("client-{}", i % 7);
             store.check(&key, &policy, 1 + i % 2).await.unwrap();
@@ -279,7 +286,7 @@ async fn keys_share_a_hash_tag_and_odd_client_keys_are_digested() {
     let prefix = support::unique_prefix("tag");
     let store = RedisStore::from_url(&url).unwrap().prefix(prefix.clone());
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(5))
+        .quota(Quota::per_minute(5).unwrap())
         .key(key::Header::new("x-api-key"))
         .store(store)
         .build()
@@ -318,7 +325,8 @@ async fn changing_a_policys_algorithm_starts_its_clients_afresh() {
         .prefix(support::unique_prefix("switch"));
     // One policy name and one client; the algorithm changes as on a rules reload, through all
     // seven and back to the first.
-    let policies = Algorithm::ALL.map(|a| Policy::new("api", Quota::per_minute(2), a).unwrap());
+    let policies =
+        Algorithm::ALL.map(|a| Policy::new("api", Quota::per_minute(2).unwrap(), a).unwrap());
     for policy in &policies {
         let mut seen = Vec::new();
         for _ in 0..3 {
@@ -356,7 +364,7 @@ async fn state_the_store_cannot_read_is_that_keys_problem_and_is_left_alone() {
         .prefix(support::unique_prefix("unreadable"));
     let mut conn = support::redis_connection(&url);
     for algorithm in Algorithm::ALL {
-        let policy = Policy::new("p", Quota::per_minute(5), algorithm).unwrap();
+        let policy = Policy::new("p", Quota::per_minute(5).unwrap(), algorithm).unwrap();
         let key = store.state_key(&policy, "k");
         // Another type than the script keeps (WRONGTYPE), then a value of its type that is
         // not its state.
@@ -377,7 +385,7 @@ async fn state_the_store_cannot_read_is_that_keys_problem_and_is_left_alone() {
             let what = format!("{algorithm}, {what}");
             assert_key_state(store.check("k", &policy, 1).await, &what);
             // Stacked with a healthy limit: the whole decision fails the same way.
-            let healthy = Policy::new("healthy", Quota::per_minute(5), algorithm).unwrap();
+            let healthy = Policy::new("healthy", Quota::per_minute(5).unwrap(), algorithm).unwrap();
             let checks =
                 [("k", &healthy), ("k", &policy)].map(|(key, policy)| Check::new(key, policy, 1));
             assert_key_state(store.check_many(&checks).await, &format!("{what}, stacked"));
@@ -427,7 +435,7 @@ async fn a_sliding_window_log_request_of_any_cost_is_one_member() {
     let mut conn = support::redis_connection(&server.url());
     let policy = Policy::new(
         "upload",
-        Quota::per_hour(1_000_000),
+        Quota::per_hour(1_000_000).unwrap(),
         Algorithm::SlidingWindowLog,
     )
     .unwrap();
@@ -496,7 +504,7 @@ async fn a_sliding_window_log_trims_what_expired_and_keeps_at_most_its_limit() {
     let mut conn = support::redis_connection(&server.url());
     let policy = Policy::new(
         "log",
-        Quota::new(3, Duration::from_secs(10)),
+        Quota::new(3, Duration::from_secs(10)).unwrap(),
         Algorithm::SlidingWindowLog,
     )
     .unwrap();
@@ -570,8 +578,9 @@ fn redis_passwords_are_never_printed() {
 async fn concurrent_first_decisions_share_one_connection() {
     let redis = support::RedisServer::start();
     let store = RedisStore::from_url(&redis.url()).unwrap();
-    let policy =
-        std::sync::Arc::new(Policy::new("cold", Quota::per_minute(100), Algorithm::Gcra).unwrap());
+    let policy = std::sync::Arc::new(
+        Policy::new("cold", Quota::per_minute(100).unwrap(), Algorithm::Gcra).unwrap(),
+    );
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(12));
     let tasks: Vec<_> = (0..12)
         .map(|i| {

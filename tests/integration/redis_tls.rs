@@ -11,7 +11,7 @@ use tollgate::{Algorithm, Policy, Quota, Store};
 
 /// How many of 12 concurrent requests of one key at limit 5 the store allows.
 async fn allowed_of_twelve(store: &RedisStore, algorithm: Algorithm) -> usize {
-    let policy = Arc::new(Policy::new("tls", Quota::per_minute(5), algorithm).unwrap());
+    let policy = Arc::new(Policy::new("tls", Quota::per_minute(5).unwrap(), algorithm).unwrap());
     let tasks: Vec<_> = (0..12)
         .map(|_| {
             let (store, policy) = (store.clone(), Arc::clone(&policy));
@@ -45,7 +45,7 @@ async fn limits_are_exact_over_tls_with_a_password_and_with_an_acl_user() {
 #[tokio::test]
 async fn a_wrong_password_fails_without_showing_any_password() {
     let redis = SecureRedis::start();
-    let policy = Policy::new("p", Quota::per_minute(5), Algorithm::Gcra).unwrap();
+    let policy = Policy::new("p", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap();
     for url in [
         format!("rediss://:wrong-pw@127.0.0.1:{}/#insecure", redis.tls_port),
         format!("redis://app:wrong-pw@127.0.0.1:{}", redis.plain_port),

@@ -66,11 +66,11 @@ async fn routes_are_limited_separately() {
     let layer = RateLimitLayer::builder()
         .key(key::Global)
         .rule(
-            Rule::new("login", Quota::per_minute(2))
+            Rule::new("login", Quota::per_minute(2).unwrap())
                 .methods([Method::POST])
                 .path("/login"),
         )
-        .rule(Rule::new("api", Quota::per_minute(3)).path("/api/*"))
+        .rule(Rule::new("api", Quota::per_minute(3).unwrap()).path("/api/*"))
         .build()
         .unwrap();
     let addr = serve(layer).await;
@@ -91,9 +91,9 @@ async fn routes_are_limited_separately() {
 fn stacked<S: Store>(store: S) -> RateLimitLayerBuilder<S> {
     RateLimitLayer::builder()
         .key(key::Global)
-        .rule(Rule::new("burst", Quota::per_minute(2)).path("/api/*"))
+        .rule(Rule::new("burst", Quota::per_minute(2).unwrap()).path("/api/*"))
         .rule(
-            Rule::new("daily", Quota::per_day(3))
+            Rule::new("daily", Quota::per_day(3).unwrap())
                 .path("/api/*")
                 .algorithm(Algorithm::FixedWindow),
         )
@@ -150,7 +150,7 @@ async fn cost_comes_from_a_header_clamped_and_checked() {
     let layer = RateLimitLayer::builder()
         .key(key::Global)
         .rule(
-            Rule::new("bulk", Quota::per_minute(10))
+            Rule::new("bulk", Quota::per_minute(10).unwrap())
                 .algorithm(Algorithm::FixedWindow)
                 .path("/api/*")
                 .cost_header("x-cost")
@@ -190,7 +190,7 @@ async fn a_cost_header_is_plain_digits_and_any_large_cost_is_clamped() {
     let layer = RateLimitLayer::builder()
         .key(key::Global)
         .rule(
-            Rule::new("bulk", Quota::per_minute(10))
+            Rule::new("bulk", Quota::per_minute(10).unwrap())
                 .algorithm(Algorithm::FixedWindow)
                 .cost_header("x-cost")
                 .max_cost(4),
@@ -225,9 +225,12 @@ async fn a_cost_header_is_plain_digits_and_any_large_cost_is_clamped() {
 async fn tiers_give_paid_keys_a_larger_quota() {
     let layer = RateLimitLayer::builder()
         .rule(
-            Rule::new("api", Quota::per_minute(2))
+            Rule::new("api", Quota::per_minute(2).unwrap())
                 .key(key::Header::new("x-api-key"))
-                .quota_for(|key| key.starts_with("paid-").then(|| Quota::per_minute(5))),
+                .quota_for(|key| {
+                    key.starts_with("paid-")
+                        .then(|| Quota::per_minute(5).unwrap())
+                }),
         )
         .build()
         .unwrap();
@@ -254,7 +257,7 @@ async fn tiers_give_paid_keys_a_larger_quota() {
 async fn shadow_rules_never_block_but_report_and_count() {
     let layer = RateLimitLayer::builder()
         .key(key::Global)
-        .rule(Rule::new("new-limit", Quota::per_minute(1)).mode(Mode::Shadow))
+        .rule(Rule::new("new-limit", Quota::per_minute(1).unwrap()).mode(Mode::Shadow))
         .build()
         .unwrap();
     let handle = layer.clone();
@@ -278,7 +281,7 @@ async fn shadow_rules_never_block_but_report_and_count() {
 #[tokio::test]
 async fn skipped_requests_are_never_limited() {
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_minute(1))
+        .quota(Quota::per_minute(1).unwrap())
         .key(key::Global)
         .skip_path("/health")
         .skip(|req| req.method == Method::OPTIONS)
@@ -498,17 +501,17 @@ async fn a_get_rule_counts_head_requests_unless_head_has_its_own() {
     let layer = RateLimitLayer::builder()
         .key(key::Global)
         .rule(
-            Rule::new("items", Quota::per_minute(2))
+            Rule::new("items", Quota::per_minute(2).unwrap())
                 .methods([Method::GET])
                 .path("/api/items"),
         )
         .rule(
-            Rule::new("export", Quota::per_minute(2))
+            Rule::new("export", Quota::per_minute(2).unwrap())
                 .methods([Method::GET])
                 .path("/api/export"),
         )
         .rule(
-            Rule::new("export-head", Quota::per_minute(3))
+            Rule::new("export-head", Quota::per_minute(3).unwrap())
                 .methods([Method::HEAD])
                 .path("/api/export"),
         )

@@ -29,16 +29,34 @@ fn summary(decisions: &[Decision]) -> Vec<(bool, u64)> {
 fn policies() -> Vec<Policy> {
     use Algorithm::*;
     let specs: [(Algorithm, Quota); 10] = [
-        (Gcra, Quota::per_second(10).burst(20)),
-        (Gcra, Quota::new(5, Duration::from_secs(10))),
-        (TokenBucket, Quota::new(4, Duration::from_secs(3)).burst(2)),
-        (LeakyBucket, Quota::new(7, Duration::from_millis(700))),
-        (FixedWindow, Quota::new(5, Duration::from_secs(10))),
-        (FixedWindowFromFirst, Quota::new(3, Duration::from_secs(1))),
-        (SlidingWindowLog, Quota::new(6, Duration::from_secs(2))),
-        (SlidingWindow, Quota::new(5, Duration::from_secs(10))),
-        (SlidingWindow, Quota::per_minute(20)),
-        (FixedWindow, Quota::per_minute(1)),
+        (Gcra, Quota::per_second(10).unwrap().burst(20).unwrap()),
+        (Gcra, Quota::new(5, Duration::from_secs(10)).unwrap()),
+        (
+            TokenBucket,
+            Quota::new(4, Duration::from_secs(3))
+                .unwrap()
+                .burst(2)
+                .unwrap(),
+        ),
+        (
+            LeakyBucket,
+            Quota::new(7, Duration::from_millis(700)).unwrap(),
+        ),
+        (FixedWindow, Quota::new(5, Duration::from_secs(10)).unwrap()),
+        (
+            FixedWindowFromFirst,
+            Quota::new(3, Duration::from_secs(1)).unwrap(),
+        ),
+        (
+            SlidingWindowLog,
+            Quota::new(6, Duration::from_secs(2)).unwrap(),
+        ),
+        (
+            SlidingWindow,
+            Quota::new(5, Duration::from_secs(10)).unwrap(),
+        ),
+        (SlidingWindow, Quota::per_minute(20).unwrap()),
+        (FixedWindow, Quota::per_minute(1).unwrap()),
     ];
     specs
         .into_iter()
@@ -166,8 +184,8 @@ async fn burst_and_daily_are_atomic(
     keys: [&str; 2],
 ) {
     clock.set(T0);
-    let burst = Policy::new("burst", Quota::per_minute(2), Algorithm::Gcra).unwrap();
-    let daily = Policy::new("daily", Quota::per_day(3), Algorithm::FixedWindow).unwrap();
+    let burst = Policy::new("burst", Quota::per_minute(2).unwrap(), Algorithm::Gcra).unwrap();
+    let daily = Policy::new("daily", Quota::per_day(3).unwrap(), Algorithm::FixedWindow).unwrap();
     let both = [check(keys[0], &burst, true), check(keys[1], &daily, true)];
     let ask = async || summary(&store.check_many(&both).await.unwrap());
     assert_eq!(ask().await, [(true, 1), (true, 2)], "{label}");
@@ -193,8 +211,8 @@ async fn shadow_denials_block_nothing(
     keys: [&str; 2],
 ) {
     clock.set(T0);
-    let enforced = Policy::new("enforced", Quota::per_minute(2), Algorithm::Gcra).unwrap();
-    let shadow = Policy::new("shadow", Quota::per_minute(1), Algorithm::Gcra).unwrap();
+    let enforced = Policy::new("enforced", Quota::per_minute(2).unwrap(), Algorithm::Gcra).unwrap();
+    let shadow = Policy::new("shadow", Quota::per_minute(1).unwrap(), Algorithm::Gcra).unwrap();
     let both = [
         check(keys[0], &enforced, true),
         check(keys[1], &shadow, false),
@@ -229,12 +247,16 @@ async fn only_the_denying_limit_blocks(
     keys: [&str; 2],
 ) {
     clock.set(T0);
-    let burst = Policy::new("burst-block", Quota::per_minute(2), Algorithm::Gcra)
-        .unwrap()
-        .block_for(Duration::from_secs(300));
+    let burst = Policy::new(
+        "burst-block",
+        Quota::per_minute(2).unwrap(),
+        Algorithm::Gcra,
+    )
+    .unwrap()
+    .block_for(Duration::from_secs(300));
     let hourly = Policy::new(
         "hourly-block",
-        Quota::per_hour(100),
+        Quota::per_hour(100).unwrap(),
         Algorithm::SlidingWindowLog,
     )
     .unwrap()
@@ -365,8 +387,8 @@ async fn script_flush_between_stacked_decisions_still_decides_correctly() {
         .prefix(support::unique_prefix("stacked-flush"));
     let mut conn = support::redis_connection(&url);
     for algorithm in Algorithm::ALL {
-        let small = Policy::new("small", Quota::per_minute(3), algorithm).unwrap();
-        let big = Policy::new("big", Quota::per_hour(100), Algorithm::Gcra).unwrap();
+        let small = Policy::new("small", Quota::per_minute(3).unwrap(), algorithm).unwrap();
+        let big = Policy::new("big", Quota::per_hour(100).unwrap(), Algorithm::Gcra).unwrap();
         let key = algorithm.as_str();
         let both = [check(key, &small, true), check(key, &big, true)];
         let mut seen = Vec::new();
@@ -403,8 +425,8 @@ async fn left(store: &impl Store, key: &str, policy: &Policy) -> u64 {
 async fn concurrent_stacked_requests_count_exactly() {
     let url = support::shared_redis_url();
     for algorithm in Algorithm::ALL {
-        let small = Policy::new("ten", Quota::per_minute(10), algorithm).unwrap();
-        let big = Policy::new("thousand", Quota::per_minute(1000), algorithm).unwrap();
+        let small = Policy::new("ten", Quota::per_minute(10).unwrap(), algorithm).unwrap();
+        let big = Policy::new("thousand", Quota::per_minute(1000).unwrap(), algorithm).unwrap();
         let clock = ManualClock::new(T0);
 
         // Memory: 64 threads released at once.

@@ -660,7 +660,7 @@ pub fn command_calls(conn: &mut deadpool_redis::redis::Connection, command: &str
 pub async fn leases_are_exact<S: tollgate::Store>(store: &S, key: &str) {
     use tollgate::{Lease, Policy, Quota};
     for algorithm in Lease::ALGORITHMS {
-        let policy = Policy::new("leased", Quota::per_minute(5), algorithm).unwrap();
+        let policy = Policy::new("leased", Quota::per_minute(5).unwrap(), algorithm).unwrap();
         let first = store.acquire(key, &policy, 1, 3).await.unwrap();
         let second = store.acquire(key, &policy, 1, 3).await.unwrap();
         let none = store.acquire(key, &policy, 1, 3).await.unwrap();
