@@ -15,8 +15,8 @@ use crate::quota::Policy;
 
 mod memory;
 pub use memory::MemoryStore;
-mod grant;
-pub use grant::Grant;
+mod stack;
+pub use stack::Grant;
 
 /// One limit of a stacked decision: a client key under a policy, at a cost.
 ///
@@ -259,13 +259,6 @@ mod redis_sentinel;
 pub use self::redis_sentinel::RedisSentinelStore;
 
 mod boxed;
-mod breaker;
-mod denial_cache;
-mod resilient;
 pub use boxed::BoxStore;
-pub use breaker::CircuitBreaker;
-pub use denial_cache::DenialCache;
-pub(crate) use resilient::ErrorHook;
-pub use resilient::{OnStoreError, Resilient};
-mod leases;
-pub use leases::Leases;
+pub(crate) use stack::ErrorHook;
+pub use stack::{CircuitBreaker, DenialCache, Leases, OnStoreError, Resilient};

@@ -14,7 +14,7 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
-use crate::store::breaker::Breaker;
+use super::Breaker;
 use crate::store::{Check, CircuitBreaker, Grant, MemoryStore, Store};
 use crate::telemetry;
 
