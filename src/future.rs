@@ -13,10 +13,10 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use crate::body::ResponseBody;
-use crate::count::{Counter, Counting};
+use crate::limiter::count::{Counter, Counting};
 use crate::limiter::Verdict;
 use crate::response::Headers;
+use crate::response::ResponseBody;
 use crate::service::take_ready;
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the

@@ -72,9 +72,7 @@
 )]
 
 mod algorithm;
-mod body;
 mod clock;
-mod count;
 mod decision;
 mod error;
 mod future;
@@ -91,7 +89,6 @@ pub mod store;
 mod telemetry;
 
 pub use algorithm::Algorithm;
-pub use body::ResponseBody;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
@@ -101,6 +98,7 @@ pub use lease::Lease;
 pub use limiter::OnMissingKey;
 pub use quota::{Policy, Quota};
 pub use response::HeaderStyle;
+pub use response::ResponseBody;
 pub use service::RateLimit;
 pub use store::{OnStoreError, Store};
 

@@ -7,9 +7,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::body::ResponseBody;
 use crate::future::ResponseFuture;
 use crate::limiter::{Limiter, Plan};
+use crate::response::ResponseBody;
 use crate::store::{MemoryStore, Store};
 
 /// Rate-limits an inner service; made by [`RateLimitLayer`](crate::RateLimitLayer).

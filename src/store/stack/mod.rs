@@ -7,8 +7,8 @@ mod grant;
 mod leases;
 mod resilient;
 
-pub use breaker::CircuitBreaker;
 pub(crate) use breaker::Breaker;
+pub use breaker::CircuitBreaker;
 pub use denial_cache::DenialCache;
 pub use grant::Grant;
 pub use leases::Leases;

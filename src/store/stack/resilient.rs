@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use super::Breaker;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
-use super::Breaker;
 use crate::store::{Check, CircuitBreaker, Grant, MemoryStore, Store};
 use crate::telemetry;
 

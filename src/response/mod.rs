@@ -12,6 +12,9 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::quota::{Policy, Quota};
 
+mod body;
+pub use body::ResponseBody;
+
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

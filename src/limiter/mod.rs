@@ -15,7 +15,6 @@ use http_body_util::Full;
 use smallvec::SmallVec;
 use tracing::Instrument;
 
-use crate::count::{Counted, Counter};
 use crate::decision::Decision;
 use crate::error::{ControlError, StoreError};
 use crate::key;
@@ -25,6 +24,9 @@ use crate::response::{self, GrpcCode, HeaderStyle, Headers};
 use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
 use crate::store::{Check, DenialCache, Leases, OnStoreError, Resilient, Store};
 use crate::telemetry::{self, Outcome};
+use count::{Counted, Counter};
+
+pub(crate) mod count;
 
 /// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
 /// no peer address because the server was not set up to provide one).
