@@ -27,4 +27,3 @@ mod redis_store;
 mod redis_tls;
 mod rules;
 mod simulate;
-mod stacked;
