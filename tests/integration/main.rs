@@ -17,7 +17,6 @@ mod denial_cache;
 mod failover;
 mod grpc;
 mod http;
-mod leases;
 mod metrics;
 mod peek;
 mod quickstart;
