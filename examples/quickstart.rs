@@ -52,10 +52,10 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use subtle::ConstantTimeEq;
 use tollgate::key;
 use tollgate::rules::Rule;
-use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
+use tollgate::store::{MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
 use tollgate::{
-    Algorithm, ConfigError, ConfigErrorKind, ControlError, HeaderStyle, OnStoreError, Quota,
-    RateLimitLayer,
+    Algorithm, ConfigError, ConfigErrorKind, Control, ControlError, HeaderStyle, OnStoreError,
+    Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
 };
 
 #[tokio::main]
@@ -153,7 +153,7 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     let builder = RateLimitLayer::builder()
         .algorithm(algorithm)
         .key(client)
-        .skip_path("/metrics")
+        .skip(Skip::new().path("/metrics"))
         .on_store_error(on_store_error)
         .headers(headers);
     let builder = match rules_file {
@@ -166,28 +166,29 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
             builder.name("quickstart").quota(quota).rule(signin_rule()?)
         }
     };
-    let layer = builder.store(store()?).build()?;
-    let app = routes(metrics).layer(layer.clone());
+    let layer = with_store(builder)?.build()?;
+    let control = layer.control();
+    let app = routes(metrics).layer(layer);
     // Added after `.layer`, so the layer never sees it: the admin route is never limited.
     Ok(match std::env::var("ADMIN_TOKEN") {
-        Ok(token) if !token.is_empty() => app.merge(admin(layer, token)),
+        Ok(token) if !token.is_empty() => app.merge(admin(control, token)),
         _ => app,
     })
 }
 
-/// What the admin route needs: the layer to act through and the token it asks for.
+/// What the admin route needs: the layer's control to act through and the token it asks for.
 #[derive(Clone)]
 struct Admin {
-    layer: RateLimitLayer<BoxStore>,
+    control: Control,
     token: std::sync::Arc<str>,
 }
 
 /// `DELETE /admin/limits/{rule}/{key}`: resets one client under one rule.
-fn admin(layer: RateLimitLayer<BoxStore>, token: String) -> Router {
+fn admin(control: Control, token: String) -> Router {
     Router::new()
         .route("/admin/limits/{rule}/{key}", delete(reset_client))
         .with_state(Admin {
-            layer,
+            control,
             token: token.into(),
         })
 }
@@ -211,7 +212,7 @@ async fn reset_client(
         )
             .into_response();
     }
-    match admin.layer.reset(&rule, &key).await {
+    match admin.control.reset(&rule, &key).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e @ ControlError::UnknownRule { .. }) => {
             (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
@@ -223,9 +224,10 @@ async fn reset_client(
 /// The variables that choose a Redis store; at most one may be set.
 const STORE_VARIABLES: [&str; 3] = ["REDIS_URL", "REDIS_CLUSTER_NODES", "REDIS_SENTINEL"];
 
-/// Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES` is, Sentinel's
-/// master when `REDIS_SENTINEL` is, else memory: one store type either way.
-fn store() -> Result<BoxStore, ConfigError> {
+/// `builder` with Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES`
+/// is, Sentinel's master when `REDIS_SENTINEL` is, else memory: chosen at run time, the layer's
+/// type the same either way.
+fn with_store(builder: RateLimitLayerBuilder) -> Result<RateLimitLayerBuilder, ConfigError> {
     let set: Vec<&str> = STORE_VARIABLES
         .into_iter()
         .filter(|name| std::env::var_os(name).is_some())
@@ -246,21 +248,20 @@ fn store() -> Result<BoxStore, ConfigError> {
             .collect()
     };
     Ok(match set.first().copied() {
-        Some("REDIS_URL") => BoxStore::new(
-            RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?,
-        ),
-        Some("REDIS_CLUSTER_NODES") => BoxStore::new(
+        Some("REDIS_URL") => builder
+            .store(RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?),
+        Some("REDIS_CLUSTER_NODES") => builder.store(
             RedisClusterStore::from_nodes(&list(&value("REDIS_CLUSTER_NODES")))
                 .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
         ),
-        Some(_) => BoxStore::new(
+        Some(_) => builder.store(
             RedisSentinelStore::from_sentinels(
                 &list(&value("REDIS_SENTINEL")),
                 &env_or("REDIS_SENTINEL_MASTER", "mymaster"),
             )
             .map_err(|e| e.context("REDIS_SENTINEL"))?,
         ),
-        None => BoxStore::new(MemoryStore::new()),
+        None => builder.store(MemoryStore::new()),
     })
 }
 

@@ -32,19 +32,17 @@
 //!
 //! # How a request goes through
 //!
-//! [`RateLimitLayer`] (`layer.rs`) makes a [`RateLimit`] service (`service.rs`) around yours.
-//! Its `call` asks the limiter (`limiter.rs`) which rules apply, with which keys and costs, and
-//! returns a [`ResponseFuture`] (`future.rs`) that waits for the limiter's decision, waits
-//! again in delay mode, then calls your service or answers itself. The limiter asks one
-//! [`Store`]: the layer's builder stacks, outermost first, the [`DenialCache`] (a client
-//! already denied is answered locally), [`Leases`] (hot keys decided locally from quota
-//! leased in the backend), [`Resilient`] (timeout, circuit breaker, fallback) and your
-//! backend, [`MemoryStore`] or [`RedisStore`]. The limiter turns the store's [`Decision`]s
-//! into headers or a denial (`response.rs`).
+//! [`RateLimitLayer`] (`layer/`) makes a [`RateLimit`] service (`service.rs`) around yours.
+//! Its `call` asks the limiter (`limiter/`) which rules (`rules/`) apply, with which keys
+//! (`key/`) and costs, and returns a [`ResponseFuture`] (`future.rs`) that waits for the
+//! limiter's decision, waits again in delay mode, then calls your service or answers itself.
+//! The limiter asks one store (`store/`): the builder stacks, outermost first, a cache of
+//! denials (a client already denied is answered locally), leases (hot keys decided locally
+//! from quota leased in the backend) and failure handling (timeout, circuit breaker,
+//! fallback) around your backend, [`MemoryStore`] or [`RedisStore`] or a [`Store`] of your
+//! own; none of them is a type you build. The limiter turns the store's [`Decision`]s into
+//! headers or a denial (`response/`), and [`Control`] reads and acts on it afterwards.
 //!
-//! [`DenialCache`]: store::DenialCache
-//! [`Leases`]: store::Leases
-//! [`Resilient`]: store::Resilient
 //! [`MemoryStore`]: store::MemoryStore
 //! [`RedisStore`]: store::RedisStore
 //!
@@ -93,7 +91,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
 pub use future::ResponseFuture;
-pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip, Stats};
 pub use lease::Lease;
 pub use limiter::OnMissingKey;
 pub use quota::{Policy, Quota};

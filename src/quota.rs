@@ -352,10 +352,11 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Checks the quota and the name and builds the policy.
+    /// Checks the name and the quota's fit with the algorithm, and builds the policy.
     ///
     /// The name must be 1–64 bytes of ASCII letters, digits, `-`, `_` or `.`, because it is
-    /// written into store keys and response headers.
+    /// written into store keys and response headers; a burst other than the limit needs an
+    /// algorithm that has one (`gcra`, `token_bucket`, `leaky_bucket`).
     pub fn new(
         name: impl Into<Arc<str>>,
         quota: Quota,
@@ -363,7 +364,6 @@ impl Policy {
     ) -> Result<Self, ConfigError> {
         let name = name.into();
         check_policy_name(&name)?;
-        let params = Params::new(&quota, algorithm);
         if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
             return Err(ConfigError::of(
                 ConfigErrorKind::Quota,
@@ -373,15 +373,26 @@ impl Policy {
                 ),
             ));
         }
-        Ok(Self {
-            params,
+        Ok(Self::unchecked(name, quota, algorithm))
+    }
+
+    /// The GCRA policy named `name` (a valid name, checked by a test): GCRA takes every
+    /// [`Quota`], so this cannot fail. What `RateLimitLayer::new` limits by.
+    pub(crate) fn gcra(name: &'static str, quota: Quota) -> Self {
+        Self::unchecked(name.into(), quota, Algorithm::Gcra)
+    }
+
+    /// The policy, its name and its quota's fit with the algorithm checked by the caller.
+    fn unchecked(name: Arc<str>, quota: Quota, algorithm: Algorithm) -> Self {
+        Self {
+            params: Params::new(&quota, algorithm),
             header_item: response::policy_item(&name, &quota),
             name,
             quota,
             algorithm,
             block_for_us: 0,
             lease: None,
-        })
+        }
     }
 
     /// Blocks a client for `duration` once a blocking check denies it: every request is then

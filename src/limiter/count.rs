@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use http::StatusCode;
 
-use crate::limiter::Limiter;
+use super::Limiter;
 use crate::quota::Policy;
 use crate::rules::StatusMatch;
-use crate::store::{Check, Store};
+use crate::store::stack::{Check, StoreExt};
 
 /// A boxed future of nothing: the counting in progress.
 pub(crate) type Counting = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -27,16 +27,13 @@ pub(crate) struct Counted {
 /// What a request still owes its `count_status` rules; the response future starts it with the
 /// response's status.
 pub(crate) struct Counter {
-    store: Arc<dyn CountIn>,
+    limiter: Arc<Limiter>,
     counted: Vec<Counted>,
 }
 
 impl Counter {
-    pub(crate) fn new<S: Store>(limiter: Arc<Limiter<S>>, counted: Vec<Counted>) -> Self {
-        Self {
-            store: limiter,
-            counted,
-        }
+    pub(crate) fn new(limiter: Arc<Limiter>, counted: Vec<Counted>) -> Self {
+        Self { limiter, counted }
     }
 
     /// Starts counting the rules that list `status`, if any: spawned at once on the runtime,
@@ -51,7 +48,7 @@ impl Counter {
         if counted.is_empty() {
             return None;
         }
-        let count = self.store.count(counted);
+        let count = count(self.limiter, counted);
         Some(match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let task = runtime.spawn(count);
@@ -66,23 +63,16 @@ impl Counter {
     }
 }
 
-/// The limiter's store, whatever its type, for a count.
-trait CountIn: Send + Sync + 'static {
-    fn count(self: Arc<Self>, counted: Vec<Counted>) -> Counting;
-}
-
-impl<S: Store> CountIn for Limiter<S> {
-    /// One store call for every rule counted: each is consumed if its quota allows (none
-    /// blocks another), and a store error is the store's to log and count.
-    fn count(self: Arc<Self>, counted: Vec<Counted>) -> Counting {
-        Box::pin(async move {
-            let checks: Vec<Check<'_>> = counted
-                .iter()
-                .map(|c| Check::new(&c.key, &c.policy, c.cost).blocking(false))
-                .collect();
-            let _ = self.store.check_many(&checks).await;
-        })
-    }
+/// One store call for every rule counted: each is consumed if its quota allows (none blocks
+/// another), and a store error is the store's to log and count.
+fn count(limiter: Arc<Limiter>, counted: Vec<Counted>) -> Counting {
+    Box::pin(async move {
+        let checks: Vec<Check<'_>> = counted
+            .iter()
+            .map(|c| Check::new(&c.key, &c.policy, c.cost).blocking(false))
+            .collect();
+        let _ = limiter.store.check_many(&checks).await;
+    })
 }
 
 impl fmt::Debug for Counter {

@@ -1,6 +1,6 @@
 //! The decision for one request, shared by every clone of the service: which rules apply,
 //! with which keys and costs; asking the store; and the response or headers from its answer.
-//! Timeouts, the circuit breaker and the fallback are the store's (see `store::Resilient`).
+//! Timeouts, the circuit breaker and the fallback are the store stack's (`store::stack`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +22,8 @@ use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, GrpcCode, HeaderStyle, Headers};
 use crate::rules::{CompiledRule, Mode, RuleSet, RuleSource};
-use crate::store::{Check, DenialCache, Leases, OnStoreError, Resilient, Store};
+use crate::store::stack::{Check, Stack, StoreExt};
+use crate::store::{OnStoreError, Store};
 use crate::telemetry::{self, Outcome};
 use count::{Counted, Counter};
 
@@ -53,13 +54,13 @@ pub(crate) type DenyResponse = Arc<dyn Fn(&Decision) -> Response<String> + Send 
 /// Tells requests the layer never limits (health checks, preflights).
 pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
-pub(crate) struct Limiter<S> {
+pub(crate) struct Limiter {
     /// The rules in force; replaced whole when a rules file changes.
     pub(crate) rules: Arc<RuleSource>,
     pub(crate) skip: Option<SkipFn>,
-    /// The user's store inside the failure handling, behind the leases for hot keys and
-    /// the cache of denials.
-    pub(crate) store: DenialCache<Leases<Resilient<S>>>,
+    /// The store inside the failure handling, behind the leases for hot keys and the cache
+    /// of denials.
+    pub(crate) store: Stack,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,
@@ -178,7 +179,7 @@ fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
-impl<S: Store> Limiter<S> {
+impl Limiter {
     pub(crate) fn plan(&self, parts: &Parts) -> Plan {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             telemetry::skipped();
@@ -270,7 +271,7 @@ impl<S: Store> Limiter<S> {
         Ok((key::sanitize(key.to_owned()), policy))
     }
 
-    /// The verdict when the store can make it at once (see [`Store::check_ready`]): a request
+    /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
     pub(crate) fn decide_ready(&self, pending: &Pending) -> Option<Verdict> {
         let [one] = pending.checks.as_slice() else {
@@ -538,7 +539,7 @@ fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
     )
 }
 
-impl<S: fmt::Debug> fmt::Debug for Limiter<S> {
+impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("rules", &self.rules)

@@ -81,7 +81,7 @@ pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
 /// ```
 /// use std::time::Duration;
 /// use http::Method;
-/// use tollgate::{key, rules::{Mode, Rule}, Quota, RateLimitLayer};
+/// use tollgate::{key, rules::{Mode, Rule}, Quota, RateLimitLayer, Skip};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .key(key::Header::new("x-api-key").or(key::PeerIp::default()))
@@ -91,8 +91,9 @@ pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
 ///     .rule(Rule::new("api-daily", Quota::per_day(100_000)?).path("/api/*"))
 ///     .rule(Rule::new("export", Quota::per_second(2)?).path("/export")
 ///         .mode(Mode::Delay).max_delay(Duration::from_secs(2)))
-///     .skip_path("/health")
+///     .skip(Skip::new().path("/health"))
 ///     .build()?;
+/// # let _ = layer;
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[derive(Clone)]
@@ -311,7 +312,7 @@ impl Rule {
     }
 
     /// Leases this rule's quota to each instance in batches, for a hot key (a global limit,
-    /// one big customer): see [`Lease`] and [`Leases`](crate::store::Leases). Never admits
+    /// one big customer): see [`Lease`]. Never admits
     /// more than the quota; may admit a little less. Works with the bucket algorithms and the
     /// fixed windows; the sliding windows and delay mode refuse it with a [`ConfigError`].
     ///
@@ -551,6 +552,23 @@ pub(crate) struct CompiledRule {
 }
 
 impl CompiledRule {
+    /// A rule for every request under `policy` (of `quota`), keyed by `key`: what
+    /// `RateLimitLayer::new` limits with. Nothing in it can be wrong, so it cannot fail.
+    pub(crate) fn everything(policy: Policy, quota: Quota, key: Arc<dyn KeyExtractor>) -> Self {
+        Self {
+            policy,
+            quota,
+            mode: Mode::Enforce,
+            delay: None,
+            key,
+            route: Route::default(),
+            cost: Cost::One,
+            max_cost: quota.capacity(),
+            quota_for: None,
+            count_status: None,
+        }
+    }
+
     /// The policy of this rule for another quota (a tier's), in the rule's mode.
     pub(crate) fn policy_for(&self, quota: Quota) -> Result<Policy, ConfigError> {
         let policy = match &self.delay {

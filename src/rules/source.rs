@@ -66,6 +66,23 @@ impl RuleSource {
         Ok(Arc::new(source))
     }
 
+    /// Rules from code only, compiled already: nothing to read, so it cannot fail.
+    pub(crate) fn fixed(
+        rules: RuleSet,
+        default_key: Arc<dyn KeyExtractor>,
+        default_algorithm: Algorithm,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            code_rules: rules.rules().to_vec(),
+            code_skips: Vec::new(),
+            default_key,
+            default_algorithm,
+            file: None,
+            current: ArcSwap::from_pointee(rules),
+            last_read: Mutex::default(),
+        })
+    }
+
     /// Watches the rules file, if any, on a thread of its own (so it needs no async runtime)
     /// until the source is dropped with the layer and its services. Polling, not filesystem
     /// events: it sees editors that replace the file, network filesystems and Kubernetes

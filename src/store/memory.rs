@@ -13,7 +13,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::{Check, Grant, Store};
+use crate::store::stack::{Check, Grant, StoreExt};
+use crate::store::Store;
 
 /// A shard's keys. foldhash, seeded at random per store: faster than SipHash, and client
 /// keys (chosen by clients) cannot aim at its buckets.
@@ -188,7 +189,7 @@ impl MemoryStore {
 
     /// The decision [`check_now`](Self::check_now) would make now, made on a copy of the
     /// key's state: nothing is consumed or stored (see [`Store::peek`]).
-    pub fn peek_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
+    pub(crate) fn peek_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
         let now = self.inner.clock.now();
         let algorithm = policy.algorithm();
         let (map_key, shard_index) = self.locate(key, policy);
@@ -207,14 +208,14 @@ impl MemoryStore {
     }
 
     /// Decides one request against several limits at once, atomically: see
-    /// [`Store::check_many`]. The clock is read once, so every check sees the same instant.
+    /// `StoreExt::check_many`. The clock is read once, so every check sees the same instant.
     ///
     /// Every shard involved is locked for the whole decision (each once, in ascending order,
     /// so two stacked decisions can never deadlock), each check is decided on a copy of its
     /// state, and the copies are stored only when no blocking check was denied. Two checks on
     /// the same policy and key are decided one after the other, as two calls to
     /// [`check_now`](Self::check_now) would be: the second sees what the first consumed.
-    pub fn check_many_now(&self, checks: &[Check<'_>]) -> Vec<Decision> {
+    pub(crate) fn check_many_now(&self, checks: &[Check<'_>]) -> Vec<Decision> {
         if let [one] = checks {
             return vec![self.check_now(one.key, one.policy, one.cost)];
         }
@@ -369,7 +370,7 @@ impl MemoryStore {
             .insert(map_key, Tracked::blocked(policy.algorithm(), until));
     }
 
-    /// Gives `n` units back to `key` under `policy` (see [`Store::refund`]).
+    /// Gives `n` units back to `key` under `policy` (see `StoreExt::refund`).
     fn refund_now(&self, key: &str, policy: &Policy, n: u32) {
         let now = self.inner.clock.now();
         let params = policy.params();
@@ -529,19 +530,6 @@ impl Store for MemoryStore {
         Ok(self.check_now(key, policy, cost))
     }
 
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        Ok(self.check_many_now(checks))
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        Some(&*self.inner.clock)
-    }
-
-    /// Always: the memory store decides at once.
-    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
-        Some(self.check_now(key, policy, cost))
-    }
-
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         Ok(self.peek_now(key, policy, cost))
     }
@@ -560,6 +548,21 @@ impl Store for MemoryStore {
         let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
         self.block_now(key, policy, micros);
         Ok(())
+    }
+}
+
+impl StoreExt for MemoryStore {
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        Ok(self.check_many_now(checks))
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        Some(&*self.inner.clock)
+    }
+
+    /// Always: the memory store decides at once.
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        Some(self.check_now(key, policy, cost))
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
@@ -590,8 +593,8 @@ impl Store for MemoryStore {
 
 impl MemoryStore {
     /// Leases from `min` to `max` units without going through a future: see
-    /// [`Store::acquire`].
-    pub fn acquire_now(&self, key: &str, policy: &Policy, min: u32, max: u32) -> Grant {
+    /// `StoreExt::acquire`.
+    pub(crate) fn acquire_now(&self, key: &str, policy: &Policy, min: u32, max: u32) -> Grant {
         let now = self.inner.clock.now();
         let params = policy.params();
         let (map_key, shard_index) = self.locate(key, policy);
@@ -632,8 +635,14 @@ impl MemoryStore {
     }
 
     /// Gives back unused units of a lease without going through a future: see
-    /// [`Store::release`].
-    pub fn release_now(&self, key: &str, policy: &Policy, unused: u32, grant: &Grant) -> u32 {
+    /// `StoreExt::release`.
+    pub(crate) fn release_now(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> u32 {
         let now = self.inner.clock.now();
         let params = policy.params();
         let (map_key, shard_index) = self.locate(key, policy);

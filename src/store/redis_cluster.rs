@@ -18,7 +18,8 @@ use crate::store::redis::cached::CachedConnection;
 use crate::store::redis::calls::{self, ScriptRunner};
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
-use crate::store::{Check, Grant, Store};
+use crate::store::stack::{Check, Grant, StoreExt};
+use crate::store::Store;
 
 /// How long getting or checking a pooled connection may take in a pool made by `from_nodes`
 /// (the layer's `store_timeout` bounds each decision well below this).
@@ -33,7 +34,7 @@ const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 /// promoted) gets it by `EVAL`. Keys are `<prefix>:<policy>:<algorithm>:{<client key>}`: the
 /// client key is the hash tag, so one client's state under every policy lives in one slot.
 ///
-/// **Stacked limits across slots.** A stacked decision ([`Store::check_many`]) whose keys all
+/// **Stacked limits across slots.** A stacked decision (`StoreExt::check_many`) whose keys all
 /// share one slot (one client key under several policies) is one atomic script call, as on a
 /// standalone Redis. Checks of different client keys (e.g. per IP and per API key) usually
 /// fall in different slots, which no single script may touch. They are grouped by slot and
@@ -43,7 +44,7 @@ const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 /// concurrent request may take the last token of one group's limit, so that group denies at
 /// commit while the other groups have counted the request. Each limit stays exact on its own
 /// (no limit ever allows more than its quota); a request may be counted by one limit although
-/// another one denied it, as can happen with the default [`Store::check_many`].
+/// another one denied it, as can happen with the default `StoreExt::check_many`.
 ///
 /// Building a store never connects; the first decision does.
 ///
@@ -304,6 +305,27 @@ impl Store for RedisClusterStore {
         calls::check(self, key, policy, cost).await
     }
 
+    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
+    /// nothing written.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        calls::peek(self, key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        calls::act(self, key, policy, Control::Reset).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        calls::act(self, key, policy, Control::block(duration)).await
+    }
+}
+
+impl StoreExt for RedisClusterStore {
     /// Decides one request against several limits: one atomic script call when every key is
     /// in one slot, else a dry run of each slot's group and a commit (see the type's docs).
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
@@ -340,25 +362,6 @@ impl Store for RedisClusterStore {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.clock.as_deref()
-    }
-
-    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
-    /// nothing written.
-    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        calls::peek(self, key, policy, cost).await
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::Reset).await
-    }
-
-    async fn block(
-        &self,
-        key: &str,
-        policy: &Policy,
-        duration: Duration,
-    ) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::block(duration)).await
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {

@@ -16,7 +16,8 @@ use crate::store::redis::cached::CachedConnection;
 use crate::store::redis::calls::{self, ScriptRunner};
 use crate::store::redis::redact::Secrets;
 use crate::store::redis::script::{self, Call, Control, Scripts, DEFAULT_PREFIX};
-use crate::store::{Check, Grant, Store};
+use crate::store::stack::{Check, Grant, StoreExt};
+use crate::store::Store;
 
 /// How long getting or checking a pooled connection may take in a pool made by
 /// `from_sentinels` (the layer's `store_timeout` bounds each decision well below this).
@@ -187,16 +188,6 @@ impl Store for RedisSentinelStore {
         calls::check(self, key, policy, cost).await
     }
 
-    /// One atomic stacked script on the master, as [`RedisStore`](crate::store::RedisStore)
-    /// runs it.
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        calls::check_stacked(self, checks).await
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        self.clock.as_deref()
-    }
-
     /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
     /// nothing written.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
@@ -214,6 +205,18 @@ impl Store for RedisSentinelStore {
         duration: Duration,
     ) -> Result<(), StoreError> {
         calls::act(self, key, policy, Control::block(duration)).await
+    }
+}
+
+impl StoreExt for RedisSentinelStore {
+    /// One atomic stacked script on the master, as [`RedisStore`](crate::store::RedisStore)
+    /// runs it.
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        calls::check_stacked(self, checks).await
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.clock.as_deref()
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use axum::routing::get;
 use axum::Router;
-use tollgate::{key, Quota, RateLimitLayer};
+use tollgate::{key, Quota, RateLimitLayer, Skip};
 
 async fn serve(layer: RateLimitLayer) -> SocketAddr {
     support::serve(
@@ -106,7 +106,7 @@ async fn the_builder_skips_by_key_and_by_network() {
     let layer = RateLimitLayer::builder()
         .quota(Quota::per_minute(2).unwrap())
         .key(key::Header::new("x-api-key"))
-        .skip_keys(["internal-batch"])
+        .skip(Skip::new().keys(["internal-batch"]))
         .build()
         .unwrap();
     let addr = serve(layer).await;
@@ -122,7 +122,7 @@ async fn the_builder_skips_by_key_and_by_network() {
     let by_peer = RateLimitLayer::builder()
         .quota(Quota::per_minute(2).unwrap())
         .key(key::Global)
-        .skip_cidrs(["127.0.0.0/8".parse().unwrap()])
+        .skip(Skip::new().cidrs(["127.0.0.0/8".parse().unwrap()]))
         .build()
         .unwrap();
     let addr = serve(by_peer).await;
@@ -131,10 +131,10 @@ async fn the_builder_skips_by_key_and_by_network() {
     let by_client = RateLimitLayer::builder()
         .quota(Quota::per_minute(2).unwrap())
         .key(key::Global)
-        .skip_client_cidrs(
+        .skip(Skip::new().client_cidrs(
             key::ClientIp::trusting(["127.0.0.1/32".parse().unwrap()]),
             ["203.0.113.0/24".parse().unwrap()],
-        )
+        ))
         .build()
         .unwrap();
     let addr = serve(by_client).await;
@@ -152,7 +152,7 @@ async fn the_builder_skips_by_key_and_by_network() {
 fn an_empty_allow_list_is_a_clear_error() {
     let e = RateLimitLayer::builder()
         .quota(Quota::per_minute(2).unwrap())
-        .skip_keys(Vec::<String>::new())
+        .skip(Skip::new().keys(Vec::<String>::new()))
         .build()
         .unwrap_err();
     assert_eq!(e.to_string(), "skip: no keys given; list at least one");

@@ -15,7 +15,7 @@ use tollgate::{key, ConfigErrorKind, ControlError, ManualClock, Quota, RateLimit
 /// Starts the time of every test: a realistic µs timestamp.
 const T0: u64 = 1_700_000_000_000_000;
 
-async fn serve<S: Store>(layer: RateLimitLayer<S>) -> SocketAddr {
+async fn serve(layer: RateLimitLayer) -> SocketAddr {
     support::serve(
         Router::new()
             .route("/", get(|| async { "ok" }))
@@ -50,7 +50,7 @@ fn answer(status: u16, retry_after: &str, ratelimit: &str) -> (u16, String, Stri
 }
 
 /// "login": 2 per minute by GCRA (one back every 30 s), then blocked for 10 minutes.
-fn login_layer<S: Store>(store: S) -> RateLimitLayer<S> {
+fn login_layer(store: impl Store) -> RateLimitLayer {
     RateLimitLayer::builder()
         .rule(
             Rule::new("login", Quota::per_minute(2).unwrap())
@@ -188,7 +188,7 @@ async fn only_the_denying_rule_blocks() {
 }
 
 /// "api": 3 per minute by GCRA (one back every 20 s), keyed by `x-user`.
-fn api_layer<S: Store>(store: S) -> RateLimitLayer<S> {
+fn api_layer(store: impl Store) -> RateLimitLayer {
     RateLimitLayer::builder()
         .rule(Rule::new("api", Quota::per_minute(3).unwrap()).key(key::Header::new("x-user")))
         .store(store)
@@ -198,7 +198,7 @@ fn api_layer<S: Store>(store: S) -> RateLimitLayer<S> {
 
 /// `refund`, `reset` and `block` through the layer, each seen by the next request (also when
 /// the layer's cache of denials holds a denial of the client).
-async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &ManualClock) {
+async fn reset_block_and_refund(layer: RateLimitLayer, clock: &ManualClock) {
     let addr = serve(layer.clone()).await;
     for remaining in ["r=2;t=20", "r=1;t=40", "r=0;t=60"] {
         assert_eq!(
@@ -212,7 +212,7 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
     );
 
     // Two back: the TAT moves back 40 s.
-    layer.refund("api", "ann", 2).await.unwrap();
+    layer.control().refund("api", "ann", 2).await.unwrap();
     assert_eq!(hit(addr, "ann").await, answer(200, "-", "\"api\";r=1;t=40"));
     assert_eq!(hit(addr, "ann").await, answer(200, "-", "\"api\";r=0;t=60"));
     assert_eq!(
@@ -220,21 +220,22 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
         answer(429, "20", "\"api\";r=0;t=60")
     );
     // More than was used gives back no more than a whole quota.
-    layer.refund("api", "ann", 10).await.unwrap();
+    layer.control().refund("api", "ann", 10).await.unwrap();
     assert_eq!(hit(addr, "ann").await, answer(200, "-", "\"api\";r=2;t=20"));
 
     // A reset forgets everything.
     assert_eq!(hit(addr, "ann").await, answer(200, "-", "\"api\";r=1;t=40"));
-    layer.reset("api", "ann").await.unwrap();
+    layer.control().reset("api", "ann").await.unwrap();
     assert_eq!(hit(addr, "ann").await, answer(200, "-", "\"api\";r=2;t=20"));
 
     // A block of 90 s: denied with the rest of it, then a whole quota.
     layer
+        .control()
         .block("api", "ann", Duration::from_secs(90))
         .await
         .unwrap();
     // A peek sees the block (the store's answer: the block forgot any cached denial).
-    let peek = layer.peek("api", "ann").await.unwrap();
+    let peek = layer.control().peek("api", "ann").await.unwrap();
     assert_eq!(
         (peek.allowed, peek.remaining, peek.retry_after),
         (false, 0, Some(Duration::from_secs(90)))
@@ -244,7 +245,7 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
         answer(429, "90", "\"api\";r=0;t=90")
     );
     // A refund does not lift a block.
-    layer.refund("api", "ann", 3).await.unwrap();
+    layer.control().refund("api", "ann", 3).await.unwrap();
     clock.advance(Duration::from_secs(30));
     assert_eq!(
         hit(addr, "ann").await,
@@ -254,6 +255,7 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
     assert_eq!(hit(addr, "ann").await, answer(200, "-", "\"api\";r=2;t=20"));
     // A reset lifts one.
     layer
+        .control()
         .block("api", "ann", Duration::from_secs(90))
         .await
         .unwrap();
@@ -261,11 +263,12 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
         hit(addr, "ann").await,
         answer(429, "90", "\"api\";r=0;t=90")
     );
-    layer.reset("api", "ann").await.unwrap();
+    layer.control().reset("api", "ann").await.unwrap();
     assert_eq!(hit(addr, "ann").await, answer(200, "-", "\"api\";r=2;t=20"));
 
     // Keys are sanitized as requests' keys are: a key with braces is digested alike.
     layer
+        .control()
         .block("api", "x{y}", Duration::from_secs(5))
         .await
         .unwrap();
@@ -276,7 +279,7 @@ async fn reset_block_and_refund<S: Store>(layer: RateLimitLayer<S>, clock: &Manu
     );
 
     // An unknown rule is an error that names it.
-    let error = layer.reset("apj", "ann").await.unwrap_err();
+    let error = layer.control().reset("apj", "ann").await.unwrap_err();
     assert!(matches!(&error, ControlError::UnknownRule { rule, .. } if rule == "apj"));
     assert_eq!(
         error.to_string(),
@@ -301,23 +304,44 @@ async fn reset_block_and_refund_on_redis() {
     reset_block_and_refund(api_layer(store), &clock).await;
 }
 
-/// A store of the user's that only decides: the new operations say they are unsupported.
+/// A store of the user's has no refund (it is not part of `Store`): it says so.
 #[tokio::test]
 async fn a_store_without_them_says_so() {
+    use tollgate::{Decision, Policy, StoreError};
+
     #[derive(Debug)]
     struct OnlyChecks(MemoryStore);
     impl Store for OnlyChecks {
         async fn check(
             &self,
             key: &str,
-            policy: &tollgate::Policy,
+            policy: &Policy,
             cost: u32,
-        ) -> Result<tollgate::Decision, tollgate::StoreError> {
+        ) -> Result<Decision, StoreError> {
             self.0.check(key, policy, cost).await
+        }
+        async fn peek(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            self.0.peek(key, policy, cost).await
+        }
+        async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+            self.0.reset(key, policy).await
+        }
+        async fn block(
+            &self,
+            key: &str,
+            policy: &Policy,
+            for_: Duration,
+        ) -> Result<(), StoreError> {
+            self.0.block(key, policy, for_).await
         }
     }
     let layer = api_layer(OnlyChecks(MemoryStore::new()));
-    let error = layer.refund("api", "ann", 1).await.unwrap_err();
+    let error = layer.control().refund("api", "ann", 1).await.unwrap_err();
     assert_eq!(
         error.to_string(),
         "rate limit store does not support refund"

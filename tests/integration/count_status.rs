@@ -12,25 +12,16 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use http::Method;
+use support::BuiltIn;
 use tollgate::rules::{Mode, Rule, StatusMatch};
-use tollgate::store::{BoxStore, Check, MemoryStore, RedisStore};
-use tollgate::{key, ConfigErrorKind, Decision, Policy, Quota, RateLimitLayer, Store, StoreError};
-
-/// The stores each test runs on: memory, and Redis under a prefix of its own.
-fn stores(test: &str) -> Vec<BoxStore> {
-    vec![
-        BoxStore::new(MemoryStore::new()),
-        BoxStore::new(
-            RedisStore::from_url(&support::shared_redis_url())
-                .unwrap()
-                .prefix(support::unique_prefix(test)),
-        ),
-    ]
-}
+use tollgate::{
+    key, ConfigErrorKind, Decision, Policy, Quota, RateLimitLayer, RateLimitLayerBuilder, Store,
+    StoreError,
+};
 
 /// `POST /signin` (200 for `password=open-sesame`, else 401) and `GET /boom` (the status in
 /// the query, e.g. `/boom?503`), counting the calls that reach the handlers.
-fn app(layer: RateLimitLayer<BoxStore>, calls: Arc<AtomicUsize>) -> Router {
+fn app(layer: RateLimitLayer, calls: Arc<AtomicUsize>) -> Router {
     let boom_calls = Arc::clone(&calls);
     Router::new()
         .route(
@@ -62,10 +53,13 @@ fn signin_rule() -> Rule {
         .count_status([401])
 }
 
-fn layer(store: BoxStore, rules: impl IntoIterator<Item = Rule>) -> RateLimitLayer<BoxStore> {
-    let mut builder = RateLimitLayer::builder()
+/// A layer with `rules` on the store `with_store` sets.
+fn layer(
+    with_store: impl FnOnce(RateLimitLayerBuilder) -> RateLimitLayerBuilder,
+    rules: impl IntoIterator<Item = Rule>,
+) -> RateLimitLayer {
+    let mut builder = with_store(RateLimitLayer::builder())
         .key(key::Header::new("x-api-key"))
-        .store(store)
         .store_timeout(Duration::from_secs(2));
     for rule in rules {
         builder = builder.rule(rule);
@@ -102,9 +96,9 @@ fn remaining(header: &str) -> u64 {
 
 #[tokio::test]
 async fn only_listed_statuses_are_counted_and_a_spent_client_never_reaches_the_handler() {
-    for store in stores("count") {
+    for store in BuiltIn::both("count") {
         let calls = Arc::new(AtomicUsize::new(0));
-        let layer = layer(store.clone(), [signin_rule()]);
+        let layer = layer(|b| store.clone().on(b), [signin_rule()]);
         let addr = support::serve(app(layer.clone(), Arc::clone(&calls))).await;
 
         // Successful sign-ins are never counted: the peek says 2 left after this one, always.
@@ -127,7 +121,7 @@ async fn only_listed_statuses_are_counted_and_a_spent_client_never_reaches_the_h
             assert_eq!((status, remaining(&header)), (429, 0), "{store:?}");
         }
         assert_eq!(calls.load(Ordering::SeqCst), 8, "{store:?}: handler called");
-        let peek = layer.peek("signin", "mallory").await.unwrap();
+        let peek = layer.control().peek("signin", "mallory").await.unwrap();
         assert!(!peek.allowed, "{store:?}");
 
         // Another client is untouched.
@@ -141,13 +135,13 @@ async fn only_listed_statuses_are_counted_and_a_spent_client_never_reaches_the_h
 
 #[tokio::test]
 async fn classes_count_and_other_rules_on_the_request_behave_as_before() {
-    for store in stores("count-class") {
+    for store in BuiltIn::both("count-class") {
         let calls = Arc::new(AtomicUsize::new(0));
         let errors = Rule::new("errors", Quota::per_minute(2).unwrap())
             .path("/boom")
             .count_status([StatusMatch::class(5)]);
         let every = Rule::new("every", Quota::per_minute(100).unwrap()).path("/boom");
-        let layer = layer(store.clone(), [errors, every]);
+        let layer = layer(|b| store.clone().on(b), [errors, every]);
         let addr = support::serve(app(layer.clone(), Arc::clone(&calls))).await;
         let boom = |code: u16| {
             let client = support::client();
@@ -170,7 +164,7 @@ async fn classes_count_and_other_rules_on_the_request_behave_as_before() {
         assert_eq!(statuses, [200, 404, 503, 200, 500, 429], "{store:?}");
         assert_eq!(calls.load(Ordering::SeqCst), 5);
         // The plain rule counted the five that went through, and not the denied one.
-        let every = layer.peek("every", "k").await.unwrap();
+        let every = layer.control().peek("every", "k").await.unwrap();
         assert_eq!(every.remaining, 100 - 5 - 1, "{store:?}");
         // Headers: the most restrictive limit, here `errors` at 0 left.
         let (status, header) = boom(200).await;
@@ -183,7 +177,7 @@ async fn classes_count_and_other_rules_on_the_request_behave_as_before() {
 /// long enough for the client to give up first.
 #[derive(Debug, Clone)]
 struct SlowChecks {
-    inner: BoxStore,
+    inner: BuiltIn,
     delay: Duration,
 }
 
@@ -193,25 +187,28 @@ impl Store for SlowChecks {
         self.inner.check(key, policy, cost).await
     }
 
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.check_many(checks).await
-    }
-
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         self.inner.peek(key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn block(&self, key: &str, policy: &Policy, for_: Duration) -> Result<(), StoreError> {
+        self.inner.block(key, policy, for_).await
     }
 }
 
 #[tokio::test]
 async fn a_failure_is_counted_even_when_the_client_hangs_up_before_the_response() {
-    for store in stores("count-hangup") {
-        let slow = BoxStore::new(SlowChecks {
+    for store in BuiltIn::both("count-hangup") {
+        let slow = SlowChecks {
             inner: store.clone(),
             delay: Duration::from_millis(300),
-        });
+        };
         let calls = Arc::new(AtomicUsize::new(0));
-        let layer = layer(slow, [signin_rule()]);
+        let layer = layer(|b| b.store(slow), [signin_rule()]);
         let addr = support::serve(app(layer.clone(), Arc::clone(&calls))).await;
         let impatient = reqwest::Client::builder()
             .no_proxy()
@@ -228,7 +225,7 @@ async fn a_failure_is_counted_even_when_the_client_hangs_up_before_the_response(
         assert!(gave_up.unwrap_err().is_timeout());
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let peek = layer.peek("signin", "eve").await.unwrap();
+        let peek = layer.control().peek("signin", "eve").await.unwrap();
         assert_eq!(peek.remaining, 1, "{store:?}: the failure was not counted");
     }
 }
@@ -237,12 +234,12 @@ async fn a_failure_is_counted_even_when_the_client_hangs_up_before_the_response(
 async fn a_response_future_dropped_while_counting_still_counts_and_one_dropped_before_does_not() {
     use tower::{Layer, Service, ServiceExt};
 
-    for store in stores("count-drop") {
-        let slow = BoxStore::new(SlowChecks {
+    for store in BuiltIn::both("count-drop") {
+        let slow = SlowChecks {
             inner: store.clone(),
             delay: Duration::from_millis(300),
-        });
-        let layer = layer(slow, [signin_rule()]);
+        };
+        let layer = layer(|b| b.store(slow), [signin_rule()]);
         // The handler answers 401 after `wait`.
         let service = |wait: Duration| {
             layer.layer(tower::service_fn(
@@ -268,7 +265,15 @@ async fn a_response_future_dropped_while_counting_still_counts_and_one_dropped_b
             .await
             .is_err());
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(layer.peek("signin", "trudy").await.unwrap().remaining, 1);
+        assert_eq!(
+            layer
+                .control()
+                .peek("signin", "trudy")
+                .await
+                .unwrap()
+                .remaining,
+            1
+        );
 
         // Dropped while the handler still works: nothing to count.
         let mut slow_handler = service(Duration::from_millis(300));
@@ -278,7 +283,12 @@ async fn a_response_future_dropped_while_counting_still_counts_and_one_dropped_b
             .is_err());
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert_eq!(
-            layer.peek("signin", "trudy").await.unwrap().remaining,
+            layer
+                .control()
+                .peek("signin", "trudy")
+                .await
+                .unwrap()
+                .remaining,
             1,
             "{store:?}"
         );
@@ -286,7 +296,15 @@ async fn a_response_future_dropped_while_counting_still_counts_and_one_dropped_b
         // And a response that waits for its count carries it: the next request sees it.
         let response = service(Duration::ZERO).oneshot(request()).await.unwrap();
         assert_eq!(response.status(), 401);
-        assert_eq!(layer.peek("signin", "trudy").await.unwrap().remaining, 0);
+        assert_eq!(
+            layer
+                .control()
+                .peek("signin", "trudy")
+                .await
+                .unwrap()
+                .remaining,
+            0
+        );
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::routing::get;
 use axum::Router;
 use support::RedisServer;
-use tollgate::store::{CircuitBreaker, RedisStore};
+use tollgate::store::{RedisStore, StoreFailure};
 use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
@@ -18,11 +18,10 @@ async fn app(url: &str, quota: Quota, on_error: OnStoreError) -> SocketAddr {
         .quota(quota)
         .key(key::Global)
         .store(RedisStore::from_url(url).unwrap())
-        .on_store_error(on_error)
-        .store_timeout(Duration::from_millis(50))
-        .circuit_breaker(
-            CircuitBreaker::default()
-                .failures(3)
+        .store_failure(
+            StoreFailure::new(on_error)
+                .timeout(Duration::from_millis(50))
+                .open_after(3)
                 .open_for(Duration::from_millis(100), Duration::from_millis(200)),
         )
         .build()
@@ -296,5 +295,5 @@ async fn one_killed_connection_under_load_costs_almost_nothing() {
         "{unavailable} of {} requests got 503",
         statuses.len()
     );
-    assert!(!layer.store_circuit_open());
+    assert!(!layer.control().stats().circuit_open);
 }

@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use tollgate::key;
 use tollgate::store::RedisStore;
-use tollgate::{OnMissingKey, OnStoreError, Quota, RateLimitLayer, Store};
+use tollgate::{OnMissingKey, OnStoreError, Quota, RateLimitLayer};
 use tonic::metadata::MetadataMap;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
@@ -26,7 +26,7 @@ use tonic_health::server::HealthReporter;
 const CHECK: &str = "/grpc.health.v1.Health/Check";
 
 /// Serves the standard health service behind `layer` on a free loopback port.
-async fn serve_grpc<S: Store>(layer: RateLimitLayer<S>) -> (SocketAddr, HealthReporter) {
+async fn serve_grpc(layer: RateLimitLayer) -> (SocketAddr, HealthReporter) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (reporter, health) = tonic_health::server::health_reporter();

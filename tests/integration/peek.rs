@@ -9,7 +9,8 @@ use axum::routing::get;
 use axum::Router;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tollgate::store::{BoxStore, MemoryStore, RedisStore};
+use support::BuiltIn;
+use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{key, Algorithm, ControlError, ManualClock, Policy, Quota, RateLimitLayer, Store};
 
 #[tokio::test]
@@ -108,19 +109,19 @@ async fn a_redis_peek_is_one_script_call_that_writes_nothing() {
     }
 }
 
-fn app(layer: RateLimitLayer<BoxStore>) -> Router {
+fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(layer)
 }
 
 /// A layer limiting `/` to 5/min per `x-api-key`, with a tier of 10/min for keys `vip-…`.
-fn layer(store: BoxStore) -> RateLimitLayer<BoxStore> {
-    RateLimitLayer::builder()
+fn layer(store: BuiltIn) -> RateLimitLayer {
+    store
+        .on(RateLimitLayer::builder())
         .name("api")
         .quota(Quota::per_minute(5).unwrap())
         .key(key::Header::new("x-api-key"))
-        .store(store)
         .store_timeout(Duration::from_secs(2))
         .build()
         .unwrap()
@@ -139,16 +140,7 @@ async fn get_as(addr: std::net::SocketAddr, client_key: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn the_layer_peeks_a_client_by_its_raw_key_on_both_stores() {
-    let url = support::shared_redis_url();
-    let stores = [
-        BoxStore::new(MemoryStore::new()),
-        BoxStore::new(
-            RedisStore::from_url(&url)
-                .unwrap()
-                .prefix(support::unique_prefix("peek-layer")),
-        ),
-    ];
-    for store in stores {
+    for store in BuiltIn::both("peek-layer") {
         let layer = layer(store.clone());
         let addr = support::serve(app(layer.clone())).await;
         for _ in 0..3 {
@@ -156,7 +148,7 @@ async fn the_layer_peeks_a_client_by_its_raw_key_on_both_stores() {
         }
         // Peeking, however often, leaves alice 2 of 5.
         for _ in 0..3 {
-            let peek = layer.peek("api", "alice").await.unwrap();
+            let peek = layer.control().peek("api", "alice").await.unwrap();
             assert!(peek.allowed, "{store:?}");
             assert_eq!((peek.limit, peek.remaining), (5, 1), "{store:?}");
         }
@@ -166,18 +158,24 @@ async fn the_layer_peeks_a_client_by_its_raw_key_on_both_stores() {
             "{store:?}"
         );
         assert_eq!(get_as(addr, "alice").await.0, 200);
-        let spent = layer.peek("api", "alice").await.unwrap();
+        let spent = layer.control().peek("api", "alice").await.unwrap();
         assert!(!spent.allowed);
         assert_eq!(spent.remaining, 0);
         assert_eq!(spent.retry_after.map(|d| d.as_secs()), Some(11));
         assert_eq!(get_as(addr, "alice").await.0, 429);
         // Bob is untouched; a key too long for the store is digested as a request's is.
-        assert_eq!(layer.peek("api", "bob").await.unwrap().remaining, 4);
+        assert_eq!(
+            layer.control().peek("api", "bob").await.unwrap().remaining,
+            4
+        );
         let long = "x".repeat(300);
         assert_eq!(get_as(addr, &long).await.0, 200);
-        assert_eq!(layer.peek("api", &long).await.unwrap().remaining, 3);
+        assert_eq!(
+            layer.control().peek("api", &long).await.unwrap().remaining,
+            3
+        );
 
-        match layer.peek("nope", "alice").await {
+        match layer.control().peek("nope", "alice").await {
             Err(e @ ControlError::UnknownRule { .. }) => assert_eq!(
                 e.to_string(),
                 "no rule named \"nope\" (the rules in force are: api)"

@@ -11,7 +11,9 @@ use axum::Router;
 use http::Method;
 use tollgate::rules::{Mode, Rule};
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, Algorithm, ManualClock, Quota, RateLimitLayer, RateLimitLayerBuilder, Store};
+use tollgate::{
+    key, Algorithm, ManualClock, Quota, RateLimitLayer, RateLimitLayerBuilder, Skip, Store,
+};
 
 fn routes() -> Router {
     Router::new()
@@ -25,7 +27,7 @@ fn routes() -> Router {
         .route("/api/export", get(|| async { "export" }))
 }
 
-async fn serve<S: Store>(layer: RateLimitLayer<S>) -> SocketAddr {
+async fn serve(layer: RateLimitLayer) -> SocketAddr {
     support::serve(routes().layer(layer)).await
 }
 
@@ -88,7 +90,7 @@ async fn routes_are_limited_separately() {
 }
 
 /// A burst limit and a daily limit on the same route, with a clock the test moves.
-fn stacked<S: Store>(store: S) -> RateLimitLayerBuilder<S> {
+fn stacked(store: impl Store) -> RateLimitLayerBuilder {
     RateLimitLayer::builder()
         .key(key::Global)
         .rule(Rule::new("burst", Quota::per_minute(2).unwrap()).path("/api/*"))
@@ -100,8 +102,8 @@ fn stacked<S: Store>(store: S) -> RateLimitLayerBuilder<S> {
         .store(store)
 }
 
-async fn a_request_denied_by_one_limit_consumes_nothing_from_the_other<S: Store>(
-    store: S,
+async fn a_request_denied_by_one_limit_consumes_nothing_from_the_other(
+    store: impl Store,
     clock: ManualClock,
 ) {
     let addr = serve(stacked(store).build().unwrap()).await;
@@ -275,7 +277,7 @@ async fn shadow_rules_never_block_but_report_and_count() {
             (200, "\"new-limit\";r=0;t=60".to_owned()),
         ]
     );
-    assert_eq!(handle.shadow_denials(), 2);
+    assert_eq!(handle.control().stats().shadow_denials, 2);
 }
 
 #[tokio::test]
@@ -283,8 +285,8 @@ async fn skipped_requests_are_never_limited() {
     let layer = RateLimitLayer::builder()
         .quota(Quota::per_minute(1).unwrap())
         .key(key::Global)
-        .skip_path("/health")
-        .skip(|req| req.method == Method::OPTIONS)
+        .skip(Skip::new().path("/health"))
+        .skip(Skip::new().when(|req| req.method == Method::OPTIONS))
         .build()
         .unwrap();
     let addr = serve(layer).await;
@@ -401,7 +403,7 @@ async fn a_rules_file_is_reloaded_and_a_broken_one_is_ignored() {
         &rules("5/min; burst=5").replace("\"api\"", "\"api2\""),
     );
     let deadline = Instant::now() + Duration::from_secs(2);
-    while handle.rule_names() != ["api2"] {
+    while handle.control().rule_names() != ["api2"] {
         assert!(Instant::now() < deadline, "not reloaded within 2 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -413,7 +415,7 @@ async fn a_rules_file_is_reloaded_and_a_broken_one_is_ignored() {
     // A broken file keeps the last good rules, and serving goes on.
     write(&path, "[[rule]]\nname = \"api\"\nquota = \"5/fortnight\"\n");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(handle.rule_names(), ["api2"]);
+    assert_eq!(handle.control().rule_names(), ["api2"]);
     assert_eq!(statuses(addr, Method::GET, "/api/items", 1).await, [429]);
     assert_eq!(statuses(addr, Method::GET, "/health", 1).await, [200]);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -444,8 +446,8 @@ async fn reload_rules_applies_a_changed_file_at_once() {
     );
     // A new name, so a fresh window of state; no waiting for the watcher.
     write(&path, &api_rule("4/min").replace("\"api\"", "\"api2\""));
-    handle.reload_rules().unwrap();
-    assert_eq!(handle.rule_names(), ["api2"]);
+    handle.control().reload_rules().unwrap();
+    assert_eq!(handle.control().rule_names(), ["api2"]);
     assert_eq!(
         statuses(addr, Method::GET, "/api/items", 5).await,
         [200, 200, 200, 200, 429]
@@ -483,11 +485,11 @@ async fn an_empty_or_non_utf8_file_at_reload_keeps_the_limits() {
         (b"[[rule]]\nname = \"caf\xe9\"\n", "not UTF-8 text"),
     ] {
         std::fs::write(&path, bytes).unwrap();
-        let e = handle.reload_rules().unwrap_err().to_string();
+        let e = handle.control().reload_rules().unwrap_err().to_string();
         assert!(e.contains(why), "{e}");
         // Nor does the watcher apply it.
         tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert_eq!(handle.rule_names(), ["api"]);
+        assert_eq!(handle.control().rule_names(), ["api"]);
         assert_eq!(
             statuses(addr, Method::GET, "/api/items", 2).await,
             [429, 429]

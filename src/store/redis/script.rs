@@ -12,7 +12,7 @@ use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::{Check, Grant};
+use crate::store::stack::{Check, Grant};
 #[cfg(doc)]
 use crate::Lease;
 

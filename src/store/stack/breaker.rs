@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 
-/// Settings of the circuit breaker that stops calling a failing store.
+/// Settings of the circuit breaker that stops calling a failing store (set through
+/// [`StoreFailure`](crate::store::StoreFailure)).
 ///
 /// After `failures` consecutive failures the circuit opens: decisions are answered by the
 /// [`OnStoreError`](crate::OnStoreError) policy at once, with no call and no timeout. After a
@@ -20,24 +21,14 @@ use crate::clock::Clock;
 /// seen (e.g. every call on one connection that broke) fail together and count once; the
 /// next failure counts only for a call started after it. So one dropped connection is one
 /// failure, not as many as were in flight.
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::store::CircuitBreaker;
-///
-/// let breaker = CircuitBreaker::default()
-///     .failures(3)
-///     .open_for(Duration::from_millis(500), Duration::from_secs(10));
-/// # let _ = breaker;
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CircuitBreaker {
+pub(crate) struct BreakerSettings {
     failures: u32,
     min_open: Duration,
     max_open: Duration,
 }
 
-impl Default for CircuitBreaker {
+impl Default for BreakerSettings {
     /// Opens after 5 consecutive failures; probes after 1 s, backing off up to 30 s.
     fn default() -> Self {
         Self {
@@ -48,17 +39,17 @@ impl Default for CircuitBreaker {
     }
 }
 
-impl CircuitBreaker {
+impl BreakerSettings {
     /// Consecutive failures that open the circuit (at least 1).
     #[must_use]
-    pub fn failures(mut self, failures: u32) -> Self {
+    pub(crate) fn failures(mut self, failures: u32) -> Self {
         self.failures = failures.max(1);
         self
     }
 
     /// How long the circuit stays open before the first probe, and the most it backs off to.
     #[must_use]
-    pub fn open_for(mut self, min: Duration, max: Duration) -> Self {
+    pub(crate) fn open_for(mut self, min: Duration, max: Duration) -> Self {
         self.min_open = min;
         self.max_open = max.max(min);
         self
@@ -71,7 +62,7 @@ const PROBING: u8 = 2;
 
 /// The breaker's live state. The closed path is two atomic loads.
 pub(crate) struct Breaker {
-    settings: CircuitBreaker,
+    settings: BreakerSettings,
     clock: Arc<dyn Clock>,
     state: AtomicU8,
     consecutive_failures: AtomicU64,
@@ -99,7 +90,7 @@ pub(crate) struct Attempt<'a> {
 }
 
 impl Breaker {
-    pub(crate) fn new(settings: CircuitBreaker, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(settings: BreakerSettings, clock: Arc<dyn Clock>) -> Self {
         Self {
             settings,
             clock,
@@ -243,7 +234,7 @@ mod tests {
     use super::*;
     use crate::ManualClock;
 
-    fn breaker(settings: CircuitBreaker) -> (Breaker, ManualClock) {
+    fn breaker(settings: BreakerSettings) -> (Breaker, ManualClock) {
         let clock = ManualClock::new(1_000_000);
         (Breaker::new(settings, Arc::new(clock.clone())), clock)
     }
@@ -255,7 +246,7 @@ mod tests {
     #[test]
     fn opens_after_consecutive_failures_and_allows_one_probe() {
         let (b, _) = breaker(
-            CircuitBreaker::default()
+            BreakerSettings::default()
                 .failures(3)
                 .open_for(Duration::ZERO, Duration::ZERO),
         );
@@ -276,7 +267,7 @@ mod tests {
 
     #[test]
     fn a_success_resets_the_failure_count() {
-        let (b, _) = breaker(CircuitBreaker::default().failures(2));
+        let (b, _) = breaker(BreakerSettings::default().failures(2));
         fail_once(&b);
         b.attempt().unwrap().record(true);
         fail_once(&b);
@@ -286,7 +277,7 @@ mod tests {
     #[test]
     fn stays_open_for_the_back_off_read_from_the_clock() {
         let (b, clock) = breaker(
-            CircuitBreaker::default()
+            BreakerSettings::default()
                 .failures(1)
                 .open_for(Duration::from_secs(10), Duration::from_secs(60)),
         );
@@ -308,7 +299,7 @@ mod tests {
     #[test]
     fn a_dropped_probe_lets_the_next_request_probe() {
         let (b, clock) = breaker(
-            CircuitBreaker::default()
+            BreakerSettings::default()
                 .failures(1)
                 .open_for(Duration::from_secs(1), Duration::from_secs(30)),
         );
@@ -325,7 +316,7 @@ mod tests {
 
     #[test]
     fn calls_in_flight_together_fail_as_one() {
-        let (b, _) = breaker(CircuitBreaker::default().failures(2));
+        let (b, _) = breaker(BreakerSettings::default().failures(2));
         // 100 calls on one connection that breaks: one failure, not 100.
         let in_flight: Vec<Attempt<'_>> = (0..100).map(|_| b.attempt().unwrap()).collect();
         for attempt in in_flight {
@@ -339,7 +330,7 @@ mod tests {
 
     #[test]
     fn an_unsettled_ordinary_call_changes_nothing() {
-        let (b, _) = breaker(CircuitBreaker::default().failures(1));
+        let (b, _) = breaker(BreakerSettings::default().failures(1));
         drop(b.attempt().unwrap());
         assert!(!b.is_open());
         assert!(b.attempt().is_some());

@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use foldhash::quality::RandomState;
 
+use super::{Check, Grant, StoreExt};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::{Check, Store};
+use crate::store::Store;
 
 const SHARDS: usize = 16;
 
@@ -44,7 +45,7 @@ const MAX_AGE: u64 = 5_000_000;
 ///
 /// Blocks ([`Policy::block_for`], [`Store::block`]) keep it exact: a block only makes a denial
 /// longer, and its `retry_after` is the rest of the block. What makes a denial shorter is
-/// [`Store::reset`] or [`Store::refund`]: through this cache they drop its denial of that
+/// [`Store::reset`] or `StoreExt::refund`: through this cache they drop its denial of that
 /// client; another instance's cache asks the store again within 5 s (a cached denial is
 /// answered for 5 s at most, however long it lasts, e.g. a 15-minute block).
 ///
@@ -55,7 +56,7 @@ const MAX_AGE: u64 = 5_000_000;
 /// While the store is away and [`Resilient`](crate::store::Resilient) falls back to memory,
 /// the fallback's denials are cached like the store's: after the store is back, such a client
 /// stays denied until that denial's `Retry-After`, or 5 s, at most.
-pub struct DenialCache<S> {
+pub(crate) struct DenialCache<S> {
     inner: S,
     /// Keyed by a hash of `(policy, key)`, foldhash seeded at random per cache (client keys
     /// cannot be chosen to collide), which each shard's map hashes again.
@@ -91,9 +92,9 @@ struct Denial {
     decision: Decision,
 }
 
-impl<S: Store> DenialCache<S> {
+impl<S: StoreExt> DenialCache<S> {
     /// A cache of up to `capacity` denials in front of `inner`; 0 turns it off.
-    pub fn new(inner: S, capacity: usize) -> Self {
+    pub(crate) fn new(inner: S, capacity: usize) -> Self {
         Self {
             inner,
             shards: (0..SHARDS)
@@ -108,12 +109,12 @@ impl<S: Store> DenialCache<S> {
     }
 
     /// How many requests were answered from the cache.
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
 
     /// The wrapped store.
-    pub fn get_ref(&self) -> &S {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
 
@@ -246,7 +247,7 @@ impl<S: Store> DenialCache<S> {
     }
 }
 
-impl<S: Store> Store for DenialCache<S> {
+impl<S: StoreExt> Store for DenialCache<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         if self.per_shard == 0 {
             return self.inner.check(key, policy, cost).await;
@@ -258,28 +259,6 @@ impl<S: Store> Store for DenialCache<S> {
         let decision = self.inner.check(key, policy, cost).await?;
         self.remember_answer(miss, (key, policy, cost), decision);
         Ok(decision)
-    }
-
-    /// A cached denial, or the store's decision at once (remembered as [`check`](Self::check)
-    /// remembers it).
-    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
-        if self.per_shard == 0 {
-            return self.inner.check_ready(key, policy, cost);
-        }
-        let miss = match self.cached(key, policy, cost) {
-            Ok(decision) => return Some(decision),
-            Err(miss) => miss,
-        };
-        let decision = self.inner.check_ready(key, policy, cost)?;
-        self.remember_answer(miss, (key, policy, cost), decision);
-        Some(decision)
-    }
-
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match checks {
-            [one] => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
-            _ => self.inner.check_many(checks).await,
-        }
     }
 
     /// A live cached denial answers (a peek changes nothing the denial depends on); else the
@@ -324,6 +303,30 @@ impl<S: Store> Store for DenialCache<S> {
         self.forget(policy, key);
         result
     }
+}
+
+impl<S: StoreExt> StoreExt for DenialCache<S> {
+    /// A cached denial, or the store's decision at once (remembered as [`check`](Self::check)
+    /// remembers it).
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        if self.per_shard == 0 {
+            return self.inner.check_ready(key, policy, cost);
+        }
+        let miss = match self.cached(key, policy, cost) {
+            Ok(decision) => return Some(decision),
+            Err(miss) => miss,
+        };
+        let decision = self.inner.check_ready(key, policy, cost)?;
+        self.remember_answer(miss, (key, policy, cost), decision);
+        Some(decision)
+    }
+
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match checks {
+            [one] => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
+            _ => self.inner.check_many(checks).await,
+        }
+    }
 
     /// Refunds the client in the store, then drops this instance's cached denial of it, as
     /// [`reset`](Self::reset) does.
@@ -343,7 +346,7 @@ impl<S: Store> Store for DenialCache<S> {
         policy: &Policy,
         min: u32,
         max: u32,
-    ) -> Result<crate::store::Grant, StoreError> {
+    ) -> Result<Grant, StoreError> {
         self.inner.acquire(key, policy, min, max).await
     }
 
@@ -352,7 +355,7 @@ impl<S: Store> Store for DenialCache<S> {
         key: &str,
         policy: &Policy,
         unused: u32,
-        grant: &crate::store::Grant,
+        grant: &Grant,
     ) -> Result<u32, StoreError> {
         self.inner.release(key, policy, unused, grant).await
     }
@@ -414,7 +417,31 @@ mod tests {
         ) -> Result<Decision, StoreError> {
             Ok(self.0.check_now(key, policy, cost))
         }
+
+        async fn peek(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            self.0.peek(key, policy, cost).await
+        }
+
+        async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+            self.0.reset(key, policy).await
+        }
+
+        async fn block(
+            &self,
+            key: &str,
+            policy: &Policy,
+            for_: Duration,
+        ) -> Result<(), StoreError> {
+            self.0.block(key, policy, for_).await
+        }
     }
+
+    impl StoreExt for Remote {}
 
     #[tokio::test]
     async fn a_cached_denial_is_answered_at_once_over_a_store_that_cannot_be() {

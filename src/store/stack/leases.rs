@@ -1,22 +1,23 @@
 //! [`Leases`]: hot keys decided locally from units of quota paid for in the store.
 //!
 //! Why it never admits more than the quota: every unit spent here was consumed in the store by
-//! one atomic [`Store::acquire`] before it was spent, as if that many requests had been
+//! one atomic `StoreExt::acquire` before it was spent, as if that many requests had been
 //! allowed, so the total admitted by all instances is at most what the algorithm admits.
 //! What it costs is under-admission: units leased and not yet spent are unavailable to other
-//! instances until they are spent, given back ([`Store::release`]) or expire.
+//! instances until they are spent, given back (`StoreExt::release`) or expire.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::{Check, Grant, StoreExt};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::lease::Lease;
 use crate::quota::Policy;
-use crate::store::{Check, Grant, Store};
+use crate::store::Store;
 use crate::telemetry;
 
 /// How long a lease lasts at most, unless the policy's period is shorter.
@@ -27,7 +28,7 @@ const DEFAULT_CAPACITY: usize = 10_000;
 /// Decides requests of policies with a [`Lease`] locally, from units leased from the inner
 /// store; every other request goes straight to the inner store.
 ///
-/// - **Exact.** A unit is spent here only after [`Store::acquire`] consumed it in the store,
+/// - **Exact.** A unit is spent here only after `StoreExt::acquire` consumed it in the store,
 ///   atomically, so all instances together never admit more than the quota. A store's
 ///   refusal to lease (no unit fits) is answered as a denial with the store's `retry_after`.
 /// - **Under-admission, bounded.** Units leased but not yet spent are unavailable to other
@@ -36,7 +37,7 @@ const DEFAULT_CAPACITY: usize = 10_000;
 ///   the limit and the burst). A lease lasts at most 1 s, and never longer than the policy's
 ///   period or its fixed window. Unused units are given back when the lease expires, by a
 ///   task spawned for it (or at the key's next request, whichever comes first), as far as the
-///   algorithm can take them back exactly ([`Store::release`]).
+///   algorithm can take them back exactly (`StoreExt::release`).
 /// - **Saturated keys.** After a lease got fewer units than it asked for (the key is over its
 ///   quota), the next one asks for a whole lease or none: a refused lease's denial then lasts
 ///   until a whole lease fits, so a key over its quota costs about two store calls per lease
@@ -50,13 +51,13 @@ const DEFAULT_CAPACITY: usize = 10_000;
 ///   (a [`Resilient`](crate::store::Resilient)) applies the layer's
 ///   [`OnStoreError`](crate::OnStoreError); the lease in hand is spent first.
 /// - A request whose cost is more than what is left of the lease (but some is left), and
-///   stacked limits ([`Store::check_many`]), ask the inner store directly.
+///   stacked limits (`StoreExt::check_many`), ask the inner store directly.
 ///
 /// `remaining` in allowed answers is the store's remaining when the lease was granted plus
 /// the lease's units this instance has not spent yet.
 ///
 /// The layer's builder puts one between the cache of denials and the failure handling.
-pub struct Leases<S> {
+pub(crate) struct Leases<S> {
     shared: Arc<Shared<S>>,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     capacity: usize,
@@ -69,7 +70,7 @@ struct Shared<S> {
     lifetime: Duration,
 }
 
-impl<S: Store> Shared<S> {
+impl<S: StoreExt> Shared<S> {
     /// The inner store's time when it reads a clock here, else a monotonic µs clock.
     fn now(&self) -> u64 {
         match self.inner.clock() {
@@ -214,9 +215,9 @@ impl LeaseState {
     }
 }
 
-impl<S: Store> Leases<S> {
+impl<S: StoreExt> Leases<S> {
     /// Leases around `inner`, each lasting at most 1 s, for up to 10,000 keys at once.
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         Self {
             shared: Arc::new(Shared {
                 inner,
@@ -229,7 +230,7 @@ impl<S: Store> Leases<S> {
     }
 
     /// The wrapped store.
-    pub fn get_ref(&self) -> &S {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.shared.inner
     }
 
@@ -489,7 +490,7 @@ impl Entry {
     }
 }
 
-impl<S: Store> Store for Leases<S> {
+impl<S: StoreExt> Store for Leases<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
@@ -504,6 +505,34 @@ impl<S: Store> Store for Leases<S> {
         }
     }
 
+    /// The store's view: units this instance holds in a lease count there as spent.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.shared.inner.peek(key, policy, cost).await
+    }
+
+    /// Resets the client in the store, and drops this instance's lease of it (a refill
+    /// already in flight may still store one lease, taken before the reset).
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        let result = self.shared.inner.reset(key, policy).await;
+        self.forget(key, policy, false);
+        result
+    }
+
+    /// Blocks the client in the store, and drops this instance's lease of it, as
+    /// [`reset`](Self::reset) does: the next request asks the store, which answers the block.
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        let result = self.shared.inner.block(key, policy, duration).await;
+        self.forget(key, policy, false);
+        result
+    }
+}
+
+impl<S: StoreExt> StoreExt for Leases<S> {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
             [one] => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
@@ -568,32 +597,6 @@ impl<S: Store> Store for Leases<S> {
         self.shared.inner.release(key, policy, unused, grant).await
     }
 
-    /// The store's view: units this instance holds in a lease count there as spent.
-    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.shared.inner.peek(key, policy, cost).await
-    }
-
-    /// Resets the client in the store, and drops this instance's lease of it (a refill
-    /// already in flight may still store one lease, taken before the reset).
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        let result = self.shared.inner.reset(key, policy).await;
-        self.forget(key, policy, false);
-        result
-    }
-
-    /// Blocks the client in the store, and drops this instance's lease of it, as
-    /// [`reset`](Self::reset) does: the next request asks the store, which answers the block.
-    async fn block(
-        &self,
-        key: &str,
-        policy: &Policy,
-        duration: Duration,
-    ) -> Result<(), StoreError> {
-        let result = self.shared.inner.block(key, policy, duration).await;
-        self.forget(key, policy, false);
-        result
-    }
-
     /// Refunds the client in the store, and drops this instance's refusal to lease to it
     /// (the lease in hand stays).
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
@@ -654,6 +657,30 @@ mod tests {
             self.inner.check(key, policy, cost).await
         }
 
+        async fn peek(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            self.inner.peek(key, policy, cost).await
+        }
+
+        async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+            self.inner.reset(key, policy).await
+        }
+
+        async fn block(
+            &self,
+            key: &str,
+            policy: &Policy,
+            for_: Duration,
+        ) -> Result<(), StoreError> {
+            self.inner.block(key, policy, for_).await
+        }
+    }
+
+    impl StoreExt for Counted {
         fn clock(&self) -> Option<&dyn Clock> {
             self.inner.clock()
         }
@@ -864,6 +891,20 @@ mod tests {
             Err(StoreError::Timeout)
         }
 
+        async fn peek(&self, _: &str, _: &Policy, _: u32) -> Result<Decision, StoreError> {
+            Err(StoreError::Timeout)
+        }
+
+        async fn reset(&self, _: &str, _: &Policy) -> Result<(), StoreError> {
+            Err(StoreError::Timeout)
+        }
+
+        async fn block(&self, _: &str, _: &Policy, _: Duration) -> Result<(), StoreError> {
+            Err(StoreError::Timeout)
+        }
+    }
+
+    impl StoreExt for Failing {
         async fn acquire(&self, _: &str, _: &Policy, _: u32, _: u32) -> Result<Grant, StoreError> {
             tokio::time::sleep(Duration::from_millis(30)).await;
             Err(StoreError::Timeout)

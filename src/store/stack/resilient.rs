@@ -9,59 +9,23 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::Breaker;
+use super::{Breaker, BreakerSettings, Check, Grant, StoreExt};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
-use crate::error::{ConfigError, ConfigErrorKind, StoreError};
+use crate::error::StoreError;
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
-use crate::store::{Check, CircuitBreaker, Grant, MemoryStore, Store};
+use crate::store::{ErrorHook, MemoryStore, OnStoreError, Store, StoreFailure};
 use crate::telemetry;
 
 /// `Resilient::reported_open` before the gauge was first set.
 const NOT_REPORTED: u8 = 2;
 
-/// What the layer does when the store cannot decide (error, timeout, open circuit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum OnStoreError {
-    /// Let the request through without rate-limit headers (fail open). The default: a Redis
-    /// outage never becomes an outage of the app.
-    #[default]
-    Allow,
-    /// Answer 503 with `Retry-After` (gRPC: UNAVAILABLE) (fail closed).
-    Deny,
-    /// Decide with an in-process limiter with the same policies, so each instance keeps
-    /// limiting on its own while the store is away.
-    FallbackToMemory,
-}
-
-impl std::str::FromStr for OnStoreError {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "allow" => Ok(Self::Allow),
-            "deny" => Ok(Self::Deny),
-            "fallback" | "fallback_to_memory" => Ok(Self::FallbackToMemory),
-            other => Err(ConfigError::of(
-                ConfigErrorKind::Other,
-                format!("unknown store error policy {other:?} (use allow, deny or fallback)"),
-            )),
-        }
-    }
-}
-
-/// Observes every store error (after the policy has answered the request).
-pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
-
 /// A store around `S` that bounds every call by a timeout, stops calling `S` while it keeps
-/// failing (a [`CircuitBreaker`]), logs failures at most once per 10 s, and, with
-/// [`OnStoreError::FallbackToMemory`], decides in memory while `S` is away.
-///
-/// [`RateLimitLayer`](crate::RateLimitLayer)'s builder wraps its store in one, so a store
-/// never needs its own timeouts. With the other policies a failure is returned as the
-/// [`StoreError`] for the layer to answer (fail open or closed).
+/// failing (a circuit breaker), logs failures at most once per 10 s, and, with
+/// [`OnStoreError::FallbackToMemory`], decides in memory while `S` is away; configured by a
+/// [`StoreFailure`]. With the other policies a failure is returned as the [`StoreError`] for the
+/// layer to answer (fail open or closed).
 ///
 /// A call that times out may still have run in the store: Redis may run the script after the
 /// caller gave up, so a timed-out request may use quota although it was answered by the
@@ -69,21 +33,7 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
 ///
 /// An in-process store answers on the first poll, so wrapping one costs no timer: the timeout
 /// starts only when the inner store has to wait.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use tollgate::store::{Check, OnStoreError, RedisStore, Resilient};
-/// use tollgate::{Algorithm, Policy, Quota, Store};
-///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let store = Resilient::new(RedisStore::from_url("redis://127.0.0.1:6379")?)
-///     .timeout(Duration::from_millis(20))
-///     .on_error(OnStoreError::FallbackToMemory);
-/// let policy = Policy::new("api", Quota::per_second(10)?, Algorithm::Gcra)?;
-/// let decision = store.check("client-1", &policy, 1).await?;
-/// # let _ = decision; Ok(()) }
-/// ```
-pub struct Resilient<S> {
+pub(crate) struct Resilient<S> {
     inner: S,
     timeout: Duration,
     on_error: OnStoreError,
@@ -100,16 +50,16 @@ pub struct Resilient<S> {
     reported_open: AtomicU8,
 }
 
-impl<S: Store> Resilient<S> {
-    /// `inner` with a 50 ms timeout, the default [`CircuitBreaker`], and
-    /// [`OnStoreError::Allow`].
-    pub fn new(inner: S) -> Self {
-        let label = telemetry::store_label_of(&inner);
+impl<S: StoreExt> Resilient<S> {
+    /// `inner` with the defaults of [`StoreFailure`]: a 50 ms timeout, the default breaker,
+    /// and [`OnStoreError::Allow`].
+    pub(crate) fn new(inner: S) -> Self {
+        let label = inner.label();
         Self {
             inner,
             timeout: Duration::from_millis(50),
             on_error: OnStoreError::Allow,
-            breaker: Breaker::new(CircuitBreaker::default(), Arc::new(SystemClock)),
+            breaker: Breaker::new(BreakerSettings::default(), Arc::new(SystemClock)),
             fallback: None,
             errors: AtomicU64::new(0),
             error_log: QuietLog::new(Duration::from_secs(10)),
@@ -119,57 +69,38 @@ impl<S: Store> Resilient<S> {
         }
     }
 
-    /// The longest a call may take (default 50 ms); must be longer than zero.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// Failure handling as `failure` sets it (timeout, policy, breaker, hook), the breaker's
+    /// time read from the system clock.
+    pub(crate) fn failure(mut self, failure: &StoreFailure) -> Self {
+        self.timeout = failure.timeout;
+        self.on_error = failure.on_error;
+        self.fallback = (self.on_error == OnStoreError::FallbackToMemory).then(MemoryStore::new);
+        self.breaker = Breaker::new(failure.breaker, Arc::new(SystemClock));
+        self.hook = failure.hook.clone();
         self
     }
 
-    /// What a failure turns into (default [`OnStoreError::Allow`]: the error is returned).
-    #[must_use]
-    pub fn on_error(mut self, on_error: OnStoreError) -> Self {
-        self.on_error = on_error;
-        self.fallback = (on_error == OnStoreError::FallbackToMemory).then(MemoryStore::new);
-        self
-    }
-
-    /// Circuit breaker settings, with the breaker's time read from the system clock.
-    #[must_use]
-    pub fn circuit_breaker(self, settings: CircuitBreaker) -> Self {
-        self.circuit_breaker_with_clock(settings, SystemClock)
-    }
-
-    /// Circuit breaker settings, with the breaker's time read from `clock` (e.g. a
-    /// [`ManualClock`](crate::ManualClock) in tests).
-    #[must_use]
-    pub fn circuit_breaker_with_clock(
-        mut self,
-        settings: CircuitBreaker,
-        clock: impl Clock,
-    ) -> Self {
-        self.breaker = Breaker::new(settings, Arc::new(clock));
-        self
-    }
-
-    pub(crate) fn on_error_hook(mut self, hook: Option<ErrorHook>) -> Self {
-        self.hook = hook;
+    /// The breaker of `failure` reading its time from `clock` (a `ManualClock` in tests).
+    #[cfg(test)]
+    pub(crate) fn breaker_clock(mut self, failure: &StoreFailure, clock: impl Clock) -> Self {
+        self.breaker = Breaker::new(failure.breaker, Arc::new(clock));
         self
     }
 
     /// How many calls failed (errors, timeouts, and calls refused while the circuit was
     /// open) since this store was made.
-    pub fn errors(&self) -> u64 {
+    pub(crate) fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
     }
 
     /// Whether the circuit breaker is open: the inner store is failing and not being called.
-    pub fn circuit_open(&self) -> bool {
+    pub(crate) fn circuit_open(&self) -> bool {
         self.breaker.is_open()
     }
 
     /// The wrapped store.
-    pub fn get_ref(&self) -> &S {
+    #[cfg(test)]
+    pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
 
@@ -254,7 +185,7 @@ where
         .unwrap_or(Err(StoreError::Timeout))
 }
 
-impl<S: Store> Store for Resilient<S> {
+impl<S: StoreExt> Store for Resilient<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         match self.call(|| self.inner.check(key, policy, cost)).await {
             Ok(decision) => Ok(decision),
@@ -268,6 +199,46 @@ impl<S: Store> Store for Resilient<S> {
         }
     }
 
+    /// As [`check`](Self::check): within the timeout, not while the circuit is open, and
+    /// with the fallback's peek while the store is away.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        match self.call(|| self.inner.peek(key, policy, cost)).await {
+            Ok(decision) => Ok(decision),
+            Err(error) => match self.failed(&error) {
+                Some(fallback) => {
+                    telemetry::fallback_decision();
+                    Ok(fallback.peek_now(key, policy, cost))
+                }
+                None => Err(error),
+            },
+        }
+    }
+
+    /// Resets the fallback's state too, so that it holds no stale denial for the next outage;
+    /// the inner store's error, if any, is returned (within the timeout, through the breaker).
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.reset(key, policy).await?;
+        }
+        self.call(|| self.inner.reset(key, policy)).await
+    }
+
+    /// Blocks in the fallback too, so that the block holds through an outage on this
+    /// instance.
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.block(key, policy, duration).await?;
+        }
+        self.call(|| self.inner.block(key, policy, duration)).await
+    }
+}
+
+impl<S: StoreExt> StoreExt for Resilient<S> {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match self.call(|| self.inner.check_many(checks)).await {
             Ok(decisions) => Ok(decisions),
@@ -297,21 +268,6 @@ impl<S: Store> Store for Resilient<S> {
         Some(decision)
     }
 
-    /// As [`check`](Self::check): within the timeout, not while the circuit is open, and
-    /// with the fallback's peek while the store is away.
-    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        match self.call(|| self.inner.peek(key, policy, cost)).await {
-            Ok(decision) => Ok(decision),
-            Err(error) => match self.failed(&error) {
-                Some(fallback) => {
-                    telemetry::fallback_decision();
-                    Ok(fallback.peek_now(key, policy, cost))
-                }
-                None => Err(error),
-            },
-        }
-    }
-
     /// Leases through the timeout and breaker; on failure, by the policy like a check (the
     /// fallback's grants carry no mark, so that nothing of them is ever given back to the
     /// inner store).
@@ -336,29 +292,6 @@ impl<S: Store> Store for Resilient<S> {
                 None => Err(error),
             },
         }
-    }
-
-    /// Resets the fallback's state too, so that it holds no stale denial for the next outage;
-    /// the inner store's error, if any, is returned (within the timeout, through the breaker).
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        if let Some(fallback) = &self.fallback {
-            fallback.reset(key, policy).await?;
-        }
-        self.call(|| self.inner.reset(key, policy)).await
-    }
-
-    /// Blocks in the fallback too, so that the block holds through an outage on this
-    /// instance.
-    async fn block(
-        &self,
-        key: &str,
-        policy: &Policy,
-        duration: Duration,
-    ) -> Result<(), StoreError> {
-        if let Some(fallback) = &self.fallback {
-            fallback.block(key, policy, duration).await?;
-        }
-        self.call(|| self.inner.block(key, policy, duration)).await
     }
 
     /// Refunds the fallback too (what it counted during an outage).
@@ -436,6 +369,30 @@ mod tests {
             }
         }
 
+        async fn peek(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            self.memory.peek(key, policy, cost).await
+        }
+
+        async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+            self.memory.reset(key, policy).await
+        }
+
+        async fn block(
+            &self,
+            key: &str,
+            policy: &Policy,
+            for_: Duration,
+        ) -> Result<(), StoreError> {
+            self.memory.block(key, policy, for_).await
+        }
+    }
+
+    impl StoreExt for Flaky {
         /// Decides at once while answering, as an in-process store does.
         fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
             let answering = self.mode.load(Ordering::SeqCst) == ANSWER;
@@ -449,21 +406,20 @@ mod tests {
 
     /// A store that denies on errors, whose circuit opens at the first failure and stays open
     /// for 1 s (by `clock`) before a probe.
-    fn tripping_on_one_failure(clock: &ManualClock) -> Resilient<Flaky> {
+    fn tripping_on_one_failure(clock: &ManualClock, timeout: Duration) -> Resilient<Flaky> {
+        let failure = StoreFailure::new(OnStoreError::Deny)
+            .timeout(timeout)
+            .open_after(1)
+            .open_for(Duration::from_secs(1), Duration::from_secs(30));
         Resilient::new(Flaky::default())
-            .on_error(OnStoreError::Deny)
-            .circuit_breaker_with_clock(
-                CircuitBreaker::default()
-                    .failures(1)
-                    .open_for(Duration::from_secs(1), Duration::from_secs(30)),
-                clock.clone(),
-            )
+            .failure(&failure)
+            .breaker_clock(&failure, clock.clone())
     }
 
     #[tokio::test]
     async fn a_request_dropped_mid_probe_does_not_keep_the_circuit_open() {
         let clock = ManualClock::new(1_000_000);
-        let store = tripping_on_one_failure(&clock).timeout(Duration::from_secs(60));
+        let store = tripping_on_one_failure(&clock, Duration::from_secs(60));
         let policy = policy();
         store.get_ref().set(FAIL);
         assert!(store.check("k", &policy, 1).await.is_err());
@@ -483,7 +439,7 @@ mod tests {
     #[tokio::test]
     async fn nothing_is_decided_at_once_while_the_circuit_is_open() {
         let clock = ManualClock::new(1_000_000);
-        let store = tripping_on_one_failure(&clock);
+        let store = tripping_on_one_failure(&clock, Duration::from_millis(50));
         let policy = policy();
         assert!(store
             .check_ready("k", &policy, 1)
@@ -501,9 +457,9 @@ mod tests {
 
     #[tokio::test]
     async fn fallback_decides_in_memory_and_counts_the_error() {
-        let store = Resilient::new(Flaky::default())
-            .timeout(Duration::from_millis(5))
-            .on_error(OnStoreError::FallbackToMemory);
+        let store = Resilient::new(Flaky::default()).failure(
+            &StoreFailure::new(OnStoreError::FallbackToMemory).timeout(Duration::from_millis(5)),
+        );
         store.get_ref().set(HANG);
         let policy = Policy::new("p", Quota::per_minute(2).unwrap(), Algorithm::Gcra).unwrap();
         let mut allowed = Vec::new();
@@ -522,9 +478,18 @@ mod tests {
             async fn check(&self, _: &str, _: &Policy, _: u32) -> Result<Decision, StoreError> {
                 Err(StoreError::key_state("WRONGTYPE"))
             }
+            async fn peek(&self, _: &str, _: &Policy, _: u32) -> Result<Decision, StoreError> {
+                Err(StoreError::key_state("WRONGTYPE"))
+            }
+            async fn reset(&self, _: &str, _: &Policy) -> Result<(), StoreError> {
+                Err(StoreError::key_state("WRONGTYPE"))
+            }
+            async fn block(&self, _: &str, _: &Policy, _: Duration) -> Result<(), StoreError> {
+                Err(StoreError::key_state("WRONGTYPE"))
+            }
         }
-        let store =
-            Resilient::new(WrongType).circuit_breaker(CircuitBreaker::default().failures(1));
+        impl StoreExt for WrongType {}
+        let store = Resilient::new(WrongType).failure(&StoreFailure::default().open_after(1));
         for _ in 0..10 {
             assert!(matches!(
                 store.check("k", &policy(), 1).await,

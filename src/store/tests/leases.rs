@@ -2,22 +2,23 @@
 //! not much less, a few Redis calls per thousand requests; and without the store's atomic
 //! lease, too much.
 
-use crate::support;
+use super::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::rules::Rule;
+use crate::store::stack::{Backend, Grant, StoreExt};
+use crate::store::{MemoryStore, RedisStore, Store};
+use crate::{
+    key, Algorithm, Decision, Lease, ManualClock, Policy, Quota, RateLimitLayer, StoreError,
+};
 use axum::routing::get;
 use axum::Router;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tollgate::rules::Rule;
-use tollgate::store::{Grant, MemoryStore, RedisStore};
-use tollgate::{
-    key, Algorithm, Decision, Lease, ManualClock, Policy, Quota, RateLimitLayer, Store, StoreError,
-};
 
 /// Seeded histories of leases, returns, checks and blocks: the memory store and the Redis
 /// store (on the same manual clock) answer every step alike, for every algorithm that leases.
@@ -87,7 +88,7 @@ async fn the_redis_store_leases_every_algorithm_that_leases() {
     let store = RedisStore::from_url(&support::shared_redis_url())
         .unwrap()
         .prefix(support::unique_prefix("every"));
-    support::leases_are_exact(&store, "k").await;
+    leases_are_exact(&store, "k").await;
 }
 
 /// DESIGN's example on Redis: a lease of 10 at 0, 1 unit from elsewhere at 20T, and a return
@@ -131,14 +132,14 @@ struct Run {
 }
 
 /// An app limited globally at `per_second` with `Lease::Auto`, on `store`.
-async fn app<S: Store + std::fmt::Debug>(store: S, per_second: u32) -> SocketAddr {
+async fn app(store: Backend, per_second: u32) -> SocketAddr {
     let layer = RateLimitLayer::builder()
         .rule(
             Rule::new("global", Quota::per_second(per_second).unwrap())
                 .key(key::Global)
                 .lease(Lease::Auto),
         )
-        .store(store)
+        .backend(store)
         // Not about timeouts: a loaded machine must not make a request fail open.
         .store_timeout(Duration::from_secs(5))
         .build()
@@ -195,8 +196,16 @@ const PER_SECOND: u32 = 100;
 async fn two_instances_stay_within_the_quota_with_few_redis_calls() {
     let server = support::RedisServer::start();
     let apps = [
-        app(RedisStore::from_url(&server.url()).unwrap(), PER_SECOND).await,
-        app(RedisStore::from_url(&server.url()).unwrap(), PER_SECOND).await,
+        app(
+            Backend::of(RedisStore::from_url(&server.url()).unwrap()),
+            PER_SECOND,
+        )
+        .await,
+        app(
+            Backend::of(RedisStore::from_url(&server.url()).unwrap()),
+            PER_SECOND,
+        )
+        .await,
     ];
     let run = load(apps, 3.0).await;
     let quota = f64::from(PER_SECOND);
@@ -233,6 +242,21 @@ impl Store for NotAtomic {
         self.redis.check(key, policy, cost).await
     }
 
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.redis.peek(key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.redis.reset(key, policy).await
+    }
+
+    async fn block(&self, key: &str, policy: &Policy, for_: Duration) -> Result<(), StoreError> {
+        self.redis.block(key, policy, for_).await
+    }
+}
+
+/// Its own lease, in place of the store's atomic one.
+impl StoreExt for NotAtomic {
     async fn acquire(
         &self,
         key: &str,
@@ -282,8 +306,8 @@ async fn without_the_stores_atomic_lease_two_instances_admit_too_much() {
         redis: RedisStore::from_url(&server.url()).unwrap(),
     };
     let apps = [
-        app(store(), PER_SECOND).await,
-        app(store(), PER_SECOND).await,
+        app(Backend::custom(store()), PER_SECOND).await,
+        app(Backend::custom(store()), PER_SECOND).await,
     ];
     let run = load(apps, 3.0).await;
     eprintln!("not atomic: {run:?}");
@@ -292,4 +316,29 @@ async fn without_the_stores_atomic_lease_two_instances_admit_too_much() {
         run.allowed as f64 > quota * run.seconds + quota,
         "a lease that is not atomic should have admitted more than the quota: {run:?}"
     );
+}
+
+/// Leases of `key` at 5 per minute under every algorithm that leases, on `store`: 3 units,
+/// then 2, then none (a denial with its wait); 2 unused units given back are leased again.
+pub(super) async fn leases_are_exact(store: &impl StoreExt, key: &str) {
+    for algorithm in Lease::ALGORITHMS {
+        let policy = Policy::new("leased", Quota::per_minute(5).unwrap(), algorithm).unwrap();
+        let first = store.acquire(key, &policy, 1, 3).await.unwrap();
+        let second = store.acquire(key, &policy, 1, 3).await.unwrap();
+        let none = store.acquire(key, &policy, 1, 3).await.unwrap();
+        let at = format!("{algorithm} on {key}");
+        assert_eq!(
+            (first.granted, second.granted, none.granted),
+            (3, 2, 0),
+            "{at}"
+        );
+        assert!(none.decision.retry_after.is_some(), "{at}");
+        assert_eq!(
+            store.release(key, &policy, 2, &second).await.unwrap(),
+            2,
+            "{at}"
+        );
+        let again = store.acquire(key, &policy, 1, 3).await.unwrap();
+        assert_eq!(again.granted, 2, "{at}");
+    }
 }

@@ -2,16 +2,17 @@
 //! atomicity (a blocked request consumes nothing anywhere, a shadow denial blocks nothing),
 //! one script call per decision, and exact counts under concurrency.
 
-use crate::support;
+use super::support;
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use crate::store::stack::{Check, StoreExt};
+use crate::store::{MemoryStore, RedisClusterStore, RedisStore};
+use crate::{Algorithm, Decision, ManualClock, Policy, Quota};
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tollgate::store::{Check, MemoryStore, RedisClusterStore, RedisStore};
-use tollgate::{Algorithm, Decision, ManualClock, Policy, Quota, Store};
 
 /// A fixed instant well inside a day, a minute and a second, for the exact tests.
 const T0: u64 = 1_700_000_000_000_000;
@@ -178,7 +179,7 @@ async fn differential(policies: &[Policy], seeds: &[u64]) -> (usize, usize, usiz
 /// A burst limit (2/min) on `keys[0]` and a daily one (3/day) on `keys[1]` (the same key, or
 /// keys in two cluster slots), in `store` at `clock`'s time.
 async fn burst_and_daily_are_atomic(
-    store: &impl Store,
+    store: &impl StoreExt,
     clock: &ManualClock,
     label: &str,
     keys: [&str; 2],
@@ -205,7 +206,7 @@ async fn burst_and_daily_are_atomic(
 
 /// A blocking 2/min limit on `keys[0]` with a shadow (non-blocking) 1/min limit on `keys[1]`.
 async fn shadow_denials_block_nothing(
-    store: &impl Store,
+    store: &impl StoreExt,
     clock: &ManualClock,
     label: &str,
     keys: [&str; 2],
@@ -241,7 +242,7 @@ async fn shadow_denials_block_nothing(
 /// blocked for an hour) on `keys[1]`: only the denying limit blocks; then `block`, `refund`
 /// and `reset` of one limit's client, seen by the next stacked decision.
 async fn only_the_denying_limit_blocks(
-    store: &impl Store,
+    store: &impl StoreExt,
     clock: &ManualClock,
     label: &str,
     keys: [&str; 2],
@@ -412,7 +413,7 @@ async fn script_flush_between_stacked_decisions_still_decides_correctly() {
 
 /// What is left of `policy` for `key`, without consuming any: a request larger than the whole
 /// quota is always denied, and a denial reports what remains.
-async fn left(store: &impl Store, key: &str, policy: &Policy) -> u64 {
+async fn left(store: &impl StoreExt, key: &str, policy: &Policy) -> u64 {
     let d = store
         .check(key, policy, policy.quota().limit() + 1)
         .await
