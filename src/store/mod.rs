@@ -134,12 +134,8 @@ mod redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
 #[cfg(feature = "cluster")]
-mod redis_cluster;
-#[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-pub use self::redis_cluster::RedisClusterStore;
-#[cfg(feature = "sentinel")]
-mod redis_sentinel;
+pub use self::redis::cluster::RedisClusterStore;
 #[cfg(feature = "sentinel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-pub use self::redis_sentinel::RedisSentinelStore;
+pub use self::redis::sentinel::RedisSentinelStore;

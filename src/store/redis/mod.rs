@@ -15,6 +15,10 @@ use crate::store::stack::{Check, Grant, StoreExt};
 use crate::store::Store;
 
 pub(crate) mod cached;
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 pub(crate) mod calls;
 pub(crate) mod redact;
 pub(crate) mod script;
