@@ -52,7 +52,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use subtle::ConstantTimeEq;
 use tollgate::key;
 use tollgate::rules::Rule;
-use tollgate::store::{MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
+use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
     Algorithm, ConfigError, ConfigErrorKind, Control, ControlError, HeaderStyle, OnStoreError,
     Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
@@ -251,11 +251,11 @@ fn with_store(builder: RateLimitLayerBuilder) -> Result<RateLimitLayerBuilder, C
         Some("REDIS_URL") => builder
             .store(RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?),
         Some("REDIS_CLUSTER_NODES") => builder.store(
-            RedisClusterStore::from_nodes(&list(&value("REDIS_CLUSTER_NODES")))
+            RedisStore::cluster(&list(&value("REDIS_CLUSTER_NODES")))
                 .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
         ),
         Some(_) => builder.store(
-            RedisSentinelStore::from_sentinels(
+            RedisStore::sentinel(
                 &list(&value("REDIS_SENTINEL")),
                 &env_or("REDIS_SENTINEL_MASTER", "mymaster"),
             )

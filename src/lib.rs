@@ -49,6 +49,10 @@
 //! # Feature Flags
 //!
 //! - `redis` (default): [`store::RedisStore`], through deadpool-redis.
+//! - `sentinel`, `cluster`: [`RedisStore::sentinel`](store::RedisStore::sentinel) and
+//!   [`RedisStore::cluster`](store::RedisStore::cluster), the same store on the master Sentinel
+//!   names or on a Redis Cluster.
+//! - `tls`: `rediss://` URLs, by rustls with the system's root certificates.
 //! - `axum` (default): [`key::PeerIp`] (and [`key::ClientIp`]) read the peer address axum
 //!   records as `ConnectInfo<SocketAddr>`. Nothing else needs axum: the layer serves any
 //!   `Service<http::Request<B>>`, axum's routers included, without it.

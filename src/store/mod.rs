@@ -133,9 +133,3 @@ mod redis;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
-#[cfg(feature = "cluster")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-pub use self::redis::cluster::RedisClusterStore;
-#[cfg(feature = "sentinel")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
-pub use self::redis::sentinel::RedisSentinelStore;

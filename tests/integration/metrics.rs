@@ -247,9 +247,11 @@ async fn each_decision_is_traced_with_its_rules_and_outcome() {
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    // Other suites of this binary may be registering the layer's callsites at this moment,
-    // against the subscribers that existed before this one: have every callsite ask again.
-    tracing_core::callsite::rebuild_interest_cache();
+    // tracing decides whether a callsite interests anyone once, when it is first hit; with one
+    // subscriber registered it asks the subscriber of the thread that hits it, which for
+    // another suite of this binary is none, and the callsite would be off for this test too.
+    // With a second one registered, tracing asks every registered subscriber instead.
+    let _second = tracing::Dispatch::new(tracing_core::subscriber::NoSubscriber::default());
 
     let layer = RateLimitLayer::builder()
         .key(key::Global)

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use axum::routing::get;
 use axum::Router;
 use support::RedisCluster;
-use tollgate::store::{RedisClusterStore, StoreFailure};
+use tollgate::store::{RedisStore, StoreFailure};
 use tollgate::{key, Algorithm, OnStoreError, Policy, Quota, RateLimitLayer, Store};
 
 /// How many of 12 concurrent requests of `key` at limit 5 the store allows.
-async fn allowed_of_twelve(store: &RedisClusterStore, policy: &Arc<Policy>, key: &str) -> usize {
+async fn allowed_of_twelve(store: &RedisStore, policy: &Arc<Policy>, key: &str) -> usize {
     let barrier = Arc::new(tokio::sync::Barrier::new(12));
     let tasks: Vec<_> = (0..12)
         .map(|_| {
@@ -41,7 +41,7 @@ async fn allowed_of_twelve(store: &RedisClusterStore, policy: &Arc<Policy>, key:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_algorithm_is_exact_on_every_master() {
     let cluster = RedisCluster::start();
-    let store = RedisClusterStore::from_nodes(&cluster.urls()).unwrap();
+    let store = RedisStore::cluster(&cluster.urls()).unwrap();
     let keys = cluster.keys_on_every_master("client");
     for algorithm in Algorithm::ALL {
         let policy =
@@ -91,7 +91,7 @@ async fn every_algorithm_is_exact_on_every_master() {
 
 /// An app limited per `x-key` header through the cluster, with the layer's default
 /// fail-open policy, a 50 ms store timeout and a quickly probing breaker.
-async fn app(store: RedisClusterStore, quota: Quota) -> SocketAddr {
+async fn app(store: RedisStore, quota: Quota) -> SocketAddr {
     let layer = RateLimitLayer::builder()
         .quota(quota)
         .key(key::Header::new("x-key"))
@@ -130,7 +130,7 @@ async fn reply(addr: SocketAddr, key: &str) -> (u16, bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_master_gives_no_errors_and_its_replica_limits_exactly() {
     let mut cluster = RedisCluster::start();
-    let store = RedisClusterStore::from_nodes(&cluster.urls()).unwrap();
+    let store = RedisStore::cluster(&cluster.urls()).unwrap();
     let addr = app(store.clone(), Quota::per_minute(5).unwrap()).await;
     let victim_key = cluster.keys_on_every_master("victim")[0].clone();
     let victim = cluster.master_of(&format!("{{{victim_key}}}"));
@@ -216,7 +216,7 @@ async fn a_killed_master_gives_no_errors_and_its_replica_limits_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_over_tls_with_a_password_limits_exactly() {
     let cluster = RedisCluster::start_tls("cluster-pw");
-    let store = RedisClusterStore::from_nodes(&cluster.urls()).unwrap();
+    let store = RedisStore::cluster(&cluster.urls()).unwrap();
     let shown = format!("{store:?}");
     assert!(
         !shown.contains("cluster-pw") && shown.contains("rediss://:***@"),

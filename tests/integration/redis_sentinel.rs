@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use axum::routing::get;
 use axum::Router;
 use support::RedisSentinel;
-use tollgate::store::{RedisSentinelStore, StoreFailure};
+use tollgate::store::{RedisStore, StoreFailure};
 use tollgate::{key, Algorithm, OnStoreError, Policy, Quota, RateLimitLayer, Store};
 
 /// How many of 12 concurrent requests of `key` at limit 5 the store allows.
-async fn allowed_of_twelve(store: &RedisSentinelStore, algorithm: Algorithm, key: &str) -> usize {
+async fn allowed_of_twelve(store: &RedisStore, algorithm: Algorithm, key: &str) -> usize {
     let policy = Arc::new(Policy::new("s", Quota::per_minute(5).unwrap(), algorithm).unwrap());
     let tasks: Vec<_> = (0..12)
         .map(|_| {
@@ -31,9 +31,7 @@ async fn allowed_of_twelve(store: &RedisSentinelStore, algorithm: Algorithm, key
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn limits_are_exact_before_and_after_a_failover() {
     let mut redis = RedisSentinel::start();
-    let store =
-        RedisSentinelStore::from_sentinels(&[redis.sentinel_url()], RedisSentinel::MASTER_NAME)
-            .unwrap();
+    let store = RedisStore::sentinel(&[redis.sentinel_url()], RedisSentinel::MASTER_NAME).unwrap();
     for algorithm in Algorithm::ALL {
         assert_eq!(
             allowed_of_twelve(&store, algorithm, "before").await,

@@ -1,58 +1,61 @@
-//! The Redis store: one atomic Lua script per decision, shared by every app instance.
+//! [`RedisStore`]: one atomic Lua script per decision, shared by every app instance, over a
+//! standalone Redis, the master Sentinel names, or a Redis Cluster.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::redis::aio::MultiplexedConnection;
-use deadpool_redis::{Pool, PoolConfig, Runtime, Timeouts};
-
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::error::{ConfigError, ConfigErrorKind, StoreError};
+use crate::error::{ConfigError, StoreError};
 use crate::quota::Policy;
 use crate::store::stack::{Check, Grant, StoreExt};
 use crate::store::Store;
 
 pub(crate) mod cached;
-#[cfg(feature = "cluster")]
-pub(crate) mod cluster;
-#[cfg(feature = "sentinel")]
-pub(crate) mod sentinel;
 pub(crate) mod calls;
+#[cfg(feature = "cluster")]
+mod cluster;
+mod connection;
 pub(crate) mod redact;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
-use cached::CachedConnection;
 use calls::ScriptRunner;
-use redact::Secrets;
+use connection::Connection;
 use script::{Call, Control, Scripts, DEFAULT_PREFIX};
-
-/// How long getting, connecting or checking a pooled connection may take in a pool made by
-/// `from_url`. The layer's own `store_timeout` (50 ms by default) bounds each decision well
-/// below this; this bound is for code that calls the store directly.
-const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
 ///
-/// Each decision is one `EVALSHA` of the algorithm's script in `lua/` (loaded again on
-/// `NOSCRIPT`, after a restart, failover or `SCRIPT FLUSH`); a stacked decision
-/// (`StoreExt::check_many`) is one `EVALSHA` too, of all the algorithms' scripts and
-/// `lua/stacked.lua` assembled into one. Time comes from the Redis server's `TIME`, so app
-/// servers with skewed clocks agree, unless a [`Clock`] is given.
+/// Each decision is one `EVALSHA` of the algorithm's script in `lua/` (loaded again by `EVAL`
+/// on `NOSCRIPT`, after a restart, failover or `SCRIPT FLUSH`); stacked limits are one
+/// `EVALSHA` too, of all the algorithms' scripts and `lua/stacked.lua` assembled into one.
+/// Time comes from the Redis server's `TIME`, so app servers with skewed clocks agree, unless
+/// a [`Clock`] is given.
 ///
 /// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
 /// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
 /// is left alone and its decisions fail with [`StoreError::KeyState`].
 ///
-/// It talks to one standalone Redis (or a proxy in front of one): [`from_url`](Self::from_url)
-/// and [`from_pool`](Self::from_pool) take a standalone connection pool. For Redis Cluster and
-/// Sentinel, see `RedisClusterStore` and `RedisSentinelStore` (features `cluster` and
-/// `sentinel`), which run the same scripts on the same keys.
+/// One type for every deployment, the same scripts on the same keys:
+///
+/// - one Redis (or a proxy in front of one): [`from_url`](Self::from_url), or
+///   [`from_pool`](Self::from_pool) with a deadpool-redis pool of the app's;
+/// - the master Sentinel names ([`sentinel`](Self::sentinel), feature `sentinel`): after a
+///   failover the old master's connection fails (or answers `READONLY` once it is back as a
+///   replica), the store drops it, and the next decision asks the sentinels again;
+/// - a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`): each decision goes to the
+///   master of its key's slot, following `MOVED` and `ASK`. The client key is the hash tag, so
+///   one client's state under every policy lives in one slot, and stacked limits of one client
+///   are one atomic call. Stacked limits of different client keys (per IP and per API key)
+///   usually fall in different slots, which no single script may touch: they are decided in
+///   two phases, a dry run of each slot's group (concurrently, writing nothing), then, only if
+///   no blocking limit denied, the commit of every group. Each limit stays exact on its own;
+///   the one weakness is a concurrent request taking one group's last unit between the two
+///   phases, so that group denies at commit while the others have counted the request.
 ///
 /// Building a store never connects: the app starts while Redis is down, and the first
-/// decision connects.
+/// decision connects. Errors and `Debug` show URLs with their passwords replaced by `***`.
 ///
 /// ```no_run
 /// use tollgate::{key, store::RedisStore, Quota, RateLimitLayer};
@@ -63,13 +66,11 @@ const POOL_TIMEOUT: Duration = Duration::from_secs(1);
 ///     .key(key::Header::new("x-api-key"))
 ///     .store(store)
 ///     .build()?;
+/// # let _ = layer;
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    pool: Pool,
-    /// The URL given to `from_url`, credentials redacted, for `Debug`.
-    url: Option<Arc<str>>,
     prefix: Arc<str>,
     clock: Option<Arc<dyn Clock>>,
     shared: Arc<Shared>,
@@ -78,62 +79,88 @@ pub struct RedisStore {
 /// What all clones of a store share: the scripts and the connection in use.
 struct Shared {
     scripts: Scripts,
-    /// A multiplexed connection taken from the pool once and reused: checking a connection
-    /// out of a deadpool pool costs a `PING` round trip, which would double the cost of a
-    /// decision. Dropped after a connection error so the next decision reconnects.
-    connection: CachedConnection<MultiplexedConnection>,
+    connection: Connection,
 }
 
 impl RedisStore {
-    /// A store on a new connection pool for `url` (`redis://host:port/db`, `rediss://…`).
+    /// A store on a new connection pool for one Redis at `url` (`redis://host:port/db`,
+    /// `rediss://…` with the `tls` feature).
     ///
-    /// Fails only when the URL cannot be parsed; Redis need not be up. The error, like
-    /// everything the store prints, shows the URL with its password replaced by `***`.
+    /// # Errors
+    ///
+    /// A [`ConfigError`] only when the URL cannot be parsed; Redis need not be up. The error,
+    /// like everything the store prints, shows the URL with its password replaced by `***`.
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
-        let secrets = Secrets::of(url);
-        #[cfg(feature = "tls")]
-        tls::install_crypto_provider();
-        let mut config = deadpool_redis::Config::from_url(url);
-        config.pool = Some(PoolConfig {
-            timeouts: Timeouts {
-                wait: Some(POOL_TIMEOUT),
-                create: Some(POOL_TIMEOUT),
-                recycle: Some(POOL_TIMEOUT),
-            },
-            ..PoolConfig::default()
-        });
-        let pool = config.create_pool(Some(Runtime::Tokio1)).map_err(|e| {
-            ConfigError::of(
-                ConfigErrorKind::Store,
-                format!(
-                    "invalid Redis URL {:?}: {}",
-                    secrets.redact(url),
-                    secrets.redact(&e.to_string())
-                ),
-            )
-        })?;
-        Ok(Self {
-            url: Some(secrets.redact(url).into()),
-            ..Self::from_pool(pool)
-        })
+        Ok(Self::on(Connection::standalone(url)?))
     }
 
-    /// A store on an existing deadpool-redis pool (e.g. one the app also uses); the pool's
-    /// own timeouts apply to getting connections.
-    pub fn from_pool(pool: Pool) -> Self {
+    /// A store on an existing deadpool-redis pool for one Redis (e.g. one the app also uses);
+    /// the pool's own timeouts apply to getting connections.
+    pub fn from_pool(pool: deadpool_redis::Pool) -> Self {
+        Self::on(Connection::standalone_pool(pool))
+    }
+
+    /// A store on the master named `master`, as `sentinels` (`redis://host:26379`, …) name it.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when no sentinel is given or a URL cannot be parsed; nothing need be
+    /// up.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel<S: AsRef<str>>(sentinels: &[S], master: &str) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::sentinel(sentinels, master)?))
+    }
+
+    /// A store on an existing deadpool-redis sentinel pool.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn from_sentinel_pool(pool: deadpool_redis::sentinel::Pool) -> Self {
+        Self::on(Connection::sentinel_pool(pool))
+    }
+
+    /// A store on a Redis Cluster seeded with `nodes` (`redis://host:port`, `rediss://…`,
+    /// with credentials if the cluster needs them): any reachable node tells the client the
+    /// others.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when no node is given or a URL cannot be parsed; the cluster need not
+    /// be up.
+    ///
+    /// ```no_run
+    /// use tollgate::store::RedisStore;
+    ///
+    /// let store = RedisStore::cluster(&["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])?;
+    /// # let _ = store;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster<S: AsRef<str>>(nodes: &[S]) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::cluster(nodes)?))
+    }
+
+    /// A store on an existing deadpool-redis cluster pool.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn from_cluster_pool(pool: deadpool_redis::cluster::Pool) -> Self {
+        Self::on(Connection::cluster_pool(pool))
+    }
+
+    fn on(connection: Connection) -> Self {
         Self {
-            pool,
-            url: None,
             prefix: DEFAULT_PREFIX.into(),
             clock: None,
             shared: Arc::new(Shared {
                 scripts: Scripts::new(),
-                connection: CachedConnection::new(),
+                connection,
             }),
         }
     }
 
     /// Sets the key prefix (default `"tollgate"`), e.g. to keep two apps apart on one Redis.
+    /// On a cluster it must not hold `{`, which would change the keys' hash tag.
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<Arc<str>>) -> Self {
         self.prefix = prefix.into();
@@ -148,11 +175,6 @@ impl RedisStore {
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
         self
-    }
-
-    /// The pool this store uses.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
     }
 
     /// The Redis key that holds `client_key`'s state under `policy`:
@@ -183,16 +205,8 @@ impl ScriptRunner for RedisStore {
         &self.shared.scripts
     }
 
-    /// Runs `call` on the store's connection; an error that may have broken the connection
-    /// makes the next decision reconnect.
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        self.shared
-            .connection
-            .run(call, || async {
-                let pooled = self.pool.get().await.map_err(StoreError::backend)?;
-                Ok(MultiplexedConnection::clone(&pooled))
-            })
-            .await
+        self.shared.connection.eval(call).await
     }
 }
 
@@ -222,20 +236,15 @@ impl Store for RedisStore {
 }
 
 impl StoreExt for RedisStore {
-    /// Decides one request against several limits in one round trip: one `EVALSHA` of the
-    /// stacked script (see `lua/stacked.lua`), which decides every check at the same instant,
-    /// dry, and stores the allowed ones only if no blocking check was denied. A single check
-    /// runs its algorithm's own script, as [`check`](Self::check) does.
-    ///
-    /// All the keys of one stacked decision go to one script call, which on a standalone Redis
-    /// is always atomic. (On a Redis Cluster a script may only touch keys of one hash slot:
-    /// `RedisClusterStore` groups the checks by slot, see its docs.)
+    /// One `EVALSHA` of the stacked script, which decides every check at the same instant,
+    /// dry, and stores the allowed ones only if no blocking check was denied; on a cluster,
+    /// one such call per slot (see the type's docs), boxed, as it is rarer and larger.
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        #[cfg(feature = "cluster")]
+        if self.shared.connection.is_cluster() {
+            return Box::pin(cluster::check_many(self, checks)).await;
+        }
         calls::check_stacked(self, checks).await
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        self.clock.as_deref()
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
@@ -261,15 +270,23 @@ impl StoreExt for RedisStore {
     ) -> Result<u32, StoreError> {
         calls::release(self, key, policy, unused, grant).await
     }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.clock.as_deref()
+    }
+
+    /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
+    fn label(&self) -> Arc<str> {
+        self.shared.connection.label().into()
+    }
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("url", &self.url)
+            .field("connection", &self.shared.connection)
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
-            .field("pool", &self.pool.status())
             .finish_non_exhaustive()
     }
 }

@@ -17,10 +17,6 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-#[cfg(feature = "cluster")]
-use crate::store::RedisClusterStore;
-#[cfg(feature = "sentinel")]
-use crate::store::RedisSentinelStore;
 #[cfg(feature = "redis")]
 use crate::store::RedisStore;
 use crate::store::{MemoryStore, Store};
@@ -30,10 +26,6 @@ pub(crate) enum Backend {
     Memory(MemoryStore),
     #[cfg(feature = "redis")]
     Redis(RedisStore),
-    #[cfg(feature = "cluster")]
-    RedisCluster(RedisClusterStore),
-    #[cfg(feature = "sentinel")]
-    RedisSentinel(RedisSentinelStore),
     Custom(Custom),
 }
 
@@ -44,10 +36,6 @@ macro_rules! dispatch {
             Backend::Memory($store) => $call,
             #[cfg(feature = "redis")]
             Backend::Redis($store) => $call,
-            #[cfg(feature = "cluster")]
-            Backend::RedisCluster($store) => $call,
-            #[cfg(feature = "sentinel")]
-            Backend::RedisSentinel($store) => $call,
             Backend::Custom($store) => $call,
         }
     };
@@ -80,14 +68,6 @@ impl Backend {
         #[cfg(feature = "redis")]
         if let Some(redis) = take(slot) {
             return Some(Self::Redis(redis));
-        }
-        #[cfg(feature = "cluster")]
-        if let Some(cluster) = take(slot) {
-            return Some(Self::RedisCluster(cluster));
-        }
-        #[cfg(feature = "sentinel")]
-        if let Some(sentinel) = take(slot) {
-            return Some(Self::RedisSentinel(sentinel));
         }
         None
     }

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use super::leases::leases_are_exact;
 use super::support::RedisCluster;
 use crate::store::stack::{Check, StoreExt};
-use crate::store::{RedisClusterStore, Store};
+use crate::store::{RedisStore, Store};
 use crate::{Algorithm, Policy, Quota};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_and_stacked_limits_span_slots() {
     let cluster = RedisCluster::start();
-    let store = RedisClusterStore::from_nodes(&cluster.urls()).unwrap();
+    let store = RedisStore::cluster(&cluster.urls()).unwrap();
     let keys = cluster.keys_on_every_master("client");
 
     // Leases on every master.

@@ -235,6 +235,8 @@ async fn two_instances_stay_within_the_quota_with_few_redis_calls() {
 #[derive(Debug, Clone)]
 struct NotAtomic {
     redis: RedisStore,
+    /// The pool under `redis`, for its own commands.
+    pool: deadpool_redis::Pool,
 }
 
 impl Store for NotAtomic {
@@ -266,7 +268,7 @@ impl StoreExt for NotAtomic {
     ) -> Result<Grant, StoreError> {
         use deadpool_redis::redis::AsyncCommands;
         let state_key = self.redis.state_key(policy, key);
-        let mut conn = self.redis.pool().get().await.map_err(StoreError::backend)?;
+        let mut conn = self.pool.get().await.map_err(StoreError::backend)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -302,8 +304,14 @@ impl StoreExt for NotAtomic {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_stores_atomic_lease_two_instances_admit_too_much() {
     let server = support::RedisServer::start();
-    let store = || NotAtomic {
-        redis: RedisStore::from_url(&server.url()).unwrap(),
+    let store = || {
+        let pool = deadpool_redis::Config::from_url(server.url())
+            .create_pool(Some(deadpool_redis::Runtime::Tokio1))
+            .unwrap();
+        NotAtomic {
+            redis: RedisStore::from_pool(pool.clone()),
+            pool,
+        }
     };
     let apps = [
         app(Backend::custom(store()), PER_SECOND).await,

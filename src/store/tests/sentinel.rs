@@ -5,15 +5,13 @@ use std::time::Duration;
 use super::leases::leases_are_exact;
 use super::support::RedisSentinel;
 use crate::store::stack::StoreExt;
-use crate::store::{RedisSentinelStore, Store};
+use crate::store::{RedisStore, Store};
 use crate::{Algorithm, Policy, Quota};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_and_refunds_go_to_the_master() {
     let redis = RedisSentinel::start();
-    let store =
-        RedisSentinelStore::from_sentinels(&[redis.sentinel_url()], RedisSentinel::MASTER_NAME)
-            .unwrap();
+    let store = RedisStore::sentinel(&[redis.sentinel_url()], RedisSentinel::MASTER_NAME).unwrap();
     leases_are_exact(&store, "leased").await;
 
     let login = Policy::new("login", Quota::per_minute(2).unwrap(), Algorithm::Gcra)

@@ -8,7 +8,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use crate::store::stack::{Check, StoreExt};
-use crate::store::{MemoryStore, RedisClusterStore, RedisStore};
+use crate::store::{MemoryStore, RedisStore};
 use crate::{Algorithm, Decision, ManualClock, Policy, Quota};
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
@@ -330,7 +330,7 @@ async fn a_blocked_request_consumes_nothing_on_a_cluster_in_one_slot_or_across_m
         .unwrap();
     for (run, keys) in [["k", "k"], ["k", other.as_str()]].into_iter().enumerate() {
         let clock = ManualClock::new(T0);
-        let store = RedisClusterStore::from_nodes(&cluster.urls())
+        let store = RedisStore::cluster(&cluster.urls())
             .unwrap()
             .prefix(format!("run{run}"))
             .with_clock(clock.clone());
