@@ -6,10 +6,10 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::quota::Quota;
 
 mod fixed_window;
 mod fixed_window_from_first;
@@ -25,7 +25,7 @@ mod shared_tests;
 #[cfg(test)]
 mod test_support;
 
-/// How requests are counted against a [`Quota`]. See the README's table for when to pick which.
+/// How requests are counted against a [`Quota`](crate::Quota). See the README's table for when to pick which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Algorithm {
@@ -120,11 +120,13 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    pub(crate) fn new(quota: &Quota, algorithm: Algorithm) -> Self {
-        let limit = u64::from(quota.limit());
-        let period = u64::try_from(quota.period().as_micros()).unwrap_or(u64::MAX);
+    /// `limit` requests per `period` with a bucket of `capacity`, as `algorithm` counts them
+    /// (the window algorithms' capacity is their limit).
+    pub(crate) fn new(limit: u32, period: Duration, capacity: u32, algorithm: Algorithm) -> Self {
+        let limit = u64::from(limit);
+        let period = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
         let burst = if algorithm.uses_burst() {
-            u64::from(quota.capacity())
+            u64::from(capacity)
         } else {
             limit
         };
@@ -231,7 +233,7 @@ mod tests {
     use proptest::test_runner::TestCaseError;
 
     use super::*;
-    use crate::quota::Policy;
+    use crate::quota::{Policy, Quota};
 
     /// Cases per algorithm.
     const CASES: u32 = 1_000;

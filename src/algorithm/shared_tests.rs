@@ -152,7 +152,7 @@ mod buckets {
     #[test]
     fn clock_going_back_and_extreme_times_never_panic() {
         for a in BUCKETS {
-            let p = Params::new(&Quota::per_second(10).unwrap().burst(20).unwrap(), a);
+            let p = Quota::per_second(10).unwrap().burst(20).unwrap().params(a);
             let mut s = State::new(a);
             for now in [
                 0,

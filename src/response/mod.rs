@@ -10,7 +10,6 @@ use smallvec::SmallVec;
 
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::quota::{Policy, Quota};
 
 mod body;
 pub use body::ResponseBody;
@@ -70,7 +69,7 @@ static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-
 
 /// gRPC status codes the limiter answers with.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum GrpcCode {
+enum GrpcCode {
     InvalidArgument = 3,
     ResourceExhausted = 8,
     Unavailable = 14,
@@ -128,14 +127,22 @@ impl Value {
     }
 }
 
-/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60`: written once per policy.
-pub(crate) fn policy_item(name: &str, quota: &Quota) -> HeaderValue {
+/// A policy as its headers show it: a name, and its item of `RateLimit-Policy`, written once
+/// (with [`policy_item`]).
+pub(crate) trait Named {
+    fn name(&self) -> &str;
+    fn header_item(&self) -> &HeaderValue;
+}
+
+/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60` (`limit` per `period`): written
+/// once per policy.
+pub(crate) fn policy_item(name: &str, limit: u32, period: Duration) -> HeaderValue {
     let item = (Value::new().text("\""))
         .text(name)
         .text("\";q=")
-        .number(u64::from(quota.limit()))
+        .number(u64::from(limit))
         .text(";w=")
-        .number(ceil_secs(quota.period()).max(1));
+        .number(ceil_secs(period).max(1));
     // A policy's name is checked to be ASCII letters, digits and `-_.`: always valid.
     HeaderValue::from_maybe_shared(item.0.freeze()).unwrap_or(HeaderValue::from_static(""))
 }
@@ -144,7 +151,10 @@ pub(crate) fn policy_item(name: &str, quota: &Quota) -> HeaderValue {
 ///
 /// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most
 /// restrictive one (the fewest remaining).
-pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(&Policy, Decision)]) -> Headers {
+pub(crate) fn rate_limit_headers<P: Named>(
+    style: HeaderStyle,
+    checks: &[(&P, Decision)],
+) -> Headers {
     let mut h = Headers::default();
     let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
         return h;
@@ -193,7 +203,7 @@ fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
 }
 
 /// A response the limiter makes itself, as plain text or a gRPC trailers-only response.
-pub(crate) fn limiter_response(
+fn limiter_response(
     grpc: bool,
     status: StatusCode,
     grpc_code: GrpcCode,
@@ -229,6 +239,29 @@ pub(crate) fn limiter_response(
             .insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait).max(1)));
     }
     response
+}
+
+/// The 400 (gRPC: INVALID_ARGUMENT) for a request the limiter cannot limit: no client key, a
+/// cost that is not a number.
+pub(crate) fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
+    limiter_response(
+        grpc,
+        StatusCode::BAD_REQUEST,
+        GrpcCode::InvalidArgument,
+        message,
+        None,
+    )
+}
+
+/// The fail-closed answer while the store is away: 503 (gRPC: UNAVAILABLE) with Retry-After.
+pub(crate) fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
+    limiter_response(
+        grpc,
+        StatusCode::SERVICE_UNAVAILABLE,
+        GrpcCode::Unavailable,
+        "Service Unavailable: the rate limiter cannot decide right now",
+        Some(Duration::from_secs(1)),
+    )
 }
 
 /// The 429 (or RESOURCE_EXHAUSTED) for a denied request.
@@ -269,7 +302,8 @@ fn grpc_percent_encode(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Algorithm, Quota};
+    use crate::quota::{Policy, Quota};
+    use crate::Algorithm;
 
     fn policy(name: &str, quota: Quota) -> Policy {
         Policy::new(name, quota, Algorithm::Gcra).unwrap()
