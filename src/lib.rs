@@ -108,3 +108,8 @@ pub use store::{OnStoreError, Store};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The migration guide's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/migrating.md")]
+struct MigratingDoctests;
