@@ -17,13 +17,14 @@ fn memory_store(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory_store");
     for algorithm in Algorithm::ALL {
         let store = MemoryStore::new();
-        let policy = Policy::new("bench", Quota::per_second(1_000_000), algorithm).unwrap();
+        let policy =
+            Policy::new("bench", Quota::per_second(1_000_000).unwrap(), algorithm).unwrap();
         group.bench_function(format!("{algorithm}/one_key"), |b| {
             b.iter(|| black_box(store.check_now("client", &policy, 1)))
         });
     }
     let store = MemoryStore::new();
-    let policy = Policy::new("bench", Quota::per_minute(100), Algorithm::Gcra).unwrap();
+    let policy = Policy::new("bench", Quota::per_minute(100).unwrap(), Algorithm::Gcra).unwrap();
     let keys: Vec<String> = (0..1_000_000).map(|i| format!("client-{i}")).collect();
     let mut i = 0;
     group.bench_function("gcra/1M_keys", |b| {
@@ -43,8 +44,11 @@ fn layer(c: &mut Criterion) {
     let inner = tower::service_fn(|_: Request<()>| async {
         Ok::<_, Infallible>(Response::new(String::new()))
     });
-    let limited = RateLimitLayer::new(Quota::per_second(1_000_000), key::Header::new("x-api-key"))
-        .layer(inner);
+    let limited = RateLimitLayer::new(
+        Quota::per_second(1_000_000).unwrap(),
+        key::Header::new("x-api-key"),
+    )
+    .layer(inner);
     let request = || {
         Request::builder()
             .header("x-api-key", "bench-client")
@@ -79,7 +83,8 @@ fn redis_store(c: &mut Criterion) {
         .prefix("bench");
     let mut group = c.benchmark_group("redis_store");
     for algorithm in Algorithm::ALL {
-        let policy = Policy::new("bench", Quota::per_second(1_000_000), algorithm).unwrap();
+        let policy =
+            Policy::new("bench", Quota::per_second(1_000_000).unwrap(), algorithm).unwrap();
         group.bench_function(format!("{algorithm}/one_key"), |b| {
             b.to_async(&runtime)
                 .iter(|| async { black_box(store.check("client", &policy, 1).await.unwrap()) })

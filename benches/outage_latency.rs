@@ -39,7 +39,7 @@ async fn main() {
     }
     let store = RedisStore::from_url(&format!("redis://127.0.0.1:{port}")).expect("url");
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_second(1_000_000))
+        .quota(Quota::per_second(1_000_000).unwrap())
         .key(key::Global)
         .store(store)
         .build()
@@ -83,14 +83,14 @@ async fn main() {
 
     signal("-STOP", redis.id());
     let mut before_open = Vec::new();
-    while !layer_handle.store_circuit_open() {
+    while !layer_handle.control().stats().circuit_open {
         before_open.extend(time(1).await);
     }
     let open = time(1000).await;
 
     signal("-CONT", redis.id());
     let resumed = Instant::now();
-    let errors = layer_handle.store_errors();
+    let errors = layer_handle.control().stats().store_errors;
     loop {
         let r = client.get(&url).send().await.expect("request");
         if r.headers().contains_key("ratelimit") {

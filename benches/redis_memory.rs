@@ -35,7 +35,8 @@ async fn main() {
         } else {
             1
         };
-        let policy = Policy::new("mem", Quota::per_hour(100), algorithm).expect("valid policy");
+        let policy =
+            Policy::new("mem", Quota::per_hour(100).unwrap(), algorithm).expect("valid policy");
         let _: () = redis::cmd("FLUSHDB").query(&mut conn).expect("FLUSHDB");
         let before = used_memory(&mut conn);
         let mut tasks = tokio::task::JoinSet::new();

@@ -36,14 +36,20 @@ use tower_governor::{GovernorError, GovernorLayer};
 const MANY_KEYS: usize = 1_000_000;
 
 /// A quota no benchmark exhausts, for one hot key: every decision is an allow.
-const GENEROUS: Quota = Quota::per_second(1_000_000);
+fn generous() -> Quota {
+    Quota::per_second(1_000_000).expect("a valid quota")
+}
 
 /// For the 1M keys: each request keeps its key tracked for 8.64 s (so the map holds all of
 /// them while measuring), and no key comes near its 10,000.
-const LASTING: Quota = Quota::per_day(10_000);
+fn lasting() -> Quota {
+    Quota::per_day(10_000).expect("a valid quota")
+}
 
 /// A quota the denied cases exhaust once, before measuring: one request per hour.
-const STINGY: Quota = Quota::per_hour(1);
+fn stingy() -> Quota {
+    Quota::per_hour(1).expect("a valid quota")
+}
 
 /// A governor quota with the same semantics as a tollgate GCRA quota: one cell every
 /// `period / limit`, a bucket of `capacity` cells.
@@ -64,18 +70,18 @@ fn decision(c: &mut Criterion) {
     let mut group = c.benchmark_group("decision");
     {
         let store = MemoryStore::new();
-        let policy = Policy::new("bench", GENEROUS, Algorithm::Gcra).unwrap();
+        let policy = Policy::new("bench", generous(), Algorithm::Gcra).unwrap();
         group.bench_function("one_key/tollgate", |b| {
             b.iter(|| black_box(store.check_now(&hot, &policy, 1)))
         });
-        let limiter = RateLimiter::keyed(governor_quota(GENEROUS));
+        let limiter = RateLimiter::keyed(governor_quota(generous()));
         group.bench_function("one_key/governor", |b| {
             b.iter(|| black_box(limiter.check_key(&hot)))
         });
     }
     {
         let store = MemoryStore::new();
-        let policy = Policy::new("bench", LASTING, Algorithm::Gcra).unwrap();
+        let policy = Policy::new("bench", lasting(), Algorithm::Gcra).unwrap();
         for key in &keys {
             assert!(store.check_now(key, &policy, 1).allowed);
         }
@@ -88,7 +94,7 @@ fn decision(c: &mut Criterion) {
         });
     }
     {
-        let limiter = RateLimiter::keyed(governor_quota(LASTING));
+        let limiter = RateLimiter::keyed(governor_quota(lasting()));
         for key in &keys {
             assert!(limiter.check_key(key).is_ok());
         }
@@ -102,13 +108,13 @@ fn decision(c: &mut Criterion) {
     }
     {
         let store = MemoryStore::new();
-        let policy = Policy::new("bench", STINGY, Algorithm::Gcra).unwrap();
+        let policy = Policy::new("bench", stingy(), Algorithm::Gcra).unwrap();
         assert!(store.check_now(&hot, &policy, 1).allowed);
         assert!(!store.check_now(&hot, &policy, 1).allowed);
         group.bench_function("denied/tollgate", |b| {
             b.iter(|| black_box(store.check_now(&hot, &policy, 1)))
         });
-        let limiter = RateLimiter::keyed(governor_quota(STINGY));
+        let limiter = RateLimiter::keyed(governor_quota(stingy()));
         assert!(limiter.check_key(&hot).is_ok());
         assert!(limiter.check_key(&hot).is_err());
         group.bench_function("denied/governor", |b| {
@@ -190,18 +196,18 @@ fn layer_cases<S, B>(
         group,
         runtime,
         format!("one_key/{name}"),
-        &limited(GENEROUS),
+        &limited(generous()),
         &hot,
     );
 
-    let many = limited(LASTING);
+    let many = limited(lasting());
     for key in keys {
         assert_eq!(status(&many, key), StatusCode::OK);
     }
     bench_requests(group, runtime, format!("1M_keys/{name}"), &many, keys);
     drop(many);
 
-    let denying = limited(STINGY);
+    let denying = limited(stingy());
     assert_eq!(status(&denying, &hot[0]), StatusCode::OK);
     assert_eq!(status(&denying, &hot[0]), StatusCode::TOO_MANY_REQUESTS);
     bench_requests(group, runtime, format!("denied/{name}"), &denying, &hot);

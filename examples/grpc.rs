@@ -15,7 +15,7 @@
 
 use tollgate::key;
 use tollgate::store::RedisStore;
-use tollgate::{ConfigError, Quota, RateLimitLayer, RateLimitLayerBuilder};
+use tollgate::{ConfigError, Quota, RateLimitLayer};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
@@ -55,14 +55,7 @@ async fn main() {
                 .serve_with_incoming(incoming)
                 .await
         }
-        Limit::Memory(layer) => {
-            Server::builder()
-                .layer(layer)
-                .add_service(health)
-                .serve_with_incoming(incoming)
-                .await
-        }
-        Limit::Redis(layer) => {
+        Limit::On(layer) => {
             Server::builder()
                 .layer(layer)
                 .add_service(health)
@@ -73,11 +66,10 @@ async fn main() {
     served.expect("server");
 }
 
-/// The layer to put in front of the server, by store (each store is its own layer type).
+/// The layer to put in front of the server, if any (on either store: one layer type).
 enum Limit {
     Off,
-    Memory(RateLimitLayer),
-    Redis(RateLimitLayer<RedisStore>),
+    On(RateLimitLayer),
 }
 
 fn limit() -> Result<Limit, ConfigError> {
@@ -89,17 +81,15 @@ fn limit() -> Result<Limit, ConfigError> {
         .parse()
         .map_err(|e: ConfigError| e.context("RATE_LIMIT"))?;
     let client = key::Header::new("x-api-key").or(key::PeerIp::default());
-    let builder: RateLimitLayerBuilder = RateLimitLayer::builder()
+    let builder = RateLimitLayer::builder()
         .name("grpc")
         .quota(quota)
         .key(client);
-    Ok(match std::env::var("REDIS_URL") {
-        Ok(url) => {
-            let store = RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?;
-            Limit::Redis(builder.store(store).build()?)
-        }
-        Err(_) => Limit::Memory(builder.build()?),
-    })
+    let builder = match std::env::var("REDIS_URL") {
+        Ok(url) => builder.store(RedisStore::from_url(&url).map_err(|e| e.context("REDIS_URL"))?),
+        Err(_) => builder,
+    };
+    Ok(Limit::On(builder.build()?))
 }
 
 fn env_or(name: &str, default: &str) -> String {

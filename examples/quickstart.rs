@@ -62,10 +62,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tollgate::key;
 use tollgate::rules::Rule;
-use tollgate::store::{BoxStore, MemoryStore, RedisClusterStore, RedisSentinelStore, RedisStore};
+use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
-    Algorithm, ConfigError, ConfigErrorKind, ControlError, HeaderStyle, OnStoreError, Quota,
-    RateLimitLayer,
+    Algorithm, ConfigError, ConfigErrorKind, Control, ControlError, HeaderStyle, OnStoreError,
+    Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
 };
 
 /// What is logged unless `RUST_LOG` says otherwise: tollgate's state changes, not the Redis
@@ -142,11 +142,11 @@ async fn signin(form: String) -> (StatusCode, &'static str) {
 
 /// Failed sign-ins: 3 per minute per client; successful ones are not counted. A rules file
 /// has its own (see examples/rules.toml).
-fn signin_rule() -> Rule {
-    Rule::new("signin", Quota::per_minute(3))
+fn signin_rule() -> Result<Rule, ConfigError> {
+    Ok(Rule::new("signin", Quota::per_minute(3)?)
         .methods([Method::POST])
         .path("/signin")
-        .count_status([401])
+        .count_status([401]))
 }
 
 fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
@@ -168,7 +168,7 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     let builder = RateLimitLayer::builder()
         .algorithm(algorithm)
         .key(client)
-        .skip_path("/metrics")
+        .skip(Skip::new().path("/metrics"))
         .on_store_error(on_store_error)
         .headers(headers);
     let builder = match rules_file {
@@ -178,19 +178,19 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
             let quota: Quota = rate_limit
                 .parse()
                 .map_err(|e: ConfigError| e.context("RATE_LIMIT"))?;
-            builder.name("quickstart").quota(quota).rule(signin_rule())
+            builder.name("quickstart").quota(quota).rule(signin_rule()?)
         }
     };
     let admin_token = std::env::var("ADMIN_TOKEN")
         .ok()
         .filter(|token| !token.is_empty());
     let builder = match admin_token {
-        Some(_) => builder.rule(admin_rule()),
+        Some(_) => builder.rule(admin_rule()?),
         None => builder,
     };
-    let layer = builder.store(store()?).build()?;
+    let layer = with_store(builder)?.build()?;
     let app = match admin_token {
-        Some(token) => routes(metrics).merge(admin(layer.clone(), &token)),
+        Some(token) => routes(metrics).merge(admin(layer.control(), &token)),
         None => routes(metrics),
     };
     // The layer goes on last, over every route and the fallback: every answer is limited,
@@ -200,26 +200,26 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
 
 /// The admin route: 10 requests a minute per client IP, whatever API key each one sends, on
 /// top of the quota every route has. A run of wrong tokens stops at the tenth.
-fn admin_rule() -> Rule {
-    Rule::new("admin", Quota::per_minute(10))
+fn admin_rule() -> Result<Rule, ConfigError> {
+    Ok(Rule::new("admin", Quota::per_minute(10)?)
         .path("/admin/*")
-        .key(key::PeerIp::default())
+        .key(key::PeerIp::default()))
 }
 
-/// What the admin route needs: the layer to act through and the SHA-256 digest of the token
-/// it asks for (not the token: its length is not kept either).
+/// What the admin route needs: the layer's control to act through and the SHA-256 digest of
+/// the token it asks for (not the token: its length is not kept either).
 #[derive(Clone)]
 struct Admin {
-    layer: RateLimitLayer<BoxStore>,
+    control: Control,
     token_digest: [u8; 32],
 }
 
 /// `DELETE /admin/limits/{rule}/{key}`: resets one client under one rule.
-fn admin(layer: RateLimitLayer<BoxStore>, token: &str) -> Router {
+fn admin(control: Control, token: &str) -> Router {
     Router::new()
         .route("/admin/limits/{rule}/{key}", delete(reset_client))
         .with_state(Admin {
-            layer,
+            control,
             token_digest: Sha256::digest(token.as_bytes()).into(),
         })
 }
@@ -250,7 +250,7 @@ async fn reset_client(
         )
             .into_response();
     }
-    match admin.layer.reset(&rule, &key).await {
+    match admin.control.reset(&rule, &key).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e @ ControlError::UnknownRule { .. }) => {
             (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
@@ -262,9 +262,10 @@ async fn reset_client(
 /// The variables that choose a Redis store; at most one may be set.
 const STORE_VARIABLES: [&str; 3] = ["REDIS_URL", "REDIS_CLUSTER_NODES", "REDIS_SENTINEL"];
 
-/// Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES` is, Sentinel's
-/// master when `REDIS_SENTINEL` is, else memory: one store type either way.
-fn store() -> Result<BoxStore, ConfigError> {
+/// `builder` with Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES`
+/// is, Sentinel's master when `REDIS_SENTINEL` is, else memory: chosen at run time, the layer's
+/// type the same either way.
+fn with_store(builder: RateLimitLayerBuilder) -> Result<RateLimitLayerBuilder, ConfigError> {
     let set: Vec<&str> = STORE_VARIABLES
         .into_iter()
         .filter(|name| std::env::var_os(name).is_some())
@@ -285,21 +286,20 @@ fn store() -> Result<BoxStore, ConfigError> {
             .collect()
     };
     Ok(match set.first().copied() {
-        Some("REDIS_URL") => BoxStore::new(
-            RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?,
-        ),
-        Some("REDIS_CLUSTER_NODES") => BoxStore::new(
-            RedisClusterStore::from_nodes(&list(&value("REDIS_CLUSTER_NODES")))
+        Some("REDIS_URL") => builder
+            .store(RedisStore::from_url(&value("REDIS_URL")).map_err(|e| e.context("REDIS_URL"))?),
+        Some("REDIS_CLUSTER_NODES") => builder.store(
+            RedisStore::cluster(&list(&value("REDIS_CLUSTER_NODES")))
                 .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
         ),
-        Some(_) => BoxStore::new(
-            RedisSentinelStore::from_sentinels(
+        Some(_) => builder.store(
+            RedisStore::sentinel(
                 &list(&value("REDIS_SENTINEL")),
                 &env_or("REDIS_SENTINEL_MASTER", "mymaster"),
             )
             .map_err(|e| e.context("REDIS_SENTINEL"))?,
         ),
-        None => BoxStore::new(MemoryStore::new()),
+        None => builder.store(MemoryStore::new()),
     })
 }
 

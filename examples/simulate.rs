@@ -157,7 +157,7 @@ pub fn render(pattern: Pattern, quota: Quota) -> Result<String, ConfigError> {
         let quota = if takes_burst(algorithm) {
             quota
         } else {
-            Quota::new(quota.limit(), quota.period())
+            Quota::new(quota.limit(), quota.period())?
         };
         let policy = Policy::new("simulate", quota, algorithm)?;
         let clock = ManualClock::new(start);

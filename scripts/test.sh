@@ -52,6 +52,8 @@ export TOLLGATE_REDIS_URL="redis://127.0.0.1:$port"
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $TOLLGATE_REDIS_URL"
 
 cargo fmt --all -- --check
+# No import cycles between the top-level modules of src/, no non-test file over 500 lines.
+bash scripts/check_layout.sh
 cargo clippy --all-targets --all-features -- -D warnings
 cargo check --no-default-features
 cargo check --no-default-features --features axum

@@ -97,10 +97,10 @@ pub enum StoreError {
     /// corrupt value): this request's problem, not the store's, so the circuit breaker does
     /// not count it.
     KeyState(Box<dyn std::error::Error + Send + Sync>),
-    /// The store does not implement this operation (a store written before
-    /// [`Store::peek`](crate::Store::peek), [`reset`](crate::Store::reset) and the others
-    /// existed): names the operation. A question for the store's author, not an outage, so the
-    /// circuit breaker does not count it.
+    /// The store does not support this operation: names it (e.g. `refund` through
+    /// [`Control::refund`](crate::Control::refund) on a store of your own, which has no
+    /// refund). A question for the store's author, not an outage, so the circuit breaker does
+    /// not count it.
     Unsupported(&'static str),
 }
 
@@ -145,7 +145,7 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// Why acting on one client through the layer (e.g. [`peek`](crate::RateLimitLayer::peek))
+/// Why acting on one client through the layer (e.g. [`Control::peek`](crate::Control::peek))
 /// failed.
 #[derive(Debug)]
 #[non_exhaustive]

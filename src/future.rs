@@ -13,11 +13,10 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower_service::Service;
 
-use crate::body::ResponseBody;
-use crate::count::{Counter, Counting};
+use crate::limiter::count::{Counter, Counting};
 use crate::limiter::Verdict;
 use crate::response::Headers;
-use crate::service::take_ready;
+use crate::response::ResponseBody;
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the
 /// store.
@@ -240,6 +239,13 @@ where
         // (futures must not be polled after completion anyway).
         None => State::Respond { response: None },
     }
+}
+
+/// Takes the service `poll_ready` made ready, for a call made later, and leaves a clone in its
+/// place for the next request.
+pub(crate) fn take_ready<Svc: Clone>(ready: &mut Svc) -> Svc {
+    let clone = ready.clone();
+    std::mem::replace(ready, clone)
 }
 
 impl<Svc, ReqBody> fmt::Debug for ResponseFuture<Svc, ReqBody>

@@ -7,18 +7,20 @@ use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// How an instance leases units of a policy's quota from the store, to decide locally until
-/// they are spent or the lease expires (see [`Leases`](crate::store::Leases) and the README's
-/// "Hot keys" section).
+/// they are spent or the lease expires (see the README's "Hot keys" section).
 ///
 /// For hot keys only (a global limit, one big customer): every request of such a key is
-/// otherwise a round trip to one Redis core. Leases never admit more than the quota; what
-/// they cost is under-admission, at most the units leased and not yet used.
+/// otherwise a round trip to one Redis core. Leases never admit more than the quota: every
+/// unit spent locally was consumed in the store first, by one atomic call. What they cost is
+/// under-admission, at most the units leased and not yet used: a lease lasts at most 1 s (and
+/// never longer than the period or a fixed window), and its unused units are given back when
+/// it expires, as far as the algorithm can take them back exactly.
 ///
 /// ```
 /// use tollgate::{rules::Rule, Lease, Quota};
 ///
-/// let rule = Rule::new("global", Quota::per_second(20_000)).lease(Lease::Auto);
-/// let fixed = Rule::new("partner", Quota::per_second(500)).lease(Lease::tokens(25));
+/// let rule = Rule::new("global", Quota::per_second(20_000)?).lease(Lease::Auto);
+/// let fixed = Rule::new("partner", Quota::per_second(500)?).lease(Lease::tokens(25));
 /// assert_eq!("auto".parse::<Lease>()?, Lease::Auto);
 /// # let _ = (rule, fixed);
 /// # Ok::<(), tollgate::ConfigError>(())

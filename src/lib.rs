@@ -13,14 +13,16 @@
 //! use axum::{routing::get, Router};
 //! use tollgate::{key, Quota, RateLimitLayer};
 //!
-//! # async fn run() -> std::io::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // A quota is checked where it is made: `Quota::per_minute(0)` is a `ConfigError`.
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
-//!     .layer(RateLimitLayer::new(Quota::per_minute(100), key::PeerIp::default()));
+//!     .layer(RateLimitLayer::new(Quota::per_minute(100)?, key::PeerIp::default()));
 //!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 //! // PeerIp needs the peer address: serve with connect info.
-//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(())
 //! # }
 //! ```
 //!
@@ -39,14 +41,29 @@
 //! - [Operations](guide::operations): responses and headers, acting on one client, metrics.
 //! - [gRPC](guide::grpc): tonic servers and what their clients see.
 //!
+//! # How a request goes through
+//!
+//! [`RateLimitLayer`] (`layer/`) makes a [`RateLimit`] service (`service.rs`) around yours.
+//! Its `call` asks the limiter (`limiter/`) which rules (`rules/`) apply, with which keys
+//! (`key/`) and costs, and returns a [`ResponseFuture`] (`future.rs`) that waits for the
+//! limiter's decision, waits again in delay mode, then calls your service or answers itself.
+//! The limiter asks one store (`store/`): the builder stacks, outermost first, a cache of
+//! denials (a client already denied is answered locally), leases (hot keys decided locally
+//! from quota leased in the backend) and failure handling (timeout, circuit breaker,
+//! fallback) around your backend, [`MemoryStore`] or [`RedisStore`] or a [`Store`] of your
+//! own; none of them is a type you build. The limiter turns the store's [`Decision`]s into
+//! headers or a denial (`response/`), and [`Control`] reads and acts on it afterwards.
+//!
+//! [`MemoryStore`]: store::MemoryStore
+//! [`RedisStore`]: store::RedisStore
+//!
 //! # Feature Flags
 //!
 //! - `redis` (default): [`store::RedisStore`], through deadpool-redis.
-//! - `sentinel`: [`store::RedisSentinelStore`], the master Redis Sentinel names (enables
-//!   `redis`).
-//! - `cluster`: [`store::RedisClusterStore`], Redis Cluster (enables `redis`).
-//! - `tls`: `rediss://` URLs for every Redis store, by rustls with the system's root
-//!   certificates (enables `redis`).
+//! - `sentinel`, `cluster`: [`RedisStore::sentinel`](store::RedisStore::sentinel) and
+//!   [`RedisStore::cluster`](store::RedisStore::cluster), the same store on the master Sentinel
+//!   names or on a Redis Cluster.
+//! - `tls`: `rediss://` URLs, by rustls with the system's root certificates.
 //! - `axum` (default): [`key::PeerIp`] (and [`key::ClientIp`]) read the peer address axum
 //!   records as `ConnectInfo<SocketAddr>`. Nothing else needs axum: the layer serves any
 //!   `Service<http::Request<B>>`, axum's routers included, without it.
@@ -69,9 +86,7 @@
 )]
 
 mod algorithm;
-mod body;
 mod clock;
-mod count;
 mod decision;
 mod error;
 mod future;
@@ -88,16 +103,16 @@ pub mod store;
 mod telemetry;
 
 pub use algorithm::Algorithm;
-pub use body::ResponseBody;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
 pub use future::ResponseFuture;
-pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip, Stats};
 pub use lease::Lease;
 pub use limiter::OnMissingKey;
 pub use quota::{Policy, Quota};
 pub use response::HeaderStyle;
+pub use response::ResponseBody;
 pub use service::RateLimit;
 pub use store::{OnStoreError, Store};
 
@@ -148,3 +163,8 @@ pub mod guide {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The migration guide's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/migrating.md")]
+struct MigratingDoctests;

@@ -7,10 +7,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::body::ResponseBody;
-use crate::future::ResponseFuture;
+use crate::future::{take_ready, ResponseFuture};
 use crate::limiter::{Limiter, Plan};
-use crate::store::{MemoryStore, Store};
+use crate::response::ResponseBody;
 
 /// Rate-limits an inner service; made by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
@@ -18,16 +17,16 @@ use crate::store::{MemoryStore, Store};
 /// clients. Denials are responses (429), not errors, so the inner error type is kept and an
 /// `Infallible` service stays `Infallible`.
 ///
-/// A request the store can decide at once (the memory store, a cached denial, a lease in hand:
-/// see [`Store::check_ready`]) is decided and counted in `call`; one that waits for Redis, when
-/// its response future is first polled.
-pub struct RateLimit<Svc, S = MemoryStore> {
+/// A request the store can decide at once (the memory store, a cached denial, a lease in
+/// hand) is decided and counted in `call`; one that waits for Redis, when its response future
+/// is first polled.
+pub struct RateLimit<Svc> {
     inner: Svc,
-    limiter: Arc<Limiter<S>>,
+    limiter: Arc<Limiter>,
 }
 
-impl<Svc, S> RateLimit<Svc, S> {
-    pub(crate) fn new(inner: Svc, limiter: Arc<Limiter<S>>) -> Self {
+impl<Svc> RateLimit<Svc> {
+    pub(crate) fn new(inner: Svc, limiter: Arc<Limiter>) -> Self {
         Self { inner, limiter }
     }
 
@@ -47,10 +46,9 @@ impl<Svc, S> RateLimit<Svc, S> {
     }
 }
 
-impl<Svc, S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<Svc, S>
+impl<Svc, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<Svc>
 where
     Svc: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
-    S: Store,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = Svc::Error;
@@ -82,22 +80,15 @@ where
     }
 }
 
-/// Takes the service `poll_ready` made ready, for a call made later, and leaves a clone in its
-/// place for the next request.
-pub(crate) fn take_ready<Svc: Clone>(ready: &mut Svc) -> Svc {
-    let clone = ready.clone();
-    std::mem::replace(ready, clone)
-}
-
 /// Lets `Server::builder().add_service(layer.layer(svc))` limit one gRPC service: the wrapped
 /// service keeps its route (`/package.Service/...`).
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
-impl<Svc: tonic::server::NamedService, S> tonic::server::NamedService for RateLimit<Svc, S> {
+impl<Svc: tonic::server::NamedService> tonic::server::NamedService for RateLimit<Svc> {
     const NAME: &'static str = Svc::NAME;
 }
 
-impl<Svc: Clone, S> Clone for RateLimit<Svc, S> {
+impl<Svc: Clone> Clone for RateLimit<Svc> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -106,7 +97,7 @@ impl<Svc: Clone, S> Clone for RateLimit<Svc, S> {
     }
 }
 
-impl<Svc: fmt::Debug, S: fmt::Debug> fmt::Debug for RateLimit<Svc, S> {
+impl<Svc: fmt::Debug> fmt::Debug for RateLimit<Svc> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)

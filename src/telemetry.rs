@@ -131,8 +131,7 @@ pub(crate) fn lease_tokens_expired(rule: &str, units: u32) {
 }
 
 /// The `store` label for a store type: its name without the path and the `Store` suffix, in
-/// snake case (`MemoryStore` → `memory`, `RedisClusterStore` → `redis_cluster`, `BoxStore` →
-/// `box`).
+/// snake case (`MemoryStore` → `memory`, `RedisClusterStore` → `redis_cluster`).
 pub(crate) fn store_label<S>() -> Arc<str> {
     let full = std::any::type_name::<S>();
     let name = full.split('<').next().unwrap_or(full);
@@ -151,42 +150,19 @@ pub(crate) fn store_label<S>() -> Arc<str> {
     label.into()
 }
 
-/// The `store` label for `store`: its type's, or for a [`BoxStore`] the label of the store
-/// inside it (`memory`, `redis`, …), which is what a dashboard needs to tell apart.
-///
-/// [`BoxStore`]: crate::store::BoxStore
-pub(crate) fn store_label_of<S: 'static>(store: &S) -> Arc<str> {
-    match (store as &dyn std::any::Any).downcast_ref::<crate::store::BoxStore>() {
-        Some(boxed) => boxed.label(),
-        None => store_label::<S>(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{BoxStore, MemoryStore};
+    use crate::store::MemoryStore;
 
     #[test]
     fn store_labels_are_short_lower_case_type_names() {
         assert_eq!(&*store_label::<MemoryStore>(), "memory");
-        assert_eq!(&*store_label::<BoxStore>(), "box");
         struct MyStore;
         assert_eq!(&*store_label::<MyStore>(), "my");
         assert_eq!(&*store_label::<Vec<u8>>(), "vec");
-        assert_eq!(Outcome::ShadowDenied.as_str(), "shadow_denied");
-    }
-
-    #[test]
-    fn a_boxed_store_is_labelled_by_the_store_inside() {
-        assert_eq!(
-            &*store_label_of(&BoxStore::new(MemoryStore::new())),
-            "memory"
-        );
-        let twice = BoxStore::new(BoxStore::new(MemoryStore::new()));
-        assert_eq!(&*store_label_of(&twice), "memory");
-        assert_eq!(&*store_label_of(&MemoryStore::new()), "memory");
         struct RedisClusterStore;
         assert_eq!(&*store_label::<RedisClusterStore>(), "redis_cluster");
+        assert_eq!(Outcome::ShadowDenied.as_str(), "shadow_denied");
     }
 }

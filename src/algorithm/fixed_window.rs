@@ -50,7 +50,8 @@ mod tests {
 
     #[test]
     fn fills_the_window_then_denies_until_its_end() {
-        let (store, clock, policy) = setup(Algorithm::FixedWindow, T0, Quota::per_second(3));
+        let (store, clock, policy) =
+            setup(Algorithm::FixedWindow, T0, Quota::per_second(3).unwrap());
         clock.set(T0 + 250_000);
         assert_eq!(
             store.check_now("k", &policy, 1),
@@ -81,7 +82,8 @@ mod tests {
 
     #[test]
     fn allows_twice_the_limit_around_a_boundary() {
-        let (store, clock, policy) = setup(Algorithm::FixedWindow, T0, Quota::per_second(5));
+        let (store, clock, policy) =
+            setup(Algorithm::FixedWindow, T0, Quota::per_second(5).unwrap());
         clock.set(T0 + 999_999);
         for left in (0..5).rev() {
             assert_eq!(store.check_now("k", &policy, 1), d(5, true, left, 1, None));
@@ -100,7 +102,8 @@ mod tests {
 
     #[test]
     fn cost_counts_and_a_cost_above_the_limit_never_passes() {
-        let (store, clock, policy) = setup(Algorithm::FixedWindow, T0, Quota::per_minute(10));
+        let (store, clock, policy) =
+            setup(Algorithm::FixedWindow, T0, Quota::per_minute(10).unwrap());
         clock.set(T0 + 60_000_000 + 1_000_000);
         assert_eq!(
             store.check_now("k", &policy, 7),
@@ -131,7 +134,7 @@ mod tests {
         let (store, clock, policy) = setup(
             Algorithm::FixedWindow,
             T0,
-            Quota::new(2, Duration::from_micros(100)),
+            Quota::new(2, Duration::from_micros(100)).unwrap(),
         );
         clock.set(T0 + 30);
         assert_eq!(store.check_now("k", &policy, 1), d(2, true, 1, 70, None));

@@ -56,8 +56,11 @@ mod tests {
 
     #[test]
     fn the_window_opens_at_the_first_request() {
-        let (store, clock, policy) =
-            setup(Algorithm::FixedWindowFromFirst, T0, Quota::per_second(3));
+        let (store, clock, policy) = setup(
+            Algorithm::FixedWindowFromFirst,
+            T0,
+            Quota::per_second(3).unwrap(),
+        );
         assert_eq!(
             store.check_now("k", &policy, 1),
             d(3, true, 2, 1_000_000, None)
@@ -95,8 +98,11 @@ mod tests {
 
     #[test]
     fn allows_two_limits_minus_one_around_a_refill() {
-        let (store, clock, policy) =
-            setup(Algorithm::FixedWindowFromFirst, T0, Quota::per_second(4));
+        let (store, clock, policy) = setup(
+            Algorithm::FixedWindowFromFirst,
+            T0,
+            Quota::per_second(4).unwrap(),
+        );
         assert!(store.check_now("k", &policy, 1).allowed);
         clock.set(T0 + 999_999);
         for left in (0..3).rev() {
@@ -116,8 +122,11 @@ mod tests {
 
     #[test]
     fn cost_counts_and_a_cost_above_the_limit_never_passes() {
-        let (store, clock, policy) =
-            setup(Algorithm::FixedWindowFromFirst, T0, Quota::per_minute(10));
+        let (store, clock, policy) = setup(
+            Algorithm::FixedWindowFromFirst,
+            T0,
+            Quota::per_minute(10).unwrap(),
+        );
         assert_eq!(
             store.check_now("k", &policy, 6),
             d(10, true, 4, 60_000_000, None)
@@ -147,7 +156,7 @@ mod tests {
         let (store, clock, policy) = setup(
             Algorithm::FixedWindowFromFirst,
             T0,
-            Quota::new(2, Duration::from_micros(100)),
+            Quota::new(2, Duration::from_micros(100)).unwrap(),
         );
         assert_eq!(store.check_now("k", &policy, 1), d(2, true, 1, 100, None));
         clock.set(T0 + 60);

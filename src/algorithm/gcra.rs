@@ -107,7 +107,9 @@ mod tests {
     #[test]
     fn interval_is_rounded_up() {
         // 3 per 100 µs: T = 34 µs, never more than 3 per 100 µs once the burst is spent.
-        let p = Params::new(&Quota::new(3, Duration::from_micros(100)), Algorithm::Gcra);
+        let p = Quota::new(3, Duration::from_micros(100))
+            .unwrap()
+            .params(Algorithm::Gcra);
         assert_eq!(p.interval, 34);
         let mut s = Gcra::default();
         for _ in 0..3 {

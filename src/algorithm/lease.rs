@@ -269,7 +269,11 @@ mod tests {
 
     /// 10 per second with a burst of 20: T = 100 ms.
     fn bucket(algorithm: Algorithm) -> Params {
-        Params::new(&Quota::per_second(10).burst(20), algorithm)
+        Quota::per_second(10)
+            .unwrap()
+            .burst(20)
+            .unwrap()
+            .params(algorithm)
     }
 
     const T: u64 = 100_000;
@@ -277,7 +281,7 @@ mod tests {
     #[test]
     fn a_lease_is_what_back_to_back_requests_would_get() {
         for algorithm in crate::Lease::ALGORITHMS {
-            let p = &Params::new(&Quota::per_second(10), algorithm);
+            let p = &Quota::per_second(10).unwrap().params(algorithm);
             let (mut leased, mut one_by_one) = (State::new(algorithm), State::new(algorithm));
             let now = 5_000_000;
             let lease = leased.acquire(p, now, 1, 4);
@@ -375,7 +379,7 @@ mod tests {
     #[test]
     fn a_window_takes_back_only_in_the_same_window() {
         for algorithm in [Algorithm::FixedWindow, Algorithm::FixedWindowFromFirst] {
-            let p = &Params::new(&Quota::per_second(10), algorithm);
+            let p = &Quota::per_second(10).unwrap().params(algorithm);
             let start = 7_000_000;
             let mut state = State::new(algorithm);
             let lease = state.acquire(p, start, 1, 6);

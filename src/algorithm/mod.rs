@@ -6,10 +6,10 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::quota::Quota;
 
 mod fixed_window;
 mod fixed_window_from_first;
@@ -25,7 +25,7 @@ mod shared_tests;
 #[cfg(test)]
 mod test_support;
 
-/// How requests are counted against a [`Quota`]. See the README's table for when to pick which.
+/// How requests are counted against a [`Quota`](crate::Quota). See the README's table for when to pick which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Algorithm {
@@ -120,11 +120,13 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    pub(crate) fn new(quota: &Quota, algorithm: Algorithm) -> Self {
-        let limit = u64::from(quota.limit());
-        let period = u64::try_from(quota.period().as_micros()).unwrap_or(u64::MAX);
+    /// `limit` requests per `period` with a bucket of `capacity`, as `algorithm` counts them
+    /// (the window algorithms' capacity is their limit).
+    pub(crate) fn new(limit: u32, period: Duration, capacity: u32, algorithm: Algorithm) -> Self {
+        let limit = u64::from(limit);
+        let period = u64::try_from(period.as_micros()).unwrap_or(u64::MAX);
         let burst = if algorithm.uses_burst() {
-            u64::from(quota.capacity())
+            u64::from(capacity)
         } else {
             limit
         };
@@ -231,7 +233,7 @@ mod tests {
     use proptest::test_runner::TestCaseError;
 
     use super::*;
-    use crate::quota::Policy;
+    use crate::quota::{Policy, Quota};
 
     /// Cases per algorithm.
     const CASES: u32 = 1_000;
@@ -250,11 +252,11 @@ mod tests {
         (prop_oneof![small, large], burst).prop_map(move |((limit, period), burst)| {
             // At most one request per µs.
             let limit = limit.min(u32::try_from(period).unwrap_or(u32::MAX));
-            let mut quota = Quota::new(limit, Duration::from_micros(period));
+            let mut quota = Quota::new(limit, Duration::from_micros(period)).unwrap();
             if algorithm.uses_burst() {
                 let interval = period.div_ceil(u64::from(limit));
                 let most = u32::try_from(MAX_BUCKET_SPAN / interval).unwrap_or(u32::MAX);
-                quota = quota.burst(burst.min(most));
+                quota = quota.burst(burst.min(most)).unwrap();
             }
             *Policy::new("p", quota, algorithm)
                 .expect("a valid quota")
@@ -476,9 +478,13 @@ mod tests {
         const S: u64 = 1_000_000;
         for algorithm in Algorithm::ALL {
             // 5 per 10 s: T = 2 s for the buckets.
-            let p = *Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm)
-                .unwrap()
-                .params();
+            let p = *Policy::new(
+                "p",
+                Quota::new(5, Duration::from_secs(10)).unwrap(),
+                algorithm,
+            )
+            .unwrap()
+            .params();
             let mut state = State::new(algorithm);
             for _ in 0..3 {
                 assert!(state.check(&p, S, 1).allowed, "{algorithm}");
@@ -497,9 +503,13 @@ mod tests {
     fn a_refund_reaches_neither_past_windows_nor_before_now() {
         const S: u64 = 1_000_000;
         let p = |algorithm| {
-            *Policy::new("p", Quota::new(5, Duration::from_secs(10)), algorithm)
-                .unwrap()
-                .params()
+            *Policy::new(
+                "p",
+                Quota::new(5, Duration::from_secs(10)).unwrap(),
+                algorithm,
+            )
+            .unwrap()
+            .params()
         };
         // The sliding window counter: 3 in the window [0, 10 s); at 11 s they weigh 2.7, and a
         // refund lowers only the current window's count, which is 0.

@@ -22,7 +22,8 @@ mod buckets {
     fn burst_then_deny_then_refill_after_exactly_t() {
         for a in BUCKETS {
             // 5 per 500 ms: T = 100 ms; the i-th request of a burst waits (i − 1)·T in the queue.
-            let (store, clock, policy) = setup(a, T0, Quota::new(5, Duration::from_millis(500)));
+            let (store, clock, policy) =
+                setup(a, T0, Quota::new(5, Duration::from_millis(500)).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             spend_burst(&store, &policy, 5, 100_000);
             clock.advance(Duration::from_micros(99_999));
@@ -36,7 +37,8 @@ mod buckets {
     #[test]
     fn cost_above_one() {
         for a in BUCKETS {
-            let (store, clock, policy) = setup(a, T0, Quota::new(5, Duration::from_millis(500)));
+            let (store, clock, policy) =
+                setup(a, T0, Quota::new(5, Duration::from_millis(500)).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             assert_eq!(check(3), (true, 2, 300_000, None, 0), "{a}");
             // 2 left: cost 3 waits for one more interval; half an interval is not enough.
@@ -52,7 +54,8 @@ mod buckets {
     #[test]
     fn cost_above_one_takes_consecutive_slots() {
         for a in BUCKETS {
-            let (store, clock, policy) = setup(a, T0, Quota::new(5, Duration::from_millis(500)));
+            let (store, clock, policy) =
+                setup(a, T0, Quota::new(5, Duration::from_millis(500)).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             assert_eq!(check(3), (true, 2, 300_000, None, 0), "{a}");
             assert_eq!(check(3), (false, 2, 300_000, Some(100_000), 0), "{a}");
@@ -67,7 +70,8 @@ mod buckets {
     #[test]
     fn cost_above_burst_is_never_allowed_and_changes_nothing() {
         for a in BUCKETS {
-            let (store, _clock, policy) = setup(a, T0, Quota::new(5, Duration::from_millis(500)));
+            let (store, _clock, policy) =
+                setup(a, T0, Quota::new(5, Duration::from_millis(500)).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             assert_eq!(check(6), (false, 5, 0, None, 0), "{a}");
             assert!(store.is_empty(), "{a}");
@@ -81,7 +85,8 @@ mod buckets {
     fn ten_per_second_burst_twenty() {
         for a in BUCKETS {
             // T = 100 ms, B·T = 2 s.
-            let (store, clock, policy) = setup(a, T0, Quota::per_second(10).burst(20));
+            let (store, clock, policy) =
+                setup(a, T0, Quota::per_second(10).unwrap().burst(20).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             spend_burst(&store, &policy, 20, 100_000);
             // One second later ten have come back.
@@ -98,7 +103,8 @@ mod buckets {
     #[test]
     fn ten_per_second_burst_twenty_counts_whole_tokens() {
         for a in BUCKETS {
-            let (store, clock, policy) = setup(a, T0, Quota::per_second(10).burst(20));
+            let (store, clock, policy) =
+                setup(a, T0, Quota::per_second(10).unwrap().burst(20).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             spend_burst(&store, &policy, 20, 100_000);
             clock.advance(Duration::from_millis(1_050));
@@ -114,7 +120,8 @@ mod buckets {
     fn sub_millisecond_periods() {
         for a in BUCKETS {
             // 1 per 50 µs.
-            let (store, clock, policy) = setup(a, T0, Quota::new(1, Duration::from_micros(50)));
+            let (store, clock, policy) =
+                setup(a, T0, Quota::new(1, Duration::from_micros(50)).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             spend_burst(&store, &policy, 1, 50);
             clock.advance(Duration::from_micros(49));
@@ -123,7 +130,8 @@ mod buckets {
             assert_eq!(check(1), (true, 0, 50, None, 0), "{a}");
 
             // 5 per 100 µs: T = 20 µs.
-            let (store, clock, policy) = setup(a, T0, Quota::new(5, Duration::from_micros(100)));
+            let (store, clock, policy) =
+                setup(a, T0, Quota::new(5, Duration::from_micros(100)).unwrap());
             let check = |cost| decide(&store, &policy, cost);
             spend_burst(&store, &policy, 5, 20);
             clock.advance(Duration::from_micros(45));
@@ -144,7 +152,7 @@ mod buckets {
     #[test]
     fn clock_going_back_and_extreme_times_never_panic() {
         for a in BUCKETS {
-            let p = Params::new(&Quota::per_second(10).burst(20), a);
+            let p = Quota::per_second(10).unwrap().burst(20).unwrap().params(a);
             let mut s = State::new(a);
             for now in [
                 0,
@@ -228,10 +236,13 @@ mod buckets {
             rng % n
         };
         for quota in [
-            Quota::per_second(10).burst(20),
-            Quota::new(1, Duration::from_micros(50)),
-            Quota::new(5, Duration::from_micros(100)),
-            Quota::new(7, Duration::from_millis(3)).burst(3),
+            Quota::per_second(10).unwrap().burst(20).unwrap(),
+            Quota::new(1, Duration::from_micros(50)).unwrap(),
+            Quota::new(5, Duration::from_micros(100)).unwrap(),
+            Quota::new(7, Duration::from_millis(3))
+                .unwrap()
+                .burst(3)
+                .unwrap(),
         ] {
             let clock = ManualClock::new(T0);
             let store = MemoryStore::with_clock(clock.clone());
@@ -271,7 +282,7 @@ mod windows {
     #[test]
     fn several_requests_in_one_microsecond() {
         for (a, t0) in WINDOWS {
-            let (store, clock, policy) = setup(a, t0, Quota::per_second(3));
+            let (store, clock, policy) = setup(a, t0, Quota::per_second(3).unwrap());
             let check = |cost| store.check_now("k", &policy, cost);
             for left in (0..3).rev() {
                 assert_eq!(check(1), d(3, true, left, 1_000_000, None), "{a}");
@@ -293,7 +304,7 @@ mod windows {
             (Algorithm::FixedWindowFromFirst, UNALIGNED, UNALIGNED - 50),
             (Algorithm::SlidingWindowLog, UNALIGNED, UNALIGNED - 50),
         ] {
-            let quota = Quota::new(1, Duration::from_micros(100));
+            let quota = Quota::new(1, Duration::from_micros(100)).unwrap();
             let (store, clock, policy) = setup(a, first, quota);
             assert!(store.check_now("k", &policy, 1).allowed, "{a}");
             clock.set(back);

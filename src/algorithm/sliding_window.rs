@@ -233,7 +233,8 @@ mod tests {
 
     #[test]
     fn the_previous_window_counts_by_its_remaining_share() {
-        let (store, clock, policy) = setup(Algorithm::SlidingWindow, T0, Quota::per_second(10));
+        let (store, clock, policy) =
+            setup(Algorithm::SlidingWindow, T0, Quota::per_second(10).unwrap());
         clock.set(T0 + 200_000);
         assert_eq!(
             store.check_now("k", &policy, 6),
@@ -292,7 +293,7 @@ mod tests {
         let (store, clock, policy) = setup(
             Algorithm::SlidingWindow,
             T0,
-            Quota::new(2, Duration::from_micros(100)),
+            Quota::new(2, Duration::from_micros(100)).unwrap(),
         );
         clock.set(T0 + 50);
         assert_eq!(store.check_now("k", &policy, 2), d(2, true, 0, 150, None));
@@ -328,7 +329,7 @@ mod tests {
         let (store, clock, policy) = setup(
             Algorithm::SlidingWindow,
             T0,
-            Quota::new(5, Duration::from_micros(100)),
+            Quota::new(5, Duration::from_micros(100)).unwrap(),
         );
         clock.set(T0 + 10);
         for left in (0..5).rev() {

@@ -186,7 +186,11 @@ mod tests {
 
     #[test]
     fn each_entry_frees_its_slot_one_period_later() {
-        let (store, clock, policy) = setup(Algorithm::SlidingWindowLog, T0, Quota::per_second(3));
+        let (store, clock, policy) = setup(
+            Algorithm::SlidingWindowLog,
+            T0,
+            Quota::per_second(3).unwrap(),
+        );
         assert_eq!(
             store.check_now("k", &policy, 1),
             d(3, true, 2, 1_000_000, None)
@@ -232,7 +236,11 @@ mod tests {
 
     #[test]
     fn cost_counts_and_retry_waits_for_enough_entries() {
-        let (store, clock, policy) = setup(Algorithm::SlidingWindowLog, T0, Quota::per_minute(10));
+        let (store, clock, policy) = setup(
+            Algorithm::SlidingWindowLog,
+            T0,
+            Quota::per_minute(10).unwrap(),
+        );
         assert_eq!(
             store.check_now("k", &policy, 4),
             d(10, true, 6, 60_000_000, None)
@@ -277,7 +285,7 @@ mod tests {
         let (store, clock, policy) = setup(
             Algorithm::SlidingWindowLog,
             T0,
-            Quota::new(2, Duration::from_micros(100)),
+            Quota::new(2, Duration::from_micros(100)).unwrap(),
         );
         assert_eq!(store.check_now("k", &policy, 1), d(2, true, 1, 100, None));
         clock.set(T0 + 30);

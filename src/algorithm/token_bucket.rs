@@ -96,10 +96,9 @@ mod tests {
 
     #[test]
     fn clock_going_back_delays_refill_and_never_panics() {
-        let p = Params::new(
-            &Quota::new(5, Duration::from_micros(500)),
-            Algorithm::TokenBucket,
-        );
+        let p = Quota::new(5, Duration::from_micros(500))
+            .unwrap()
+            .params(Algorithm::TokenBucket);
         let mut s = TokenBucket::default();
         assert!(s.check(&p, 1_000, 5).allowed);
         // 100 µs earlier: still empty, and refill only starts at 1_000.

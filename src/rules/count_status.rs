@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use http::StatusCode;
 
+use crate::error::{ConfigError, ConfigErrorKind};
+
 /// A response status that a rule with [`count_status`](crate::rules::Rule::count_status)
 /// counts: one code (`401`) or a class (`"4xx"`).
 ///
@@ -75,7 +77,7 @@ impl fmt::Display for StatusMatch {
 }
 
 impl FromStr for StatusMatch {
-    type Err = crate::ConfigError;
+    type Err = ConfigError;
 
     /// A code (`"401"`) or a class (`"4xx"`, `"4XX"`), checked.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -85,7 +87,7 @@ impl FromStr for StatusMatch {
             Some(_) => None,
             None => text.parse().ok().map(Self::Code),
         };
-        let fail = |why: String| crate::ConfigError::of(crate::ConfigErrorKind::Rule, why);
+        let fail = |why: String| ConfigError::of(ConfigErrorKind::Rule, why);
         let parsed = parsed.ok_or_else(|| {
             fail(format!(
                 "count_status {text:?} is not a status code or class ({ALLOWED})"

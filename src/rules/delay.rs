@@ -49,7 +49,7 @@ impl DelayQueue {
     /// The policy the store enforces for `quota`: a leaky bucket whose queue is longer by the
     /// slots that fit in `max_delay`.
     pub(crate) fn policy(&self, name: &str, quota: Quota) -> Result<Policy, ConfigError> {
-        let params = Params::new(&quota, Algorithm::LeakyBucket);
+        let params = quota.params(Algorithm::LeakyBucket);
         let queue = self.queue_slots(&params);
         let burst = u32::try_from(params.burst.saturating_add(queue)).map_err(|_| {
             ConfigError::of(
@@ -57,14 +57,14 @@ impl DelayQueue {
                 "max_delay is too long for this quota (the queue would be too long)",
             )
         })?;
-        Policy::new(name, quota.burst(burst), Algorithm::LeakyBucket)
+        Policy::new(name, quota.burst(burst)?, Algorithm::LeakyBucket)
     }
 
     /// For the store's decision under [`policy`](Self::policy): how long the request must
     /// wait before it goes, and the decision as the rule's own quota sees it (its burst as
     /// the limit, queued requests not counted as remaining).
     pub(crate) fn release(&self, quota: &Quota, decision: Decision) -> (Duration, Decision) {
-        let params = Params::new(quota, Algorithm::LeakyBucket);
+        let params = quota.params(Algorithm::LeakyBucket);
         let queue = self.queue_slots(&params);
         // The leaky bucket's reset_after is the end of the request's last slot plus one
         // interval; its first slot starts `cost` intervals before that. Waiting is needed

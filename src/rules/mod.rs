@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
-use http::{HeaderName, Method};
+use http::Method;
 
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
 use crate::lease::Lease;
-use crate::quota::{check_policy_name, Policy, Quota};
+use crate::quota::Quota;
 
+mod compiled;
 mod cost;
 mod count_status;
 mod delay;
@@ -27,6 +28,7 @@ mod route;
 mod set;
 mod skip;
 mod source;
+pub(crate) use compiled::{CompiledRule, Setting};
 pub(crate) use cost::{Cost, CostFn};
 pub use count_status::StatusMatch;
 pub(crate) use count_status::ALLOWED as COUNT_STATUS_ALLOWED;
@@ -83,18 +85,19 @@ pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
 /// ```
 /// use std::time::Duration;
 /// use http::Method;
-/// use tollgate::{key, rules::{Mode, Rule}, Quota, RateLimitLayer};
+/// use tollgate::{key, rules::{Mode, Rule}, Quota, RateLimitLayer, Skip};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .key(key::Header::new("x-api-key").or(key::PeerIp::default()))
-///     .rule(Rule::new("login", Quota::per_minute(5)).methods([Method::POST]).path("/login")
+///     .rule(Rule::new("login", Quota::per_minute(5)?).methods([Method::POST]).path("/login")
 ///         .key(key::PeerIp::default()))
 ///     .rule(Rule::new("api", "100/s; burst=200".parse()?).path("/api/*").cost_header("x-cost"))
-///     .rule(Rule::new("api-daily", Quota::per_day(100_000)).path("/api/*"))
-///     .rule(Rule::new("export", Quota::per_second(2)).path("/export")
+///     .rule(Rule::new("api-daily", Quota::per_day(100_000)?).path("/api/*"))
+///     .rule(Rule::new("export", Quota::per_second(2)?).path("/export")
 ///         .mode(Mode::Delay).max_delay(Duration::from_secs(2)))
-///     .skip_path("/health")
+///     .skip(Skip::new().path("/health"))
 ///     .build()?;
+/// # let _ = layer;
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[derive(Clone)]
@@ -230,9 +233,12 @@ impl Rule {
     /// ```
     /// use tollgate::{key, rules::Rule, Quota};
     ///
-    /// let rule = Rule::new("api", Quota::per_minute(60))
+    /// let paid = Quota::per_minute(6000)?;
+    /// let rule = Rule::new("api", Quota::per_minute(60)?)
     ///     .key(key::Header::new("x-api-key"))
-    ///     .quota_for(|key| key.starts_with("paid-").then(|| Quota::per_minute(6000)));
+    ///     .quota_for(move |key| key.starts_with("paid-").then_some(paid));
+    /// # let _ = rule;
+    /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
     pub fn quota_for<F>(mut self, tiers: F) -> Self
@@ -245,7 +251,7 @@ impl Rule {
 
     /// Once this rule denies a client, keeps denying it for `duration`, even if its quota
     /// refills meanwhile; `Retry-After` tells the rest of the block, and the client starts
-    /// afresh after it (see [`Policy::block_for`]). The block lives in the store, next to the
+    /// afresh after it (see [`Policy::block_for`](crate::Policy::block_for)). The block lives in the store, next to the
     /// client's state, so on Redis every instance sees it. Under stacked limits only the
     /// denying rule blocks. A shadow rule never blocks (its denials let requests through), and
     /// delay mode refuses it: a queued client waits for its slot rather than being blocked.
@@ -255,10 +261,11 @@ impl Rule {
     /// use std::time::Duration;
     /// use tollgate::{rules::Rule, Quota};
     ///
-    /// let login = Rule::new("login", Quota::per_minute(5))
+    /// let login = Rule::new("login", Quota::per_minute(5)?)
     ///     .path("/login")
     ///     .block_for(Duration::from_secs(15 * 60));
     /// # let _ = login;
+    /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
     pub fn block_for(mut self, duration: Duration) -> Self {
@@ -292,9 +299,9 @@ impl Rule {
     /// use tollgate::{key, rules::{Rule, StatusMatch}, Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("signin", Quota::per_minute(3)).methods([Method::POST])
+    ///     .rule(Rule::new("signin", Quota::per_minute(3)?).methods([Method::POST])
     ///         .path("/signin").key(key::PeerIp::default()).count_status([401, 403]))
-    ///     .rule(Rule::new("errors", Quota::per_minute(10)).path("/api/*")
+    ///     .rule(Rule::new("errors", Quota::per_minute(10)?).path("/api/*")
     ///         .count_status([StatusMatch::class(5)]))
     ///     .build()?;
     /// # Ok::<(), tollgate::ConfigError>(())
@@ -309,7 +316,7 @@ impl Rule {
     }
 
     /// Leases this rule's quota to each instance in batches, for a hot key (a global limit,
-    /// one big customer): see [`Lease`] and [`Leases`](crate::store::Leases). Never admits
+    /// one big customer): see [`Lease`]. Never admits
     /// more than the quota; may admit a little less. Works with the bucket algorithms and the
     /// fixed windows; the sliding windows and delay mode refuse it with a [`ConfigError`].
     ///
@@ -317,7 +324,7 @@ impl Rule {
     /// use tollgate::{key, rules::Rule, Lease, Quota, RateLimitLayer};
     ///
     /// let layer = RateLimitLayer::builder()
-    ///     .rule(Rule::new("global", Quota::per_second(20_000)).key(key::Global).lease(Lease::Auto))
+    ///     .rule(Rule::new("global", Quota::per_second(20_000)?).key(key::Global).lease(Lease::Auto))
     ///     .build()?;
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
@@ -331,185 +338,6 @@ impl Rule {
     pub fn name(&self) -> &str {
         &self.name
     }
-
-    /// Checks the rule and fixes its defaults.
-    pub(crate) fn compile(
-        &self,
-        default_key: &Arc<dyn KeyExtractor>,
-        default_algorithm: Algorithm,
-    ) -> Result<CompiledRule, ConfigError> {
-        self.check(default_key, default_algorithm)
-            .map_err(|(_, e)| e.context(format!("rule {:?}", self.name)))
-    }
-
-    /// [`compile`](Self::compile), with the setting an error is about, so a rules file can
-    /// point at it.
-    pub(crate) fn check(
-        &self,
-        default_key: &Arc<dyn KeyExtractor>,
-        default_algorithm: Algorithm,
-    ) -> Result<CompiledRule, (Setting, ConfigError)> {
-        let at = |setting: Setting| move |e: ConfigError| (setting, e);
-        check_policy_name(&self.name).map_err(at(Setting::Name))?;
-        self.quota.validate().map_err(at(Setting::Quota))?;
-        let cost = match &self.cost {
-            CostSpec::One => Cost::One,
-            CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
-            CostSpec::Header(name) => {
-                Cost::Header(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                    let message = format!("cost_header {name:?} is not a valid header name");
-                    (
-                        Setting::CostHeader,
-                        ConfigError::of(ConfigErrorKind::Rule, message),
-                    )
-                })?)
-            }
-        };
-        let algorithm = self.algorithm.unwrap_or(default_algorithm);
-        let route =
-            Route::new(self.methods.clone(), self.path.as_deref()).map_err(at(Setting::Path))?;
-        // Delay mode waits for each request's slot in the store; a lease has no slots.
-        if self.lease.is_some() && self.mode == Mode::Delay {
-            return Err((
-                Setting::Lease,
-                ConfigError::of(
-                    ConfigErrorKind::Rule,
-                    "lease does not work in delay mode, which waits for each request's slot in \
-                     the store; remove lease or use mode enforce or shadow",
-                ),
-            ));
-        }
-        // max_delay is ignored outside delay mode, so a rule switches modes by its mode alone.
-        let delay = match self.mode {
-            Mode::Delay => {
-                Some(DelayQueue::new(algorithm, self.max_delay).map_err(at(Setting::Mode))?)
-            }
-            _ => None,
-        };
-        // The quota is valid alone: what fails here is the quota with the algorithm, or in
-        // delay mode the queue that max_delay adds.
-        let policy = match &delay {
-            Some(queue) => queue
-                .policy(&self.name, self.quota)
-                .map_err(at(Setting::Mode))?,
-            None => Policy::new(self.name.as_str(), self.quota, algorithm)
-                .map_err(at(Setting::Quota))?,
-        };
-        let policy = match self.block_for {
-            None => policy,
-            Some(block_for) => {
-                check_block_for(block_for, self.mode).map_err(at(Setting::BlockFor))?;
-                // A shadow rule's denials let requests through: it never blocks.
-                if self.mode == Mode::Shadow {
-                    policy
-                } else {
-                    policy.block_for(block_for)
-                }
-            }
-        };
-        let count_status = self.checked_count_status(self.mode).map_err(|why| {
-            (
-                Setting::CountStatus,
-                ConfigError::of(ConfigErrorKind::Rule, why),
-            )
-        })?;
-        let policy = match self.lease {
-            Some(lease) => policy.with_lease(lease).map_err(at(Setting::Lease))?,
-            None => policy,
-        };
-        if count_status.is_some() && self.lease.is_some() {
-            return Err((
-                Setting::Lease,
-                ConfigError::of(
-                    ConfigErrorKind::Rule,
-                    "lease does not work with count_status: a leased unit is spent before the \
-                     handler runs, and count_status counts a request only after its response; \
-                     remove one of them",
-                ),
-            ));
-        }
-        let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
-        if max_cost == 0 {
-            return Err((
-                Setting::MaxCost,
-                ConfigError::of(ConfigErrorKind::Rule, "max_cost must be at least 1"),
-            ));
-        }
-        Ok(CompiledRule {
-            policy,
-            quota: self.quota,
-            mode: self.mode,
-            delay,
-            key: self.key.clone().unwrap_or_else(|| Arc::clone(default_key)),
-            route,
-            cost,
-            max_cost,
-            quota_for: self.quota_for.clone(),
-            count_status,
-        })
-    }
-
-    /// The checked `count_status`, if the rule has one.
-    fn checked_count_status(&self, mode: Mode) -> Result<Option<Arc<[StatusMatch]>>, String> {
-        let Some(statuses) = &self.count_status else {
-            return Ok(None);
-        };
-        if statuses.is_empty() {
-            return Err(format!(
-                "count_status is an empty list: {}, or leave it out to count every request",
-                count_status::ALLOWED
-            ));
-        }
-        for status in statuses {
-            status
-                .validate()
-                .map_err(|why| format!("count_status: {why}"))?;
-        }
-        if mode == Mode::Delay {
-            return Err(
-                "count_status cannot be used in delay mode: delay mode takes a \
-                        request's place in the queue before the handler runs, while \
-                        count_status counts a request only after its response"
-                    .to_owned(),
-            );
-        }
-        Ok(Some(statuses.as_slice().into()))
-    }
-}
-
-/// The longest block a rule may set (a year, as the longest period).
-const MAX_BLOCK: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
-/// Checks a rule's `block_for` in `mode`.
-fn check_block_for(block_for: Duration, mode: Mode) -> Result<(), ConfigError> {
-    let rule = |message: String| Err(ConfigError::of(ConfigErrorKind::Rule, message));
-    if block_for.is_zero() || block_for > MAX_BLOCK {
-        return rule(format!(
-            "block_for {block_for:?} is out of range: use from 1µs to 365 days, e.g. \"10m\""
-        ));
-    }
-    if mode == Mode::Delay {
-        return rule(
-            "block_for cannot be used in delay mode (a queued request waits for its slot); use \
-             mode enforce, or remove block_for"
-                .into(),
-        );
-    }
-    Ok(())
-}
-
-/// A rule's setting, to say which one an error is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Setting {
-    Name,
-    Quota,
-    Path,
-    Mode,
-    CostHeader,
-    MaxCost,
-    BlockFor,
-    CountStatus,
-    Lease,
 }
 
 impl fmt::Debug for Rule {
@@ -532,57 +360,6 @@ impl fmt::Debug for Rule {
     }
 }
 
-/// A rule ready to use: defaults applied, quota validated.
-#[derive(Clone)]
-pub(crate) struct CompiledRule {
-    pub(crate) policy: Policy,
-    pub(crate) quota: Quota,
-    pub(crate) mode: Mode,
-    /// In delay mode: the queue, which also shapes `policy`.
-    pub(crate) delay: Option<DelayQueue>,
-    pub(crate) key: Arc<dyn KeyExtractor>,
-    pub(crate) route: Route,
-    pub(crate) cost: Cost,
-    pub(crate) max_cost: u32,
-    pub(crate) quota_for: Option<TierFn>,
-    /// Only responses with these statuses are counted (see [`Rule::count_status`]).
-    pub(crate) count_status: Option<Arc<[StatusMatch]>>,
-}
-
-impl CompiledRule {
-    /// The policy of this rule for another quota (a tier's), in the rule's mode.
-    pub(crate) fn policy_for(&self, quota: Quota) -> Result<Policy, ConfigError> {
-        let policy = match &self.delay {
-            Some(queue) => queue.policy(self.policy.name(), quota),
-            None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
-        }?;
-        // A tier blocks and leases as the rule does.
-        let policy = match self.policy.blocks_for() {
-            Some(block_for) => policy.block_for(block_for),
-            None => policy,
-        };
-        match self.policy.lease() {
-            Some(lease) => policy.with_lease(lease),
-            None => Ok(policy),
-        }
-    }
-}
-
-impl fmt::Debug for CompiledRule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CompiledRule")
-            .field("policy", &self.policy)
-            .field("mode", &self.mode)
-            .field("delay", &self.delay)
-            .field("key", &self.key.describe())
-            .field("route", &self.route)
-            .field("cost", &self.cost)
-            .field("max_cost", &self.max_cost)
-            .field("count_status", &self.count_status)
-            .finish_non_exhaustive()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -595,10 +372,10 @@ mod tests {
 
     #[test]
     fn a_lease_is_carried_by_the_policy_and_refused_where_it_cannot_be_exact() {
-        let rule = Rule::new("g", Quota::per_second(100)).lease(Lease::Auto);
+        let rule = Rule::new("g", Quota::per_second(100).unwrap()).lease(Lease::Auto);
         assert_eq!(compile(rule).unwrap().policy.lease(), Some(Lease::Auto));
         let e = compile(
-            Rule::new("s", Quota::per_second(100))
+            Rule::new("s", Quota::per_second(100).unwrap())
                 .algorithm(Algorithm::SlidingWindowLog)
                 .lease(Lease::tokens(5)),
         )
@@ -610,7 +387,7 @@ mod tests {
             "{e}"
         );
         let e = compile(
-            Rule::new("d", Quota::per_second(100))
+            Rule::new("d", Quota::per_second(100).unwrap())
                 .mode(Mode::Delay)
                 .lease(Lease::Auto),
         )
@@ -623,9 +400,11 @@ mod tests {
 
     #[test]
     fn a_tier_keeps_the_rules_lease() {
-        let rule = Rule::new("t", Quota::per_second(100)).lease(Lease::tokens(5));
+        let rule = Rule::new("t", Quota::per_second(100).unwrap()).lease(Lease::tokens(5));
         let compiled = compile(rule).unwrap();
-        let tier = compiled.policy_for(Quota::per_second(1_000)).unwrap();
+        let tier = compiled
+            .policy_for(Quota::per_second(1_000).unwrap())
+            .unwrap();
         assert_eq!(tier.lease(), Some(Lease::tokens(5)));
     }
 }

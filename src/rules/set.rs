@@ -38,6 +38,16 @@ impl RuleSet {
         })
     }
 
+    /// One rule and no skip: no name to repeat, so it cannot fail.
+    pub(crate) fn one(rule: CompiledRule) -> Self {
+        Self {
+            rule_index: RouteIndex::new([&rule.route]),
+            skip_index: RouteIndex::new([]),
+            rules: vec![rule],
+            skips: Vec::new(),
+        }
+    }
+
     /// The rules, in order.
     pub(crate) fn rules(&self) -> &[CompiledRule] {
         &self.rules

@@ -89,6 +89,24 @@ impl RuleSource {
         Ok(Arc::new(source))
     }
 
+    /// Rules from code only, compiled already: nothing to read, so it cannot fail.
+    pub(crate) fn fixed(
+        rules: RuleSet,
+        default_key: Arc<dyn KeyExtractor>,
+        default_algorithm: Algorithm,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            code_rules: rules.rules().to_vec(),
+            code_skips: Vec::new(),
+            default_key,
+            default_algorithm,
+            file: None,
+            current: ArcSwap::from_pointee(rules),
+            reads: AtomicU64::new(0),
+            seen: Mutex::default(),
+        })
+    }
+
     /// Watches the rules file, if any, on a thread of its own (so it needs no async runtime)
     /// until the source is dropped with the layer and its services. Polling, not filesystem
     /// events: it sees editors that replace the file, network filesystems and Kubernetes
@@ -281,7 +299,7 @@ mod tests {
 
     fn load(file: &TempFile) -> Result<Arc<RuleSource>, ConfigError> {
         RuleSource::load(
-            &[Rule::new("code", Quota::per_second(1))],
+            &[Rule::new("code", Quota::per_second(1).unwrap())],
             Vec::new(),
             Arc::new(key::Global),
             Algorithm::Gcra,
@@ -409,7 +427,7 @@ mod tests {
     #[test]
     fn without_a_file_reload_does_nothing() {
         let source = RuleSource::load(
-            &[Rule::new("code", Quota::per_second(1))],
+            &[Rule::new("code", Quota::per_second(1).unwrap())],
             Vec::new(),
             Arc::new(key::Global),
             Algorithm::Gcra,

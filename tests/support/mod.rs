@@ -382,6 +382,22 @@ impl RedisCluster {
             .collect()
     }
 
+    /// Client keys whose slots are served by three different masters, one per master.
+    pub fn keys_on_every_master(&self, name: &str) -> Vec<String> {
+        let mut keys: Vec<(u16, String)> = Vec::new();
+        for i in 0.. {
+            let key = format!("{name}-{i}");
+            let master = self.master_of(&format!("{{{key}}}"));
+            if keys.iter().all(|(m, _)| *m != master) {
+                keys.push((master, key));
+            }
+            if keys.len() == 3 {
+                break;
+            }
+        }
+        keys.into_iter().map(|(_, k)| k).collect()
+    }
+
     /// The port of the master that serves `key`'s slot now, as a running node sees it.
     pub fn master_of(&self, key: &str) -> u16 {
         let port = self.running_ports()[0];
@@ -655,28 +671,81 @@ pub fn command_calls(conn: &mut deadpool_redis::redis::Connection, command: &str
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Leases of `key` at 5 per minute under every algorithm that leases, on `store`: 3 units,
-/// then 2, then none (a denial with its wait); 2 unused units given back are leased again.
-pub async fn leases_are_exact<S: tollgate::Store>(store: &S, key: &str) {
-    use tollgate::{Lease, Policy, Quota};
-    for algorithm in Lease::ALGORITHMS {
-        let policy = Policy::new("leased", Quota::per_minute(5), algorithm).unwrap();
-        let first = store.acquire(key, &policy, 1, 3).await.unwrap();
-        let second = store.acquire(key, &policy, 1, 3).await.unwrap();
-        let none = store.acquire(key, &policy, 1, 3).await.unwrap();
-        let at = format!("{algorithm} on {key}");
-        assert_eq!(
-            (first.granted, second.granted, none.granted),
-            (3, 2, 0),
-            "{at}"
-        );
-        assert!(none.decision.retry_after.is_some(), "{at}");
-        assert_eq!(
-            store.release(key, &policy, 2, &second).await.unwrap(),
-            2,
-            "{at}"
-        );
-        let again = store.acquire(key, &policy, 1, 3).await.unwrap();
-        assert_eq!(again.granted, 2, "{at}");
+/// A built-in store a test runs on, one of each: memory, and Redis under a prefix of its own.
+/// (For the integration tests: it names tollgate's public types.)
+#[derive(Debug, Clone)]
+pub enum BuiltIn {
+    Memory(tollgate::store::MemoryStore),
+    Redis(tollgate::store::RedisStore),
+}
+
+impl BuiltIn {
+    /// A memory store, and a Redis store on the shared server under a prefix for `test`.
+    pub fn both(test: &str) -> [Self; 2] {
+        let redis = tollgate::store::RedisStore::from_url(&shared_redis_url())
+            .unwrap()
+            .prefix(unique_prefix(test));
+        [
+            Self::Memory(tollgate::store::MemoryStore::new()),
+            Self::Redis(redis),
+        ]
+    }
+
+    /// `builder` with this store, as its own type (so the layer takes its built-in path).
+    pub fn on(self, builder: tollgate::RateLimitLayerBuilder) -> tollgate::RateLimitLayerBuilder {
+        match self {
+            Self::Memory(store) => builder.store(store),
+            Self::Redis(store) => builder.store(store),
+        }
+    }
+}
+
+/// As a store of the user's (e.g. inside a test's own store).
+impl tollgate::Store for BuiltIn {
+    async fn check(
+        &self,
+        key: &str,
+        policy: &tollgate::Policy,
+        cost: u32,
+    ) -> Result<tollgate::Decision, tollgate::StoreError> {
+        match self {
+            Self::Memory(store) => tollgate::Store::check(store, key, policy, cost).await,
+            Self::Redis(store) => tollgate::Store::check(store, key, policy, cost).await,
+        }
+    }
+
+    async fn peek(
+        &self,
+        key: &str,
+        policy: &tollgate::Policy,
+        cost: u32,
+    ) -> Result<tollgate::Decision, tollgate::StoreError> {
+        match self {
+            Self::Memory(store) => tollgate::Store::peek(store, key, policy, cost).await,
+            Self::Redis(store) => tollgate::Store::peek(store, key, policy, cost).await,
+        }
+    }
+
+    async fn reset(
+        &self,
+        key: &str,
+        policy: &tollgate::Policy,
+    ) -> Result<(), tollgate::StoreError> {
+        match self {
+            Self::Memory(store) => tollgate::Store::reset(store, key, policy).await,
+            Self::Redis(store) => tollgate::Store::reset(store, key, policy).await,
+        }
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &tollgate::Policy,
+        duration: Duration,
+    ) -> Result<(), tollgate::StoreError> {
+        match self {
+            Self::Memory(store) => tollgate::Store::block(store, key, policy, duration).await,
+            Self::Redis(store) => tollgate::Store::block(store, key, policy, duration).await,
+        }
     }
 }

@@ -80,7 +80,7 @@ fn the_example_parses_to_its_rules() {
     let login = compile(&file.rules[0]);
     assert!(login.route.matches(&parts("POST", "/login")));
     assert!(!login.route.matches(&parts("GET", "/login")));
-    assert_eq!(login.quota, Quota::per_minute(5));
+    assert_eq!(login.quota, Quota::per_minute(5).unwrap());
     assert_eq!(login.policy.algorithm(), Algorithm::Gcra);
     assert_eq!(login.key.describe(), key::PeerIp::default().describe());
     assert_eq!(login.mode, Mode::Enforce);
@@ -89,7 +89,10 @@ fn the_example_parses_to_its_rules() {
     assert!(api.route.matches(&parts("GET", "/api/items")));
     assert!(api.route.matches(&parts("DELETE", "/api")));
     assert!(!api.route.matches(&parts("GET", "/apix")));
-    assert_eq!(api.quota, Quota::per_second(100).burst(200));
+    assert_eq!(
+        api.quota,
+        Quota::per_second(100).unwrap().burst(200).unwrap()
+    );
     assert_eq!(api.key.describe(), "the x-api-key header");
     assert_eq!(api.mode, Mode::Enforce);
     assert_eq!(api.max_cost, 200);
@@ -154,7 +157,7 @@ trusted_proxies = ["172.16.0.0/12"]
     let file = parse(source, "rules.toml").unwrap();
     let inherits = compile(&file.rules[0]);
     assert_eq!(inherits.policy.algorithm(), Algorithm::TokenBucket);
-    assert_eq!(inherits.quota, Quota::per_second(10));
+    assert_eq!(inherits.quota, Quota::per_second(10).unwrap());
     assert_eq!(inherits.max_cost, 5);
     assert_eq!(inherits.mode, Mode::Shadow);
     assert!(matches!(&inherits.cost, super::super::Cost::Header(h) if h == "x-cost"));
@@ -164,7 +167,7 @@ trusted_proxies = ["172.16.0.0/12"]
 
     let overrides = compile(&file.rules[1]);
     assert_eq!(overrides.policy.algorithm(), Algorithm::SlidingWindow);
-    assert_eq!(overrides.quota, Quota::per_minute(7));
+    assert_eq!(overrides.quota, Quota::per_minute(7).unwrap());
     assert_eq!(overrides.max_cost, 3);
     assert_eq!(overrides.mode, Mode::Enforce);
     assert!(matches!(&overrides.cost, super::super::Cost::Header(h) if h == "x-weight"));

@@ -14,6 +14,7 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::key::{self, KeyExtractor};
+use crate::lease::Lease;
 use crate::quota::parse_period;
 use crate::rules::{parse_methods, StatusMatch, COUNT_STATUS_ALLOWED};
 
@@ -298,7 +299,7 @@ impl<'de> Visitor<'de> for StatusVisitor {
 
 /// `lease`: `"auto"` or a whole number of tokens from 1.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct LeaseSetting(pub(super) crate::Lease);
+pub(super) struct LeaseSetting(pub(super) Lease);
 
 impl<'de> Deserialize<'de> for LeaseSetting {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -322,14 +323,14 @@ impl Visitor<'_> for LeaseVisitor {
                  e.g. lease = 50)"
             )));
         }
-        Ok(LeaseSetting(crate::Lease::Auto))
+        Ok(LeaseSetting(Lease::Auto))
     }
 
     fn visit_i64<E: de::Error>(self, n: i64) -> Result<LeaseSetting, E> {
         u32::try_from(n)
             .ok()
             .filter(|&n| n >= 1)
-            .map(|n| LeaseSetting(crate::Lease::tokens(n)))
+            .map(|n| LeaseSetting(Lease::tokens(n)))
             .ok_or_else(|| {
                 E::custom(format!(
                     "lease {n} is out of range (use \"auto\" or a whole number of tokens from 1 \

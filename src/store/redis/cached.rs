@@ -1,12 +1,16 @@
 //! One connection taken from a pool once and reused by every decision.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 
 use deadpool_redis::redis::aio::ConnectionLike;
 
 use super::script::{self, Call};
 use crate::error::StoreError;
+
+/// Taking a connection, its type erased.
+type Connecting<'a, C> = Pin<Box<dyn Future<Output = Result<C, StoreError>> + Send + 'a>>;
 
 /// A multiplexed connection (standalone, Sentinel's master, or a cluster connection) kept
 /// between decisions: checking a connection out of a deadpool pool costs a `PING` round trip,
@@ -35,7 +39,7 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
     ) -> Result<Vec<i64>, StoreError>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<C, StoreError>>,
+        Fut: Future<Output = Result<C, StoreError>> + Send,
     {
         let cached = self.lock().clone();
         let mut connection = match cached {
@@ -47,7 +51,11 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
                 match cached {
                     Some(connection) => connection,
                     None => {
-                        let connection = Box::pin(connect()).await?;
+                        // Boxed, its type erased: connecting is rare, and a pool's connect
+                        // future is deep enough to overflow the compiler's trait checks in
+                        // every decision future that would hold it.
+                        let connecting: Connecting<'_, C> = Box::pin(connect());
+                        let connection = connecting.await?;
                         *self.lock() = Some(connection.clone());
                         connection
                     }

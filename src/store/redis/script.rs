@@ -11,10 +11,10 @@ use deadpool_redis::redis::{self, Script, ToRedisArgs};
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
-use crate::store::{Check, Grant};
 #[cfg(doc)]
-use crate::Lease;
+use crate::lease::Lease;
+use crate::quota::Policy;
+use crate::store::stack::{Check, Grant};
 
 /// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";

@@ -1,0 +1,199 @@
+//! [`Control`]: what can be read and done on a layer once it is built.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::error::{ConfigError, ControlError};
+use crate::limiter::Limiter;
+use crate::store::stack::StoreExt;
+use crate::store::Store;
+
+/// A handle on a built [`RateLimitLayer`](crate::RateLimitLayer), from
+/// [`control`](crate::RateLimitLayer::control): its figures ([`stats`](Self::stats)), the rules
+/// in force ([`rule_names`](Self::rule_names), [`reload_rules`](Self::reload_rules)), and one
+/// client's state ([`peek`](Self::peek), [`reset`](Self::reset), [`block`](Self::block),
+/// [`refund`](Self::refund)), e.g. for an admin endpoint.
+///
+/// Cheap to clone, and independent of the layer's place in the app: take it before the layer
+/// goes into the router.
+///
+/// A client is named by a rule and its key as the rule's key extractor reads it (the IP
+/// address as text, a header's value), sanitized as requests' keys are; a rule with tiers
+/// uses the key's tier. On Redis every instance sees a reset, block or refund; this
+/// instance's cache of denials forgets the client at once, and other instances' caches ask
+/// the store again within 5 s.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{key, ControlError, Quota, RateLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let layer = RateLimitLayer::builder()
+///     .name("api")
+///     .quota(Quota::per_minute(100)?)
+///     .key(key::Header::new("x-api-key"))
+///     .build()?;
+/// let control = layer.control();
+/// // What one more request of alice's would leave.
+/// assert_eq!(control.peek("api", "alice").await?.remaining, 99);
+/// control.block("api", "key-123", Duration::from_secs(600)).await?;
+/// control.refund("api", "key-456", 1).await?;
+/// control.reset("api", "key-123").await?;
+/// assert!(matches!(
+///     control.reset("nope", "key-123").await,
+///     Err(ControlError::UnknownRule { .. })
+/// ));
+/// assert_eq!(control.stats().store_errors, 0);
+/// assert_eq!(control.rule_names(), ["api"]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Control {
+    limiter: Arc<Limiter>,
+}
+
+/// A layer's figures at one moment, from [`Control::stats`]. (With the `metrics` feature the
+/// same figures and more go to your metrics recorder.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Stats {
+    /// How many times the store failed since the layer was built: errors, timeouts, and
+    /// requests answered while the circuit breaker was open.
+    pub store_errors: u64,
+    /// Whether the circuit breaker is open now: the store is failing and not being called.
+    pub circuit_open: bool,
+    /// How many requests the cache of denials answered without asking the store.
+    pub denial_cache_hits: u64,
+    /// How many requests a shadow-mode rule would have denied.
+    pub shadow_denials: u64,
+}
+
+impl Control {
+    pub(super) fn new(limiter: Arc<Limiter>) -> Self {
+        Self { limiter }
+    }
+
+    /// The layer's figures now.
+    pub fn stats(&self) -> Stats {
+        let resilient = self.limiter.store.get_ref().get_ref();
+        Stats {
+            store_errors: resilient.errors(),
+            circuit_open: resilient.circuit_open(),
+            denial_cache_hits: self.limiter.store.hits(),
+            shadow_denials: self.limiter.shadow_denials.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Reads the rules file again now and swaps in its rules, without waiting for the file
+    /// watcher (which looks every half second): e.g. on SIGHUP, or after writing the file
+    /// from a deployment script. If the file cannot be read, is not a regular file (a named
+    /// pipe, a device, a directory), is larger than [`rules::MAX_FILE_BYTES`], is not UTF-8,
+    /// has no rule, or does not parse or validate, the rules in force stay and the error says
+    /// why (with the file, line and column). A failure is also logged at WARN and counted in
+    /// `tollgate_rules_reload_failures_total`, once for each distinct failure, as the
+    /// watcher's are. Without a rules file it does nothing.
+    ///
+    /// It reads and parses on the calling thread, holding no lock while it reads, so a slow
+    /// read elsewhere never holds it up; in async code with a large file, call it from
+    /// `tokio::task::spawn_blocking`.
+    ///
+    /// [`rules::MAX_FILE_BYTES`]: crate::rules::MAX_FILE_BYTES
+    ///
+    /// ```no_run
+    /// # #[cfg(unix)]
+    /// # async fn run() -> Result<(), tollgate::ConfigError> {
+    /// use tokio::signal::unix::{signal, SignalKind};
+    /// use tollgate::RateLimitLayer;
+    ///
+    /// let layer = RateLimitLayer::from_rules_file("rules.toml")?;
+    /// let control = layer.control();
+    /// tokio::spawn(async move {
+    ///     let Ok(mut hangups) = signal(SignalKind::hangup()) else { return };
+    ///     while hangups.recv().await.is_some() {
+    ///         match control.reload_rules() {
+    ///             Ok(()) => tracing::info!("rules reloaded: {:?}", control.rule_names()),
+    ///             Err(e) => tracing::error!("{e}; keeping the rules loaded before"),
+    ///         }
+    ///     }
+    /// });
+    /// // ... serve with `layer` ...
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reload_rules(&self) -> Result<(), ConfigError> {
+        self.limiter.rules.reload()
+    }
+
+    /// The names of the rules in force (after the latest reload of a rules file).
+    pub fn rule_names(&self) -> Vec<String> {
+        let rules = self.limiter.rules.current();
+        (rules.rules().iter())
+            .map(|r| r.policy.name().to_owned())
+            .collect()
+    }
+
+    /// What the client `key` has left under the rule named `rule`, consuming nothing: the
+    /// decision a request of cost 1 would get now. The key is read as a request's would be:
+    /// the raw key its extractor returns (e.g. the `x-api-key` value, or the IP as text),
+    /// given to the rule's `quota_for` and then sanitized the same way.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::UnknownRule`] for a rule that is not in force; [`ControlError::Store`]
+    /// when the store cannot answer (with
+    /// [`OnStoreError::FallbackToMemory`](crate::OnStoreError::FallbackToMemory), the fallback
+    /// answers instead).
+    pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.peek(&key, &policy, 1).await?)
+    }
+
+    /// Forgets the state of client `key` under the rule named `rule`, and any block: its next
+    /// request starts with a whole quota. Errors as for [`peek`](Self::peek).
+    pub async fn reset(&self, rule: &str, key: &str) -> Result<(), ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.reset(&key, &policy).await?)
+    }
+
+    /// Denies every request of client `key` under the rule named `rule` for `duration` from
+    /// now, with `Retry-After` the rest of the block; the client starts afresh after it. A
+    /// zero `duration` is a [`reset`](Self::reset). Errors as for [`peek`](Self::peek).
+    pub async fn block(
+        &self,
+        rule: &str,
+        key: &str,
+        duration: Duration,
+    ) -> Result<(), ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.block(&key, &policy, duration).await?)
+    }
+
+    /// Gives `n` units back to client `key` under the rule named `rule`, as far as the rule's
+    /// algorithm allows (e.g. for a request that turned out not to count): GCRA and the leaky
+    /// bucket move the client's time back by `n` intervals (never before now), the token
+    /// bucket adds `n` tokens (up to its capacity), the windows take `n` off the current
+    /// window's count, the log drops its newest `n` entries. A blocked client stays blocked.
+    ///
+    /// # Errors
+    ///
+    /// As for [`peek`](Self::peek); a store of your own answers
+    /// [`StoreError::Unsupported`](crate::StoreError::Unsupported).
+    pub async fn refund(&self, rule: &str, key: &str, n: u32) -> Result<(), ControlError> {
+        let (key, policy) = self.limiter.client(rule, key)?;
+        Ok(self.limiter.store.refund(&key, &policy, n).await?)
+    }
+}
+
+impl fmt::Debug for Control {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Control")
+            .field("rules", &self.rule_names())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}

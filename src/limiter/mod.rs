@@ -1,0 +1,263 @@
+//! The decision for one request, shared by every clone of the service: which rules apply,
+//! with which keys and costs; asking the store; and the response or headers from its answer.
+//! Timeouts, the circuit breaker and the fallback are the store stack's (`store::stack`).
+
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::request::Parts;
+use http::Response;
+use http_body_util::Full;
+use smallvec::SmallVec;
+
+use crate::decision::Decision;
+use crate::error::ControlError;
+use crate::key;
+use crate::quiet_log::QuietLog;
+use crate::quota::{Policy, Quota};
+use crate::response::{self, HeaderStyle};
+use crate::rules::{CompiledRule, RuleSet, RuleSource};
+use crate::store::stack::Stack;
+use crate::store::OnStoreError;
+use crate::telemetry::{self, Outcome};
+use count::Counted;
+
+pub(crate) mod count;
+mod verdict;
+
+pub(crate) use verdict::Verdict;
+
+/// What the layer does with a request that has no client key (e.g. no `x-api-key` header, or
+/// no peer address because the server was not set up to provide one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnMissingKey {
+    /// Answer `400 Bad Request` naming what is missing (gRPC: INVALID_ARGUMENT). The default.
+    #[default]
+    Reject,
+    /// Let the request through unlimited by that rule, without its headers.
+    Skip,
+    /// Count every such request against one shared "anonymous" bucket.
+    Shared,
+}
+
+/// The key that every keyless request shares under [`OnMissingKey::Shared`]. No client can
+/// send it: every extracted key is sanitized, and sanitized keys starting with `#` are 33-byte
+/// digests.
+const ANONYMOUS_KEY: &str = "#anonymous";
+
+/// Builds the response for a denied request, in place of the default 429.
+pub(crate) type DenyResponse = Arc<dyn Fn(&Decision) -> Response<String> + Send + Sync>;
+
+/// Tells requests the layer never limits (health checks, preflights).
+pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+
+pub(crate) struct Limiter {
+    /// The rules in force; replaced whole when a rules file changes.
+    pub(crate) rules: Arc<RuleSource>,
+    pub(crate) skip: Option<SkipFn>,
+    /// The store inside the failure handling, behind the leases for hot keys and the cache
+    /// of denials.
+    pub(crate) store: Stack,
+    pub(crate) on_missing_key: OnMissingKey,
+    pub(crate) headers: HeaderStyle,
+    pub(crate) deny: Option<DenyResponse>,
+    /// How to answer when the store cannot decide: only `Deny` answers (503); the store
+    /// itself falls back to memory.
+    pub(crate) on_store_error: OnStoreError,
+    /// Logs `quota_for` closures that return invalid quotas.
+    pub(crate) tier_log: QuietLog,
+    pub(crate) shadow_log: QuietLog,
+    pub(crate) shadow_denials: AtomicU64,
+}
+
+/// What `call` does with a request before anything async happens.
+pub(crate) enum Plan {
+    /// Call the inner service without limiting.
+    Pass,
+    /// Answer at once (no key, bad cost).
+    Respond(Response<Full<Bytes>>),
+    /// Ask the store.
+    Check(Pending),
+}
+
+/// The limits one request must pass.
+pub(crate) struct Pending {
+    rules: Arc<RuleSet>,
+    /// Most requests meet one rule: no list is allocated for it.
+    checks: SmallVec<[Planned; 1]>,
+    grpc: bool,
+}
+
+impl Pending {
+    /// Whether a rule of this request has `count_status`.
+    fn counts_later(&self) -> bool {
+        let rules = self.rules.rules();
+        self.checks
+            .iter()
+            .any(|c| rules[c.rule].count_status.is_some())
+    }
+
+    /// What the request owes its rules with `count_status`, once its response is known.
+    fn counted(self) -> Vec<Counted> {
+        let rules = self.rules.rules();
+        (self.checks.into_iter())
+            .filter_map(|c| {
+                let statuses = rules[c.rule].count_status.clone()?;
+                let policy = match c.tier {
+                    Some(tier) => tier.0,
+                    None => rules[c.rule].policy.clone(),
+                };
+                Some(Counted {
+                    statuses,
+                    key: c.key,
+                    policy,
+                    cost: c.cost,
+                })
+            })
+            .collect()
+    }
+
+    /// The policy `check` is decided by: its tier's, or its rule's.
+    fn policy<'a>(&'a self, check: &'a Planned) -> &'a Policy {
+        match &check.tier {
+            Some(tier) => &tier.0,
+            None => &self.rules.rules()[check.rule].policy,
+        }
+    }
+
+    /// The quota `check` is decided by: its tier's, or its rule's.
+    fn quota(&self, check: &Planned) -> Quota {
+        match &check.tier {
+            Some(tier) => tier.1,
+            None => self.rules.rules()[check.rule].quota,
+        }
+    }
+}
+
+/// One matching rule's check.
+struct Planned {
+    /// Index into `Pending::rules`.
+    rule: usize,
+    key: String,
+    cost: u32,
+    /// The tier's policy and quota when one applies to the key; else the rule's own are
+    /// used, not copied. Boxed: a policy is large, and most rules have no tiers.
+    tier: Option<Box<(Policy, Quota)>>,
+}
+
+/// Whether a request is gRPC (`content-type: application/grpc…`).
+pub(crate) fn is_grpc(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+impl Limiter {
+    pub(crate) fn plan(&self, parts: &Parts) -> Plan {
+        if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
+            telemetry::skipped();
+            return Plan::Pass;
+        }
+        let rules = self.rules.current();
+        if rules.skips(parts) {
+            telemetry::skipped();
+            return Plan::Pass;
+        }
+        let grpc = is_grpc(parts);
+        let mut checks = SmallVec::new();
+        for (index, rule) in rules.matching(parts) {
+            let (key, tier) = match rule.key.extract(parts) {
+                Some(key) => {
+                    let tier = self.tier(rule, &key).map(Box::new);
+                    (key::sanitize(key), tier)
+                }
+                None => match self.on_missing_key {
+                    OnMissingKey::Skip => {
+                        telemetry::request(&rule.policy, Outcome::Skipped);
+                        continue;
+                    }
+                    // Not sanitized, so no client's key can equal it.
+                    OnMissingKey::Shared => (ANONYMOUS_KEY.to_owned(), None),
+                    OnMissingKey::Reject => {
+                        let message = format!(
+                            "Bad Request: no client key for rate limiting: expected {}",
+                            rule.key.describe()
+                        );
+                        return Plan::Respond(response::bad_request(grpc, &message));
+                    }
+                },
+            };
+            let cost = match rule.cost.of(parts, rule.max_cost) {
+                Ok(cost) => cost,
+                Err(message) => return Plan::Respond(response::bad_request(grpc, &message)),
+            };
+            checks.push(Planned {
+                rule: index,
+                key,
+                cost,
+                tier,
+            });
+        }
+        if checks.is_empty() {
+            return Plan::Pass;
+        }
+        Plan::Check(Pending {
+            rules,
+            checks,
+            grpc,
+        })
+    }
+
+    /// The policy and quota of `key`'s tier under `rule`, if the rule has tiers; `None`: the
+    /// rule's own.
+    pub(crate) fn tier(&self, rule: &CompiledRule, key: &str) -> Option<(Policy, Quota)> {
+        let quota = rule.quota_for.as_ref().and_then(|tiers| tiers(key))?;
+        match rule.policy_for(quota) {
+            Ok(policy) => Some((policy, quota)),
+            Err(e) => {
+                if self.tier_log.should_log().is_some() {
+                    tracing::error!(
+                        target: "tollgate",
+                        "quota_for returned an invalid quota; using the rule's own: {e}"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// The sanitized key and the policy (the rule's, or its tier's) by which requests of the
+    /// client `key` are decided under the rule named `rule`: what acting on one client uses.
+    pub(crate) fn client(&self, rule: &str, key: &str) -> Result<(String, Policy), ControlError> {
+        let rules = self.rules.current();
+        let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
+            let known = rules.rules().iter();
+            return Err(ControlError::UnknownRule {
+                rule: rule.to_owned(),
+                known: known.map(|r| r.policy.name().to_owned()).collect(),
+            });
+        };
+        let policy = match self.tier(found, key) {
+            Some((policy, _)) => policy,
+            None => found.policy.clone(),
+        };
+        Ok((key::sanitize(key.to_owned()), policy))
+    }
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("rules", &self.rules)
+            .field("store", &self.store)
+            .field("on_missing_key", &self.on_missing_key)
+            .field("headers", &self.headers)
+            .field("on_store_error", &self.on_store_error)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,293 @@
+//! [`Verdict`]: what the limiter makes of the store's decisions for one request, made at once
+//! or after waiting for the store, with its span and metrics.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use smallvec::SmallVec;
+use tracing::Instrument;
+
+use super::count::Counter;
+use super::{Limiter, Pending, Planned};
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::response::{self, Headers};
+use crate::rules::Mode;
+use crate::store::stack::{Check, StoreExt};
+use crate::store::{OnStoreError, Store};
+use crate::telemetry::{self, Outcome};
+
+/// The outcome of asking the store.
+pub(crate) enum Verdict {
+    /// After `wait` (delay mode), call the inner service and add `headers` to its response;
+    /// then `count` it under the rules with `count_status` that list its status.
+    Proceed {
+        headers: Headers,
+        wait: Duration,
+        count: Option<Counter>,
+    },
+    /// Answer with this response instead.
+    Respond(Response<Full<Bytes>>),
+}
+
+impl Limiter {
+    /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
+    /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
+    pub(crate) fn decide_ready(&self, pending: &Pending) -> Option<Verdict> {
+        let [one] = pending.checks.as_slice() else {
+            return None;
+        };
+        if pending.counts_later() {
+            return None;
+        }
+        let span = decision_span(pending);
+        let ready = span.in_scope(|| {
+            self.store
+                .check_ready(&one.key, pending.policy(one), one.cost)
+        })?;
+        let verdict = self.verdict(pending, [ready]);
+        record_outcome(&span, &verdict);
+        Some(verdict)
+    }
+
+    pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
+        let span = decision_span(&pending);
+        let counts_later = pending.counts_later();
+        let asked = async {
+            if counts_later {
+                // Boxed: rules with `count_status` are few, and the peeks and checks they
+                // wait on would otherwise make every request's future larger.
+                Box::pin(self.ask_store_peeking(&pending)).await
+            } else {
+                self.ask_store(&pending).await
+            }
+        };
+        let verdict = asked.instrument(span.clone()).await;
+        record_outcome(&span, &verdict);
+        match verdict {
+            Verdict::Proceed { headers, wait, .. } if counts_later => Verdict::Proceed {
+                headers,
+                wait,
+                count: Some(Counter::new(Arc::clone(&self), pending.counted())),
+            },
+            verdict => verdict,
+        }
+    }
+
+    /// [`ask_store`](Self::ask_store) for a request under rules with `count_status`: their
+    /// quotas are peeked, consuming nothing (the request is counted once its response is
+    /// known). If one of them denies, the other rules are peeked too, so that nothing is
+    /// consumed from any; else the other rules are checked, together, as usual.
+    async fn ask_store_peeking(&self, pending: &Pending) -> Verdict {
+        let rules = pending.rules.rules();
+        let counted = |c: &Planned| rules[c.rule].count_status.is_some();
+        let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
+        let mut decisions: Vec<Option<Decision>> = vec![None; pending.checks.len()];
+        let decided: Result<(), StoreError> = async {
+            for (i, c) in pending
+                .checks
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| counted(c))
+            {
+                decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
+            }
+            let denied = (pending.checks.iter().zip(&decisions))
+                .any(|(c, d)| blocking(c) && d.is_some_and(|d| !d.allowed));
+            let others: Vec<usize> = (0..pending.checks.len())
+                .filter(|&i| !counted(&pending.checks[i]))
+                .collect();
+            if denied {
+                for &i in &others {
+                    let c = &pending.checks[i];
+                    decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
+                }
+            } else if !others.is_empty() {
+                let checks: Vec<Check<'_>> = (others.iter().map(|&i| &pending.checks[i]))
+                    .map(|c| Check::new(&c.key, pending.policy(c), c.cost).blocking(blocking(c)))
+                    .collect();
+                let checked = self.store.check_many(&checks).await?;
+                for (&i, decision) in others.iter().zip(checked) {
+                    decisions[i] = Some(decision);
+                }
+            }
+            Ok(())
+        }
+        .await;
+        match decided {
+            Ok(()) => self.verdict(pending, decisions.into_iter().flatten()),
+            Err(_) => {
+                for check in &pending.checks {
+                    telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
+                }
+                match self.on_store_error {
+                    OnStoreError::Deny => Verdict::Respond(response::unavailable(pending.grpc)),
+                    // Fail open, without numbers; the response may still be counted.
+                    _ => Verdict::Proceed {
+                        headers: Headers::default(),
+                        wait: Duration::ZERO,
+                        count: None,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Asks the store about every check and turns its answer into a verdict.
+    async fn ask_store(&self, pending: &Pending) -> Verdict {
+        let decided = match pending.checks.as_slice() {
+            // One limit, the common case: no list of checks to build.
+            [one] => self
+                .store
+                .check(&one.key, pending.policy(one), one.cost)
+                .await
+                .map(|decision| self.verdict(pending, [decision])),
+            many => {
+                let rules = pending.rules.rules();
+                let checks: Vec<Check<'_>> = many
+                    .iter()
+                    .map(|c| Check {
+                        key: &c.key,
+                        policy: pending.policy(c),
+                        cost: c.cost,
+                        blocking: rules[c.rule].mode != Mode::Shadow,
+                    })
+                    .collect();
+                let decided = self.store.check_many(&checks).await;
+                decided.map(|decisions| self.verdict(pending, decisions))
+            }
+        };
+        if decided.is_err() {
+            let rules = pending.rules.rules();
+            for check in &pending.checks {
+                telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
+            }
+        }
+        match decided {
+            Ok(verdict) => verdict,
+            Err(_) if self.on_store_error == OnStoreError::Deny => {
+                Verdict::Respond(response::unavailable(pending.grpc))
+            }
+            // Fail open, without rate-limit numbers the limiter does not know.
+            Err(_) => Verdict::Proceed {
+                headers: Headers::default(),
+                wait: Duration::ZERO,
+                count: None,
+            },
+        }
+    }
+
+    /// The response (or headers and wait) from the store's decisions, one per check.
+    fn verdict(&self, pending: &Pending, decisions: impl IntoIterator<Item = Decision>) -> Verdict {
+        let rules = pending.rules.rules();
+        let mut wait = Duration::ZERO;
+        let mut denial: Option<Decision> = None;
+        let mut seen: SmallVec<[_; 1]> = SmallVec::with_capacity(pending.checks.len());
+        for (planned, decision) in pending.checks.iter().zip(decisions) {
+            let rule = &rules[planned.rule];
+            let decision = match &rule.delay {
+                Some(queue) => {
+                    let (delay, own) = queue.release(&pending.quota(planned), decision);
+                    wait = wait.max(delay);
+                    own
+                }
+                None => decision,
+            };
+            if decision.allowed {
+                telemetry::request(&rule.policy, Outcome::Allowed);
+            } else {
+                if rule.mode == Mode::Shadow {
+                    telemetry::request(&rule.policy, Outcome::ShadowDenied);
+                    self.shadow_denied(rule.policy.name(), &planned.key);
+                } else {
+                    telemetry::request(&rule.policy, Outcome::Denied);
+                    denial = Some(match denial {
+                        Some(worst) if later(&worst, &decision) => worst,
+                        _ => decision,
+                    });
+                }
+            }
+            seen.push((pending.policy(planned), decision));
+        }
+        let headers = response::rate_limit_headers(self.headers, &seen);
+        match denial {
+            Some(decision) => Verdict::Respond(self.denial(&decision, headers, pending.grpc)),
+            None => Verdict::Proceed {
+                headers,
+                wait,
+                count: None,
+            },
+        }
+    }
+
+    fn denial(&self, decision: &Decision, headers: Headers, grpc: bool) -> Response<Full<Bytes>> {
+        let mut denial = match &self.deny {
+            Some(deny) => deny(decision).map(|body| Full::new(Bytes::from(body))),
+            None => response::too_many_requests(decision, grpc),
+        };
+        headers.fill_in(denial.headers_mut());
+        denial
+    }
+
+    fn shadow_denied(&self, rule: &str, key: &str) {
+        self.shadow_denials.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = self.shadow_log.should_log() {
+            tracing::info!(
+                target: "tollgate::shadow",
+                rule,
+                key,
+                suppressed,
+                "shadow rule {rule:?} would have denied a request ({suppressed} more since the last report)"
+            );
+        }
+    }
+}
+
+/// The `rate_limit` debug span of one request's decision, naming its rules.
+fn decision_span(pending: &Pending) -> tracing::Span {
+    let span = tracing::debug_span!(
+        target: "tollgate",
+        "rate_limit",
+        rules = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let rules = pending.rules.rules();
+        let names: Vec<&str> = pending
+            .checks
+            .iter()
+            .map(|c| rules[c.rule].policy.name())
+            .collect();
+        span.record("rules", names.join(",").as_str());
+    }
+    span
+}
+
+/// Records the decision's outcome on its span, and logs it at debug level.
+fn record_outcome(span: &tracing::Span, verdict: &Verdict) {
+    if span.is_disabled() {
+        return;
+    }
+    let outcome = match verdict {
+        Verdict::Proceed { .. } => "proceed",
+        Verdict::Respond(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+            "denied"
+        }
+        Verdict::Respond(_) => "unavailable",
+    };
+    span.record("outcome", outcome);
+    span.in_scope(|| tracing::debug!(target: "tollgate", outcome, "rate limit decision"));
+}
+
+/// Whether denial `a` lasts at least as long as `b` (never-allowed lasts forever).
+fn later(a: &Decision, b: &Decision) -> bool {
+    match (a.retry_after, b.retry_after) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(x), Some(y)) => x >= y,
+    }
+}

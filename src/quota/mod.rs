@@ -1,0 +1,502 @@
+//! [`Quota`] (how many requests per period) and [`Policy`] (a named quota with an algorithm).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use crate::algorithm::{Algorithm, Params};
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::lease::Lease;
+use crate::response;
+
+mod parse;
+pub(crate) use parse::parse_period;
+
+/// The shortest period a quota may have.
+const MIN_PERIOD: Duration = Duration::from_micros(50);
+/// The longest time a full bucket may take to drain (100 years in µs): keeps every value the
+/// Lua scripts compute below 2^53, where Lua's doubles are exact.
+const MAX_BUCKET_SPAN_US: u64 = 100 * 365 * 24 * 3600 * 1_000_000;
+/// The longest period a quota may have (365 days).
+const MAX_PERIOD: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// `limit` requests per `period`, with an optional `burst` (bucket capacity, defaults to `limit`).
+///
+/// `Quota::per_second(10)?` means ten requests per second. A `Quota` is always valid: the
+/// constructors check the limit (at least 1), the burst (at least 1) and the period (from 50 µs
+/// to 365 days, at most one request per µs), and return a [`ConfigError`] that says what is
+/// wrong, so a zero quota cannot be written and nothing using one can fail on it later.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ConfigErrorKind, Quota};
+///
+/// let q: Quota = "10/s; burst=20".parse()?;
+/// assert_eq!(q, Quota::per_second(10)?.burst(20)?);
+/// assert_eq!("5/10s".parse::<Quota>()?, Quota::new(5, Duration::from_secs(10))?);
+///
+/// // A zero limit is an error where the quota is made, not a panic later.
+/// let zero = Quota::per_second(0).unwrap_err();
+/// assert_eq!(zero.kind(), ConfigErrorKind::Quota);
+/// assert_eq!(zero.to_string(), "invalid quota \"0/1s\": limit must be at least 1");
+/// assert!("0/min".parse::<Quota>().is_err());
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: u32,
+    period: Duration,
+    burst: Option<u32>,
+}
+
+impl Quota {
+    /// `limit` requests per `period`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] of kind [`Quota`](ConfigErrorKind::Quota) when `limit` is 0, the
+    /// period is shorter than 50 µs or longer than 365 days, or `limit` is more than one
+    /// request per microsecond of it.
+    pub fn new(limit: u32, period: Duration) -> Result<Self, ConfigError> {
+        let quota = Self {
+            limit,
+            period,
+            burst: None,
+        };
+        quota.check()?;
+        Ok(quota)
+    }
+
+    /// `limit` requests per second; see [`new`](Self::new) for the errors.
+    pub fn per_second(limit: u32) -> Result<Self, ConfigError> {
+        Self::new(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` requests per minute; see [`new`](Self::new) for the errors.
+    pub fn per_minute(limit: u32) -> Result<Self, ConfigError> {
+        Self::new(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` requests per hour; see [`new`](Self::new) for the errors.
+    pub fn per_hour(limit: u32) -> Result<Self, ConfigError> {
+        Self::new(limit, Duration::from_secs(60 * 60))
+    }
+
+    /// `limit` requests per day; see [`new`](Self::new) for the errors.
+    pub fn per_day(limit: u32) -> Result<Self, ConfigError> {
+        Self::new(limit, Duration::from_secs(24 * 60 * 60))
+    }
+
+    /// The same quota letting up to `burst` requests through at once (bucket algorithms only;
+    /// window algorithms reject a burst that differs from the limit).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] of kind [`Quota`](ConfigErrorKind::Quota) when `burst` is 0.
+    pub fn burst(mut self, burst: u32) -> Result<Self, ConfigError> {
+        self.burst = Some(burst);
+        self.check()?;
+        Ok(self)
+    }
+
+    /// Requests per period.
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The period.
+    pub const fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The bucket capacity: the burst if set, else the limit.
+    pub const fn capacity(&self) -> u32 {
+        match self.burst {
+            Some(b) => b,
+            None => self.limit,
+        }
+    }
+
+    /// The burst as set, if any.
+    pub const fn burst_setting(&self) -> Option<u32> {
+        self.burst
+    }
+
+    /// The quota in the integer microseconds `algorithm` computes with.
+    pub(crate) fn params(&self, algorithm: Algorithm) -> Params {
+        Params::new(self.limit, self.period, self.capacity(), algorithm)
+    }
+
+    /// Checks the quota against the allowed ranges: every constructor does, so that no invalid
+    /// quota exists.
+    fn check(&self) -> Result<(), ConfigError> {
+        let err = |what: String| {
+            Err(ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!("invalid quota {self}: {what}"),
+            ))
+        };
+        if self.limit == 0 {
+            return err("limit must be at least 1".into());
+        }
+        if self.burst == Some(0) {
+            return err("burst must be at least 1".into());
+        }
+        if self.period < MIN_PERIOD {
+            return err(format!(
+                "period {:?} is shorter than the minimum of 50µs",
+                self.period
+            ));
+        }
+        if self.period > MAX_PERIOD {
+            return err(format!(
+                "period {:?} is longer than the maximum of 365 days",
+                self.period
+            ));
+        }
+        let period_us = self.period.as_micros();
+        if u128::from(self.limit) > period_us {
+            return err(format!(
+                "{} requests in {period_us}µs is more than one per microsecond, the finest rate \
+                 supported",
+                self.limit
+            ));
+        }
+        // The bucket algorithms space requests `ceil(P / L)` apart: a full bucket must drain
+        // within MAX_BUCKET_SPAN_US, or the scripts' numbers would leave Lua's exact range.
+        let interval = period_us.div_ceil(u128::from(self.limit));
+        if u128::from(self.capacity()) * interval > u128::from(MAX_BUCKET_SPAN_US) {
+            return err(format!(
+                "a burst of {} at one request per {interval}µs spans more than 100 years; use \
+                 a smaller burst or a shorter period",
+                self.capacity()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a policy (or rule) name: 1–64 bytes of ASCII letters, digits, `-`, `_` or `.`,
+/// because it is written into store keys and response headers.
+pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if name_ok {
+        return Ok(());
+    }
+    Err(ConfigError::of(
+        ConfigErrorKind::Quota,
+        format!("invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"),
+    ))
+}
+
+/// A named quota with an algorithm: what the layer asks a store to enforce.
+///
+/// The name is part of every store key and of the `RateLimit-Policy` header, so two policies
+/// with different names never share state.
+///
+/// ```
+/// use tollgate::{Algorithm, Policy, Quota};
+///
+/// let policy = Policy::new("api", Quota::per_minute(100)?, Algorithm::SlidingWindow)?;
+/// assert_eq!(policy.name(), "api");
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    name: Arc<str>,
+    quota: Quota,
+    algorithm: Algorithm,
+    params: Params,
+    /// How long a client denied under this policy stays blocked, in µs (0: not at all).
+    block_for_us: u64,
+    /// How instances lease this policy's quota, if they do (see [`Lease`]).
+    lease: Option<Lease>,
+    /// Its item of the `RateLimit-Policy` header, written once (see `crate::response`).
+    header_item: HeaderValue,
+}
+
+impl Policy {
+    /// Checks the name and the quota's fit with the algorithm, and builds the policy.
+    ///
+    /// The name must be 1–64 bytes of ASCII letters, digits, `-`, `_` or `.`, because it is
+    /// written into store keys and response headers; a burst other than the limit needs an
+    /// algorithm that has one (`gcra`, `token_bucket`, `leaky_bucket`).
+    pub fn new(
+        name: impl Into<Arc<str>>,
+        quota: Quota,
+        algorithm: Algorithm,
+    ) -> Result<Self, ConfigError> {
+        let name = name.into();
+        check_policy_name(&name)?;
+        if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
+            return Err(ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!(
+                    "burst is not used by {algorithm} (only gcra, token_bucket and leaky_bucket \
+                     have a burst); remove it or pick one of those"
+                ),
+            ));
+        }
+        Ok(Self::unchecked(name, quota, algorithm))
+    }
+
+    /// The GCRA policy named `name` (a valid name, checked by a test): GCRA takes every
+    /// [`Quota`], so this cannot fail. What `RateLimitLayer::new` limits by.
+    pub(crate) fn gcra(name: &'static str, quota: Quota) -> Self {
+        Self::unchecked(name.into(), quota, Algorithm::Gcra)
+    }
+
+    /// The policy, its name and its quota's fit with the algorithm checked by the caller.
+    fn unchecked(name: Arc<str>, quota: Quota, algorithm: Algorithm) -> Self {
+        Self {
+            params: quota.params(algorithm),
+            header_item: response::policy_item(&name, quota.limit, quota.period),
+            name,
+            quota,
+            algorithm,
+            block_for_us: 0,
+            lease: None,
+        }
+    }
+
+    /// Blocks a client for `duration` once a blocking check denies it: every request is then
+    /// denied (with `remaining` 0 and `Retry-After` the rest of the block) until the block
+    /// ends, even if the quota refills meanwhile, and the client starts afresh after it. The
+    /// store sets the block in the same atomic call that denies, so on Redis every instance
+    /// sees it. A denial that no wait could turn into an allow (a cost above the capacity)
+    /// blocks nothing, and a denial by a block does not make it longer. Zero turns it off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Policy, Quota};
+    ///
+    /// let policy = Policy::new("login", Quota::per_minute(5)?, Algorithm::Gcra)?
+    ///     .block_for(Duration::from_secs(600));
+    /// assert_eq!(policy.blocks_for(), Some(Duration::from_secs(600)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn block_for(mut self, duration: Duration) -> Self {
+        self.block_for_us = u64::try_from(duration.as_micros())
+            .unwrap_or(u64::MAX)
+            .min(MAX_BUCKET_SPAN_US);
+        self
+    }
+
+    /// How long a denied client is blocked (see [`block_for`](Self::block_for)), if at all.
+    pub fn blocks_for(&self) -> Option<Duration> {
+        (self.block_for_us > 0).then(|| Duration::from_micros(self.block_for_us))
+    }
+
+    /// [`blocks_for`](Self::blocks_for) in µs, 0 for none: what the stores compute with.
+    pub(crate) fn block_for_us(&self) -> u64 {
+        self.block_for_us
+    }
+
+    /// The policy with its quota leased to instances in batches (see [`Lease`]): the store
+    /// is asked for up to that many units at once, and the instance decides locally from them.
+    /// The policy carries the setting because a store sees only (key, policy, cost).
+    ///
+    /// Fails for the sliding windows (which cannot take unused units back exactly), for a
+    /// lease of more tokens than the quota's capacity, and for a policy that
+    /// [blocks](Self::block_for) (set `block_for` after this and it is ignored by leased keys).
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Lease, Policy, Quota};
+    ///
+    /// let policy = Policy::new("global", Quota::per_second(20_000)?, Algorithm::Gcra)?
+    ///     .with_lease(Lease::Auto)?;
+    /// assert_eq!(policy.lease(), Some(Lease::Auto));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn with_lease(mut self, lease: Lease) -> Result<Self, ConfigError> {
+        lease.validate(
+            self.algorithm,
+            u32::try_from(self.params.burst).unwrap_or(u32::MAX),
+        )?;
+        if self.block_for_us > 0 {
+            return Err(ConfigError::of(
+                ConfigErrorKind::Rule,
+                "lease does not work with block_for: a leased key is decided locally, where no \
+                 block is set; remove one of them",
+            ));
+        }
+        self.lease = Some(lease);
+        Ok(self)
+    }
+
+    /// How this policy's quota is leased, if it is.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease
+    }
+
+    /// The policy's name, as used in store keys and headers.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name, shared (a metrics label without a copy).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The quota in the integer microseconds the algorithms compute with.
+    pub(crate) fn params(&self) -> &Params {
+        &self.params
+    }
+}
+
+impl response::Named for Policy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn header_item(&self) -> &HeaderValue {
+        &self.header_item
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn parsing_any_text_never_panics(text in "\\PC*") {
+            let _ = text.parse::<Quota>();
+        }
+
+        #[test]
+        fn what_parses_is_valid_and_round_trips(
+            text in "[0-9]{0,12} ?/ ?[0-9]{0,22} ?(us|µs|ms|s|sec|m|min|h|hours|d|day|x)?( ?; ?(burst|b)=[0-9]{0,11})?",
+        ) {
+            if let Ok(quota) = text.parse::<Quota>() {
+                prop_assert!(quota.check().is_ok());
+                let shown = quota.to_string();
+                prop_assert_eq!(shown.trim_matches('"').parse::<Quota>(), Ok(quota));
+            }
+        }
+    }
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let q = |s: &str| s.parse::<Quota>().unwrap();
+        assert_eq!(q("100/min"), Quota::per_minute(100).unwrap());
+        assert_eq!(q("5/10s"), Quota::new(5, Duration::from_secs(10)).unwrap());
+        assert_eq!(
+            q("10/s; burst=20"),
+            Quota::per_second(10).unwrap().burst(20).unwrap()
+        );
+        assert_eq!(q("1000/day"), Quota::per_day(1000).unwrap());
+        assert_eq!(
+            q(" 3 / 2 hours ;burst=4 "),
+            Quota::new(3, Duration::from_secs(7200))
+                .unwrap()
+                .burst(4)
+                .unwrap()
+        );
+        assert_eq!(
+            q("1/50us"),
+            Quota::new(1, Duration::from_micros(50)).unwrap()
+        );
+        assert_eq!(
+            q("2/250ms"),
+            Quota::new(2, Duration::from_millis(250)).unwrap()
+        );
+    }
+
+    #[test]
+    fn rejects_bad_quotas_with_a_reason() {
+        let e = |s: &str| s.parse::<Quota>().unwrap_err().to_string();
+        assert!(
+            e("0/min").contains("limit must be at least 1"),
+            "{}",
+            e("0/min")
+        );
+        assert!(e("10/fortnight").contains("unknown period unit"));
+        assert!(e("10").contains("expected"));
+        assert!(e("x/s").contains("whole number"));
+        assert!(e("1/10us").contains("minimum of 50µs"));
+        assert!(e("1/400day").contains("maximum of 365 days"));
+        assert!(e("10/s; burst=0").contains("burst must be at least 1"));
+        assert!(e("10/s; brust=3").contains("unknown option"));
+        assert!(e("100/50us").contains("one per microsecond"));
+        assert!(e("1/0s").contains("longer than zero"));
+        assert!(e("1/99999999999999999999day").contains("too large"));
+    }
+
+    #[test]
+    fn fractions_and_repeated_options_are_refused() {
+        let e = |s: &str| s.parse::<Quota>().unwrap_err().to_string();
+        assert_eq!(
+            e("1/1.5s"),
+            "invalid quota \"1/1.5s\": period \"1.5s\": fractions are not allowed; use a whole \
+             number of a smaller unit (e.g. \"1500ms\" rather than \"1.5s\")"
+        );
+        assert!(e("3/0,5min").contains("fractions are not allowed"));
+        assert!(e("1.5/s").contains("the limit must be a whole number"));
+        assert_eq!(
+            e("10/s; burst=20; burst=5"),
+            "invalid quota \"10/s; burst=20; burst=5\": burst is given twice"
+        );
+        assert!(e("10/s;burst=1;burst=1").contains("burst is given twice"));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for q in [
+            Quota::per_minute(100).unwrap(),
+            Quota::per_second(10).unwrap().burst(20).unwrap(),
+            Quota::new(1, Duration::from_micros(75)).unwrap(),
+        ] {
+            let shown = q.to_string();
+            assert_eq!(shown.trim_matches('"').parse::<Quota>().unwrap(), q);
+        }
+    }
+
+    #[test]
+    fn policy_checks_name_and_burst() {
+        assert!(Policy::new("a b", Quota::per_second(1).unwrap(), Algorithm::Gcra).is_err());
+        assert!(Policy::new("", Quota::per_second(1).unwrap(), Algorithm::Gcra).is_err());
+        let e = Policy::new(
+            "w",
+            Quota::per_second(1).unwrap().burst(5).unwrap(),
+            Algorithm::FixedWindow,
+        );
+        assert!(e.unwrap_err().to_string().contains("burst is not used"));
+        assert!(Policy::new(
+            "b",
+            Quota::per_second(1).unwrap().burst(5).unwrap(),
+            Algorithm::TokenBucket
+        )
+        .is_ok());
+        // What a policy once refused, its quota now refuses where it is made.
+        assert!(Quota::per_second(0).is_err());
+        let huge = Quota::per_day(1).unwrap().burst(40_000);
+        assert!(huge.unwrap_err().to_string().contains("100 years"));
+        assert!(Policy::new(
+            "h",
+            Quota::per_day(1).unwrap().burst(30_000).unwrap(),
+            Algorithm::Gcra
+        )
+        .is_ok());
+    }
+}

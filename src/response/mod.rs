@@ -1,0 +1,379 @@
+//! What clients are told: rate-limit headers, the 429, and the gRPC mapping.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Response, StatusCode};
+use http_body_util::Full;
+use smallvec::SmallVec;
+
+use crate::decision::Decision;
+use crate::error::ConfigError;
+
+mod body;
+pub use body::ResponseBody;
+
+/// Which rate-limit headers responses carry, on allowed and denied requests alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// IETF draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy: "name";q=100;w=60`
+    /// and `RateLimit: "name";r=42;t=17`. The default.
+    #[default]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (delta seconds), as
+    /// GitHub and many older clients read them.
+    Legacy,
+    /// Both of the above.
+    Both,
+    /// No rate-limit headers (denials still carry `Retry-After`).
+    None,
+}
+
+/// Parses `ietf`, `legacy`, `both` or `none`, e.g. from an environment variable.
+///
+/// ```
+/// use tollgate::HeaderStyle;
+///
+/// assert_eq!("legacy".parse::<HeaderStyle>()?, HeaderStyle::Legacy);
+/// assert!("x-ratelimit".parse::<HeaderStyle>().is_err());
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+impl std::str::FromStr for HeaderStyle {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ietf" => Ok(Self::Ietf),
+            "legacy" => Ok(Self::Legacy),
+            "both" => Ok(Self::Both),
+            "none" => Ok(Self::None),
+            other => Err(ConfigError::new(format!(
+                "unknown header style {other:?} (use ietf, legacy, both or none)"
+            ))),
+        }
+    }
+}
+
+/// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers-11.
+pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers-11.
+pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// gRPC status codes the limiter answers with.
+#[derive(Debug, Clone, Copy)]
+enum GrpcCode {
+    InvalidArgument = 3,
+    ResourceExhausted = 8,
+    Unavailable = 14,
+}
+
+/// Whole seconds, rounded up: a client that waits this long is not early.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The rate-limit headers of one response. They are made when the store answers, before
+/// there is a response, and go straight into the response's own map once there is one.
+#[derive(Debug, Default)]
+pub(crate) struct Headers(SmallVec<[(HeaderName, HeaderValue); 2]>);
+
+impl Headers {
+    /// Sets them on a response, replacing headers of the same name.
+    pub(crate) fn write_into(self, h: &mut HeaderMap) {
+        for (name, value) in self.0 {
+            h.insert(name, value);
+        }
+    }
+
+    /// Adds those a response does not set itself (a custom denial's own headers win).
+    pub(crate) fn fill_in(self, h: &mut HeaderMap) {
+        for (name, value) in self.0 {
+            h.entry(name).or_insert(value);
+        }
+    }
+
+    fn push(&mut self, name: &HeaderName, value: Value) {
+        // Every value made here is ASCII (policy names are checked), so always valid.
+        if let Ok(value) = HeaderValue::from_maybe_shared(value.0.freeze()) {
+            self.0.push((name.clone(), value));
+        }
+    }
+}
+
+/// A header value written piece by piece, numbers included, without `format!`.
+struct Value(BytesMut);
+
+impl Value {
+    fn new() -> Self {
+        // Room for a policy name (at most 64 bytes) and its numbers.
+        Self(BytesMut::with_capacity(96))
+    }
+
+    fn text(mut self, text: &str) -> Self {
+        self.0.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    fn number(self, n: u64) -> Self {
+        self.text(itoa::Buffer::new().format(n))
+    }
+}
+
+/// A policy as its headers show it: a name, and its item of `RateLimit-Policy`, written once
+/// (with [`policy_item`]).
+pub(crate) trait Named {
+    fn name(&self) -> &str;
+    fn header_item(&self) -> &HeaderValue;
+}
+
+/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60` (`limit` per `period`): written
+/// once per policy.
+pub(crate) fn policy_item(name: &str, limit: u32, period: Duration) -> HeaderValue {
+    let item = (Value::new().text("\""))
+        .text(name)
+        .text("\";q=")
+        .number(u64::from(limit))
+        .text(";w=")
+        .number(ceil_secs(period).max(1));
+    // A policy's name is checked to be ASCII letters, digits and `-_.`: always valid.
+    HeaderValue::from_maybe_shared(item.0.freeze()).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// The rate-limit headers for every policy that applied to the request.
+///
+/// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most
+/// restrictive one (the fewest remaining).
+pub(crate) fn rate_limit_headers<P: Named>(
+    style: HeaderStyle,
+    checks: &[(&P, Decision)],
+) -> Headers {
+    let mut h = Headers::default();
+    let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
+        return h;
+    };
+    let (policy, decision) = tightest;
+    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
+        match checks {
+            [(one, _)] => {
+                h.0.push((RATELIMIT_POLICY.clone(), one.header_item().clone()))
+            }
+            many => {
+                let mut policies = Value::new();
+                for (i, (p, _)) in many.iter().enumerate() {
+                    policies
+                        .0
+                        .extend_from_slice(if i == 0 { b"" } else { b", " });
+                    policies.0.extend_from_slice(p.header_item().as_bytes());
+                }
+                h.push(&RATELIMIT_POLICY, policies);
+            }
+        }
+        let current = (Value::new().text("\""))
+            .text(policy.name())
+            .text("\";r=")
+            .number(decision.remaining)
+            .text(";t=")
+            .number(ceil_secs(decision.reset_after));
+        h.push(&RATELIMIT, current);
+    }
+    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        h.push(&X_LIMIT, Value::new().number(decision.limit));
+        h.push(&X_REMAINING, Value::new().number(decision.remaining));
+        h.push(
+            &X_RESET,
+            Value::new().number(ceil_secs(decision.reset_after)),
+        );
+    }
+    h
+}
+
+fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
+    // Every value written here is ASCII made by format!, so it is always a valid header value.
+    if let Ok(value) = HeaderValue::try_from(value) {
+        h.insert(name.clone(), value);
+    }
+}
+
+/// A response the limiter makes itself, as plain text or a gRPC trailers-only response.
+fn limiter_response(
+    grpc: bool,
+    status: StatusCode,
+    grpc_code: GrpcCode,
+    message: &str,
+    retry_after: Option<Duration>,
+) -> Response<Full<Bytes>> {
+    let mut response = if grpc {
+        let mut r = Response::new(Full::default());
+        let h = r.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        h.insert(GRPC_STATUS.clone(), HeaderValue::from(grpc_code as u16));
+        insert(h, &GRPC_MESSAGE, grpc_percent_encode(message));
+        if let Some(wait) = retry_after {
+            let ms = u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+            h.insert(GRPC_PUSHBACK.clone(), HeaderValue::from(ms));
+        }
+        r
+    } else {
+        let mut body = Vec::with_capacity(message.len() + 1);
+        body.extend_from_slice(message.as_bytes());
+        body.push(b'\n');
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    };
+    if let Some(wait) = retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(ceil_secs(wait).max(1)));
+    }
+    response
+}
+
+/// The 400 (gRPC: INVALID_ARGUMENT) for a request the limiter cannot limit: no client key, a
+/// cost that is not a number.
+pub(crate) fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
+    limiter_response(
+        grpc,
+        StatusCode::BAD_REQUEST,
+        GrpcCode::InvalidArgument,
+        message,
+        None,
+    )
+}
+
+/// The fail-closed answer while the store is away: 503 (gRPC: UNAVAILABLE) with Retry-After.
+pub(crate) fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
+    limiter_response(
+        grpc,
+        StatusCode::SERVICE_UNAVAILABLE,
+        GrpcCode::Unavailable,
+        "Service Unavailable: the rate limiter cannot decide right now",
+        Some(Duration::from_secs(1)),
+    )
+}
+
+/// The 429 (or RESOURCE_EXHAUSTED) for a denied request.
+pub(crate) fn too_many_requests(decision: &Decision, grpc: bool) -> Response<Full<Bytes>> {
+    // Written piece by piece: a flooded key gets this on every request.
+    let mut retry_in = String::new();
+    let message = match decision.retry_after {
+        Some(wait) => {
+            retry_in.push_str("Too Many Requests: rate limit exceeded, retry in ");
+            retry_in.push_str(itoa::Buffer::new().format(ceil_secs(wait).max(1)));
+            retry_in.push_str(" s");
+            retry_in.as_str()
+        }
+        None => "Too Many Requests: this request costs more than the whole quota",
+    };
+    limiter_response(
+        grpc,
+        StatusCode::TOO_MANY_REQUESTS,
+        GrpcCode::ResourceExhausted,
+        message,
+        decision.retry_after,
+    )
+}
+
+/// gRPC's `grpc-message` is percent-encoded outside printable ASCII (and `%` itself).
+fn grpc_percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for b in message.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::{Policy, Quota};
+    use crate::Algorithm;
+
+    fn policy(name: &str, quota: Quota) -> Policy {
+        Policy::new(name, quota, Algorithm::Gcra).unwrap()
+    }
+
+    fn decision(remaining: u64, reset_ms: u64) -> Decision {
+        Decision::allowed(100, remaining, Duration::from_millis(reset_ms))
+    }
+
+    #[test]
+    fn ietf_headers_list_every_policy_and_report_the_tightest() {
+        let (a, b) = (
+            policy("burst", Quota::per_second(10).unwrap()),
+            policy("daily", Quota::per_day(1000).unwrap()),
+        );
+        let mut h = HeaderMap::new();
+        rate_limit_headers(
+            HeaderStyle::Ietf,
+            &[(&a, decision(7, 300)), (&b, decision(3, 86_000_001))],
+        )
+        .write_into(&mut h);
+        assert_eq!(
+            h[&RATELIMIT_POLICY],
+            "\"burst\";q=10;w=1, \"daily\";q=1000;w=86400"
+        );
+        assert_eq!(h[&RATELIMIT], "\"daily\";r=3;t=86001");
+        assert!(h.get("x-ratelimit-limit").is_none());
+    }
+
+    #[test]
+    fn legacy_headers_use_delta_seconds_rounded_up() {
+        let a = policy("api", Quota::per_minute(100).unwrap());
+        let mut h = HeaderMap::new();
+        rate_limit_headers(HeaderStyle::Legacy, &[(&a, decision(42, 16_001))]).write_into(&mut h);
+        assert_eq!(h["x-ratelimit-limit"], "100");
+        assert_eq!(h["x-ratelimit-remaining"], "42");
+        assert_eq!(h["x-ratelimit-reset"], "17");
+        assert!(h.get(&RATELIMIT).is_none());
+        let mut none = HeaderMap::new();
+        rate_limit_headers(HeaderStyle::None, &[(&a, decision(42, 1))]).write_into(&mut none);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn grpc_denial_is_trailers_only_with_pushback() {
+        let d = Decision::denied(
+            100,
+            0,
+            Duration::from_millis(2_000),
+            Some(Duration::from_micros(1_500_001)),
+        );
+        let r = too_many_requests(&d, true);
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["grpc-status"], "8");
+        assert_eq!(r.headers()["grpc-retry-pushback-ms"], "1501");
+        assert_eq!(r.headers()["retry-after"], "2");
+        assert_eq!(r.headers()["content-type"], "application/grpc");
+    }
+
+    #[test]
+    fn http_denial_rounds_retry_after_up() {
+        let d = Decision::denied(
+            100,
+            0,
+            Duration::from_millis(2_000),
+            Some(Duration::from_millis(100)),
+        );
+        let r = too_many_requests(&d, false);
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()["retry-after"], "1");
+        assert_eq!(grpc_percent_encode("a%b\u{e9}"), "a%25b%C3%A9");
+    }
+}

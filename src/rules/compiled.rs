@@ -1,0 +1,261 @@
+//! [`CompiledRule`]: a [`Rule`] checked, with its defaults fixed: what the layer limits by.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+
+use super::{count_status, Cost, CostSpec, DelayQueue, Mode, Route, Rule, StatusMatch, TierFn};
+use crate::algorithm::Algorithm;
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::key::KeyExtractor;
+use crate::quota::{check_policy_name, Policy, Quota};
+
+impl Rule {
+    /// Checks the rule and fixes its defaults.
+    pub(crate) fn compile(
+        &self,
+        default_key: &Arc<dyn KeyExtractor>,
+        default_algorithm: Algorithm,
+    ) -> Result<CompiledRule, ConfigError> {
+        self.check(default_key, default_algorithm)
+            .map_err(|(_, e)| e.context(format!("rule {:?}", self.name)))
+    }
+
+    /// [`compile`](Self::compile), with the setting an error is about, so a rules file can
+    /// point at it.
+    pub(crate) fn check(
+        &self,
+        default_key: &Arc<dyn KeyExtractor>,
+        default_algorithm: Algorithm,
+    ) -> Result<CompiledRule, (Setting, ConfigError)> {
+        let at = |setting: Setting| move |e: ConfigError| (setting, e);
+        check_policy_name(&self.name).map_err(at(Setting::Name))?;
+        let cost = match &self.cost {
+            CostSpec::One => Cost::One,
+            CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
+            CostSpec::Header(name) => {
+                Cost::Header(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                    let message = format!("cost_header {name:?} is not a valid header name");
+                    (
+                        Setting::CostHeader,
+                        ConfigError::of(ConfigErrorKind::Rule, message),
+                    )
+                })?)
+            }
+        };
+        let algorithm = self.algorithm.unwrap_or(default_algorithm);
+        let route =
+            Route::new(self.methods.clone(), self.path.as_deref()).map_err(at(Setting::Path))?;
+        // Delay mode waits for each request's slot in the store; a lease has no slots.
+        if self.lease.is_some() && self.mode == Mode::Delay {
+            return Err((
+                Setting::Lease,
+                ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    "lease does not work in delay mode, which waits for each request's slot in \
+                     the store; remove lease or use mode enforce or shadow",
+                ),
+            ));
+        }
+        // max_delay is ignored outside delay mode, so a rule switches modes by its mode alone.
+        let delay = match self.mode {
+            Mode::Delay => {
+                Some(DelayQueue::new(algorithm, self.max_delay).map_err(at(Setting::Mode))?)
+            }
+            _ => None,
+        };
+        // The quota is valid alone: what fails here is the quota with the algorithm, or in
+        // delay mode the queue that max_delay adds.
+        let policy = match &delay {
+            Some(queue) => queue
+                .policy(&self.name, self.quota)
+                .map_err(at(Setting::Mode))?,
+            None => Policy::new(self.name.as_str(), self.quota, algorithm)
+                .map_err(at(Setting::Quota))?,
+        };
+        let policy = match self.block_for {
+            None => policy,
+            Some(block_for) => {
+                check_block_for(block_for, self.mode).map_err(at(Setting::BlockFor))?;
+                // A shadow rule's denials let requests through: it never blocks.
+                if self.mode == Mode::Shadow {
+                    policy
+                } else {
+                    policy.block_for(block_for)
+                }
+            }
+        };
+        let count_status = self.checked_count_status(self.mode).map_err(|why| {
+            (
+                Setting::CountStatus,
+                ConfigError::of(ConfigErrorKind::Rule, why),
+            )
+        })?;
+        let policy = match self.lease {
+            Some(lease) => policy.with_lease(lease).map_err(at(Setting::Lease))?,
+            None => policy,
+        };
+        if count_status.is_some() && self.lease.is_some() {
+            return Err((
+                Setting::Lease,
+                ConfigError::of(
+                    ConfigErrorKind::Rule,
+                    "lease does not work with count_status: a leased unit is spent before the \
+                     handler runs, and count_status counts a request only after its response; \
+                     remove one of them",
+                ),
+            ));
+        }
+        let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
+        if max_cost == 0 {
+            return Err((
+                Setting::MaxCost,
+                ConfigError::of(ConfigErrorKind::Rule, "max_cost must be at least 1"),
+            ));
+        }
+        Ok(CompiledRule {
+            policy,
+            quota: self.quota,
+            mode: self.mode,
+            delay,
+            key: self.key.clone().unwrap_or_else(|| Arc::clone(default_key)),
+            route,
+            cost,
+            max_cost,
+            quota_for: self.quota_for.clone(),
+            count_status,
+        })
+    }
+
+    /// The checked `count_status`, if the rule has one.
+    fn checked_count_status(&self, mode: Mode) -> Result<Option<Arc<[StatusMatch]>>, String> {
+        let Some(statuses) = &self.count_status else {
+            return Ok(None);
+        };
+        if statuses.is_empty() {
+            return Err(format!(
+                "count_status is an empty list: {}, or leave it out to count every request",
+                count_status::ALLOWED
+            ));
+        }
+        for status in statuses {
+            status
+                .validate()
+                .map_err(|why| format!("count_status: {why}"))?;
+        }
+        if mode == Mode::Delay {
+            return Err(
+                "count_status cannot be used in delay mode: delay mode takes a \
+                        request's place in the queue before the handler runs, while \
+                        count_status counts a request only after its response"
+                    .to_owned(),
+            );
+        }
+        Ok(Some(statuses.as_slice().into()))
+    }
+}
+
+/// The longest block a rule may set (a year, as the longest period).
+const MAX_BLOCK: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Checks a rule's `block_for` in `mode`.
+fn check_block_for(block_for: Duration, mode: Mode) -> Result<(), ConfigError> {
+    let rule = |message: String| Err(ConfigError::of(ConfigErrorKind::Rule, message));
+    if block_for.is_zero() || block_for > MAX_BLOCK {
+        return rule(format!(
+            "block_for {block_for:?} is out of range: use from 1µs to 365 days, e.g. \"10m\""
+        ));
+    }
+    if mode == Mode::Delay {
+        return rule(
+            "block_for cannot be used in delay mode (a queued request waits for its slot); use \
+             mode enforce, or remove block_for"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A rule's setting, to say which one an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Setting {
+    Name,
+    Quota,
+    Path,
+    Mode,
+    CostHeader,
+    MaxCost,
+    BlockFor,
+    CountStatus,
+    Lease,
+}
+
+/// A rule ready to use: defaults applied, quota validated.
+#[derive(Clone)]
+pub(crate) struct CompiledRule {
+    pub(crate) policy: Policy,
+    pub(crate) quota: Quota,
+    pub(crate) mode: Mode,
+    /// In delay mode: the queue, which also shapes `policy`.
+    pub(crate) delay: Option<DelayQueue>,
+    pub(crate) key: Arc<dyn KeyExtractor>,
+    pub(crate) route: Route,
+    pub(crate) cost: Cost,
+    pub(crate) max_cost: u32,
+    pub(crate) quota_for: Option<TierFn>,
+    /// Only responses with these statuses are counted (see [`Rule::count_status`]).
+    pub(crate) count_status: Option<Arc<[StatusMatch]>>,
+}
+
+impl CompiledRule {
+    /// A rule for every request under `policy` (of `quota`), keyed by `key`: what
+    /// `RateLimitLayer::new` limits with. Nothing in it can be wrong, so it cannot fail.
+    pub(crate) fn everything(policy: Policy, quota: Quota, key: Arc<dyn KeyExtractor>) -> Self {
+        Self {
+            policy,
+            quota,
+            mode: Mode::Enforce,
+            delay: None,
+            key,
+            route: Route::default(),
+            cost: Cost::One,
+            max_cost: quota.capacity(),
+            quota_for: None,
+            count_status: None,
+        }
+    }
+
+    /// The policy of this rule for another quota (a tier's), in the rule's mode.
+    pub(crate) fn policy_for(&self, quota: Quota) -> Result<Policy, ConfigError> {
+        let policy = match &self.delay {
+            Some(queue) => queue.policy(self.policy.name(), quota),
+            None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
+        }?;
+        // A tier blocks and leases as the rule does.
+        let policy = match self.policy.blocks_for() {
+            Some(block_for) => policy.block_for(block_for),
+            None => policy,
+        };
+        match self.policy.lease() {
+            Some(lease) => policy.with_lease(lease),
+            None => Ok(policy),
+        }
+    }
+}
+
+impl fmt::Debug for CompiledRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompiledRule")
+            .field("policy", &self.policy)
+            .field("mode", &self.mode)
+            .field("delay", &self.delay)
+            .field("key", &self.key.describe())
+            .field("route", &self.route)
+            .field("cost", &self.cost)
+            .field("max_cost", &self.max_cost)
+            .field("count_status", &self.count_status)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,324 @@
+//! [`RedisStore`]: one atomic Lua script per decision, shared by every app instance, over a
+//! standalone Redis, the master Sentinel names, or a Redis Cluster.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::{ConfigError, StoreError};
+use crate::quota::Policy;
+use crate::store::stack::{Check, Grant, StoreExt};
+use crate::store::Store;
+
+pub(crate) mod cached;
+pub(crate) mod calls;
+#[cfg(feature = "cluster")]
+mod cluster;
+mod connection;
+pub(crate) mod redact;
+pub(crate) mod script;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
+use calls::ScriptRunner;
+use connection::Connection;
+use script::{Call, Control, Scripts, DEFAULT_PREFIX};
+
+/// Keeps rate-limit state in Redis so that many app instances share one limit.
+///
+/// Each decision is one `EVALSHA` of the algorithm's script in `lua/` (loaded again by `EVAL`
+/// on `NOSCRIPT`, after a restart, failover or `SCRIPT FLUSH`); stacked limits are one
+/// `EVALSHA` too, of all the algorithms' scripts and `lua/stacked.lua` assembled into one.
+/// Time comes from the Redis server's `TIME`, so app servers with skewed clocks agree, unless
+/// a [`Clock`] is given.
+///
+/// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
+/// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
+/// is left alone and its decisions fail with [`StoreError::KeyState`].
+///
+/// One type for every deployment, the same scripts on the same keys:
+///
+/// - one Redis (or a proxy in front of one): [`from_url`](Self::from_url), or
+///   [`from_pool`](Self::from_pool) with a deadpool-redis pool of the app's;
+/// - the master Sentinel names ([`sentinel`](Self::sentinel), feature `sentinel`): after a
+///   failover the old master's connection fails (or answers `READONLY` once it is back as a
+///   replica), the store drops it, and the next decision asks the sentinels again;
+/// - a Redis Cluster ([`cluster`](Self::cluster), feature `cluster`): each decision goes to the
+///   master of its key's slot, following `MOVED` and `ASK`. The client key is the hash tag, so
+///   one client's state under every policy lives in one slot, and stacked limits of one client
+///   are one atomic call. Stacked limits of different client keys (per IP and per API key)
+///   usually fall in different slots, which no single script may touch: they are decided in
+///   two phases, a dry run of each slot's group (concurrently, writing nothing), then, only if
+///   no blocking limit denied, the commit of every group. Each limit stays exact on its own;
+///   the one weakness is a concurrent request taking one group's last unit between the two
+///   phases, so that group denies at commit while the others have counted the request.
+///
+/// Building a store never connects: the app starts while Redis is down, and the first
+/// decision connects. Errors and `Debug` show URLs with their passwords replaced by `***`.
+///
+/// ```no_run
+/// use tollgate::{key, store::RedisStore, Quota, RateLimitLayer};
+///
+/// let store = RedisStore::from_url("redis://127.0.0.1:6379")?.prefix("myapp");
+/// let layer = RateLimitLayer::builder()
+///     .quota(Quota::per_minute(100)?)
+///     .key(key::Header::new("x-api-key"))
+///     .store(store)
+///     .build()?;
+/// # let _ = layer;
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    prefix: Arc<str>,
+    clock: Option<Arc<dyn Clock>>,
+    shared: Arc<Shared>,
+}
+
+/// What all clones of a store share: the scripts and the connection in use.
+struct Shared {
+    scripts: Scripts,
+    connection: Connection,
+}
+
+impl RedisStore {
+    /// A store on a new connection pool for one Redis at `url` (`redis://host:port/db`,
+    /// `rediss://…` with the `tls` feature).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] only when the URL cannot be parsed; Redis need not be up. The error,
+    /// like everything the store prints, shows the URL with its password replaced by `***`.
+    pub fn from_url(url: &str) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::standalone(url)?))
+    }
+
+    /// A store on an existing deadpool-redis pool for one Redis (e.g. one the app also uses);
+    /// the pool's own timeouts apply to getting connections.
+    pub fn from_pool(pool: deadpool_redis::Pool) -> Self {
+        Self::on(Connection::standalone_pool(pool))
+    }
+
+    /// A store on the master named `master`, as `sentinels` (`redis://host:26379`, …) name it.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when no sentinel is given or a URL cannot be parsed; nothing need be
+    /// up.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel<S: AsRef<str>>(sentinels: &[S], master: &str) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::sentinel(sentinels, master)?))
+    }
+
+    /// A store on an existing deadpool-redis sentinel pool.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn from_sentinel_pool(pool: deadpool_redis::sentinel::Pool) -> Self {
+        Self::on(Connection::sentinel_pool(pool))
+    }
+
+    /// A store on a Redis Cluster seeded with `nodes` (`redis://host:port`, `rediss://…`,
+    /// with credentials if the cluster needs them): any reachable node tells the client the
+    /// others.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when no node is given or a URL cannot be parsed; the cluster need not
+    /// be up.
+    ///
+    /// ```no_run
+    /// use tollgate::store::RedisStore;
+    ///
+    /// let store = RedisStore::cluster(&["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])?;
+    /// # let _ = store;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster<S: AsRef<str>>(nodes: &[S]) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::cluster(nodes)?))
+    }
+
+    /// A store on an existing deadpool-redis cluster pool.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn from_cluster_pool(pool: deadpool_redis::cluster::Pool) -> Self {
+        Self::on(Connection::cluster_pool(pool))
+    }
+
+    fn on(connection: Connection) -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.into(),
+            clock: None,
+            shared: Arc::new(Shared {
+                scripts: Scripts::new(),
+                connection,
+            }),
+        }
+    }
+
+    /// Sets the key prefix (default `"tollgate"`), e.g. to keep two apps apart on one Redis.
+    /// On a cluster it must not hold `{`, which would change the keys' hash tag.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<Arc<str>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sends this clock's time with every decision instead of using Redis `TIME`.
+    ///
+    /// For tests (a [`ManualClock`](crate::ManualClock) drives Redis deterministically) and for
+    /// deployments that trust their app servers' clocks more than Redis's.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The Redis key that holds `client_key`'s state under `policy`:
+    /// `<prefix>:<policy name>:<algorithm>:{<client key>}`.
+    ///
+    /// The algorithm part is short (`gcra`, `tb`, `lb`, `fw`, `fwf`, `swl`, `sw`) and keeps
+    /// algorithms apart: when a policy's algorithm changes, its clients start afresh instead
+    /// of meeting state the new algorithm cannot read. The client key is the hash tag, last and
+    /// alone, so that one client's keys share a hash slot.
+    ///
+    /// `client_key` is used as given; the layer has already replaced long or odd keys by a
+    /// digest.
+    pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
+        script::state_key(&self.prefix, policy, client_key)
+    }
+}
+
+impl ScriptRunner for RedisStore {
+    fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn script_clock(&self) -> Option<&Arc<dyn Clock>> {
+        self.clock.as_ref()
+    }
+
+    fn scripts(&self) -> &Scripts {
+        &self.shared.scripts
+    }
+
+    async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
+        self.shared.connection.eval(call).await
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        calls::check(self, key, policy, cost).await
+    }
+
+    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
+    /// nothing written.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        calls::peek(self, key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        calls::act(self, key, policy, Control::Reset).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        calls::act(self, key, policy, Control::block(duration)).await
+    }
+}
+
+impl StoreExt for RedisStore {
+    /// One `EVALSHA` of the stacked script, which decides every check at the same instant,
+    /// dry, and stores the allowed ones only if no blocking check was denied; on a cluster,
+    /// one such call per slot (see the type's docs), boxed, as it is rarer and larger.
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        #[cfg(feature = "cluster")]
+        if self.shared.connection.is_cluster() {
+            return Box::pin(cluster::check_many(self, checks)).await;
+        }
+        calls::check_stacked(self, checks).await
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        calls::act(self, key, policy, Control::Refund(u64::from(n))).await
+    }
+
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        calls::acquire(self, key, policy, min, max).await
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        calls::release(self, key, policy, unused, grant).await
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.clock.as_deref()
+    }
+
+    /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
+    fn label(&self) -> Arc<str> {
+        self.shared.connection.label().into()
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("connection", &self.shared.connection)
+            .field("prefix", &self.prefix)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::stack::{self, Backend, StoreExt};
+    use crate::store::StoreFailure;
+    use crate::{Algorithm, Quota};
+
+    /// The layer boxes each decision that waits for Redis, and the stack's futures are inside
+    /// it. A connection checkout, a `NOSCRIPT` retry and a lease refill are rare, so each is
+    /// boxed where it happens rather than given room in every decision's future (room that
+    /// once made this one 22 KB, allocated and copied on every request). Measured on the stack
+    /// the layer builds, over the backend it chooses.
+    #[tokio::test]
+    async fn a_decision_through_the_layers_stack_has_a_small_future() {
+        let store = RedisStore::from_url("redis://127.0.0.1:1").unwrap();
+        let policy = Policy::new("p", Quota::per_second(10).unwrap(), Algorithm::Gcra).unwrap();
+        let stack = stack::stack(Backend::of(store), &StoreFailure::default(), 1_000);
+        let check = stack.check("client", &policy, 1);
+        let bytes = std::mem::size_of_val(&check);
+        eprintln!("one decision: {bytes} bytes");
+        assert!(bytes <= 1_536, "the decision's future takes {bytes} bytes");
+        let checks = [stack::Check::new("client", &policy, 1); 2];
+        let many = stack.check_many(&checks);
+        let bytes = std::mem::size_of_val(&many);
+        eprintln!("a stacked decision: {bytes} bytes");
+        assert!(
+            bytes <= 1_536,
+            "a stacked decision's future takes {bytes} bytes"
+        );
+    }
+}

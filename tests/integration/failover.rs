@@ -1,0 +1,299 @@
+//! Redis failures: killed, hung, restarted, absent at start. Each test owns its redis-server.
+
+use crate::support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::routing::get;
+use axum::Router;
+use support::RedisServer;
+use tollgate::store::{RedisStore, StoreFailure};
+use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
+use tower::{Layer, ServiceExt};
+
+/// An app limited through the Redis at `url`, with a breaker that probes again quickly.
+async fn app(url: &str, quota: Quota, on_error: OnStoreError) -> SocketAddr {
+    let layer = RateLimitLayer::builder()
+        .quota(quota)
+        .key(key::Global)
+        .store(RedisStore::from_url(url).unwrap())
+        .store_failure(
+            StoreFailure::new(on_error)
+                .timeout(Duration::from_millis(50))
+                .open_after(3)
+                .open_for(Duration::from_millis(100), Duration::from_millis(200)),
+        )
+        .build()
+        .unwrap();
+    support::serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await
+}
+
+struct Reply {
+    status: u16,
+    limited: bool,
+    retry_after: Option<String>,
+    took: Duration,
+}
+
+async fn get_once(addr: SocketAddr) -> Reply {
+    let started = Instant::now();
+    let r = support::client()
+        .get(format!("http://{addr}/"))
+        .send()
+        .await
+        .unwrap();
+    Reply {
+        status: r.status().as_u16(),
+        limited: r.headers().contains_key("ratelimit"),
+        retry_after: r
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        took: started.elapsed(),
+    }
+}
+
+/// Sends requests until one carries rate-limit headers (the store answered again).
+async fn until_limiting(addr: SocketAddr, within: Duration) -> Reply {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = get_once(addr).await;
+        if r.limited {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "limiting did not resume");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn redis_killed_mid_traffic_lets_everything_through_with_allow() {
+    let mut redis = RedisServer::start();
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(1000).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
+    for _ in 0..10 {
+        let r = get_once(addr).await;
+        assert_eq!((r.status, r.limited), (200, true));
+    }
+    redis.stop();
+    for _ in 0..30 {
+        let r = get_once(addr).await;
+        // Fail open, and no rate-limit numbers the limiter does not know.
+        assert_eq!((r.status, r.limited), (200, false));
+    }
+}
+
+#[tokio::test]
+async fn hung_redis_costs_one_timeout_then_nothing_and_recovers() {
+    let redis = RedisServer::start();
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(1000).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
+    assert!(get_once(addr).await.limited);
+    redis.pause();
+    // Until the breaker opens (3 failures), each request waits for the 50 ms timeout, no more.
+    for _ in 0..3 {
+        let r = get_once(addr).await;
+        assert_eq!((r.status, r.limited), (200, false));
+        assert!(r.took < Duration::from_millis(250), "waited {:?}", r.took);
+    }
+    // Breaker open: requests no longer wait for Redis. (Probes every 100-200 ms still wait
+    // 50 ms, so look at the median.)
+    let mut took: Vec<Duration> = Vec::new();
+    for _ in 0..21 {
+        let r = get_once(addr).await;
+        assert_eq!((r.status, r.limited), (200, false));
+        took.push(r.took);
+    }
+    took.sort();
+    assert!(took[10] < Duration::from_millis(5), "median {:?}", took[10]);
+    redis.resume();
+    let r = until_limiting(addr, Duration::from_secs(3)).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn limiting_resumes_after_redis_restarts_empty() {
+    let mut redis = RedisServer::start();
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(5).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
+    assert_eq!(get_once(addr).await.status, 200);
+    redis.restart(); // same port, no data, no scripts
+    until_limiting(addr, Duration::from_secs(3)).await;
+    let statuses: Vec<u16> = {
+        let mut v = Vec::new();
+        for _ in 0..5 {
+            v.push(get_once(addr).await.status);
+        }
+        v
+    };
+    // One request counted already by until_limiting: 4 more allowed, then denied.
+    assert_eq!(statuses, [200, 200, 200, 200, 429]);
+}
+
+#[tokio::test]
+async fn fallback_to_memory_keeps_limiting_while_redis_is_dead() {
+    let redis = RedisServer::not_started();
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(3).unwrap(),
+        OnStoreError::FallbackToMemory,
+    )
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let r = get_once(addr).await;
+        statuses.push(r.status);
+        assert!(r.limited, "the local limiter reports its numbers");
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429]);
+}
+
+#[tokio::test]
+async fn deny_answers_503_with_retry_after_while_redis_is_down() {
+    let redis = RedisServer::not_started();
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(100).unwrap(),
+        OnStoreError::Deny,
+    )
+    .await;
+    for _ in 0..5 {
+        let r = get_once(addr).await;
+        assert_eq!(r.status, 503);
+        assert_eq!(r.retry_after.as_deref(), Some("1"));
+    }
+}
+
+#[tokio::test]
+async fn app_started_before_redis_begins_limiting_once_redis_is_up() {
+    let mut redis = RedisServer::not_started();
+    let addr = app(
+        &redis.url(),
+        Quota::per_minute(3).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
+    for _ in 0..5 {
+        assert_eq!(get_once(addr).await.status, 200);
+    }
+    redis.launch();
+    until_limiting(addr, Duration::from_secs(3)).await;
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(get_once(addr).await.status);
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+}
+
+#[tokio::test]
+async fn a_probe_dropped_by_its_client_does_not_keep_the_circuit_open() {
+    let redis = RedisServer::start();
+    let addr = app(
+        &redis.url(),
+        Quota::per_hour(1000).unwrap(),
+        OnStoreError::Deny,
+    )
+    .await;
+    assert_eq!(get_once(addr).await.status, 200);
+    redis.pause();
+    for _ in 0..6 {
+        assert_eq!(get_once(addr).await.status, 503);
+    }
+    // Past the back-off (100-200 ms), the next request probes; its client gives up first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let hung_up = support::client()
+        .get(format!("http://{addr}/"))
+        .timeout(Duration::from_millis(20))
+        .send()
+        .await;
+    assert!(
+        hung_up.is_err(),
+        "the probe should still be waiting for Redis"
+    );
+    redis.resume();
+    // The abandoned probe is handed back: the next request probes and closes the circuit.
+    let r = until_limiting(addr, Duration::from_secs(2)).await;
+    assert_eq!(r.status, 200);
+}
+
+/// Many decisions in flight on the store's one multiplexed connection when it is killed: they
+/// fail together, and count as one failure, not enough to open the circuit. (Called through
+/// the service, without HTTP, so that enough calls are in flight at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_killed_connection_under_load_costs_almost_nothing() {
+    let redis = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_hour(1_000_000_000).unwrap())
+        .key(key::Global)
+        .store(RedisStore::from_url(&redis.url()).unwrap())
+        .on_store_error(OnStoreError::Deny)
+        // Not about timeouts: a loaded machine must not turn slow answers into 503s.
+        .store_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let started = Instant::now();
+    let run_for = Duration::from_millis(3_000);
+    let concurrency = 32;
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let mut statuses = Vec::new();
+                while started.elapsed() < run_for {
+                    let r = service.clone().oneshot(http::Request::new(())).await;
+                    statuses.push(r.unwrap().status().as_u16());
+                }
+                statuses
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let killed: i64 = deadpool_redis::redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal"])
+        .query(&mut support::redis_connection(&redis.url()))
+        .unwrap();
+    assert!(killed >= 1, "the store's connection was killed");
+    let mut statuses = Vec::new();
+    for worker in workers {
+        statuses.extend(worker.await.unwrap());
+    }
+    let unavailable = statuses.iter().filter(|&&s| s == 503).count();
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 503),
+        "only 200 and 503 expected"
+    );
+    assert!(
+        statuses.len() > 2_000,
+        "too little load: {}",
+        statuses.len()
+    );
+    // The calls on the killed connection fail (about one per worker, and the few sent on it
+    // before the store saw it break); an open circuit would answer 503 for a whole second.
+    assert!(
+        unavailable < 4 * concurrency,
+        "{unavailable} of {} requests got 503",
+        statuses.len()
+    );
+    assert!(!layer.control().stats().circuit_open);
+}

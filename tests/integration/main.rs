@@ -1,0 +1,28 @@
+//! The integration tests: one crate, one binary, each suite a module, every helper (Redis
+//! servers, clusters, sentinels, HTTP servers and clients) once, in `tests/support/`.
+//!
+//! Run them all with `cargo test --all-features --test integration`, one suite with a filter,
+//! e.g. `cargo test --all-features --test integration redis_cluster::`. The quickstart suite
+//! runs the example's binary: `cargo build --example quickstart` first when filtering.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod allow_list;
+mod client_control;
+mod concurrency;
+mod count_status;
+mod decided_at_once;
+mod denial_cache;
+mod failover;
+mod grpc;
+mod http;
+mod metrics;
+mod peek;
+mod quickstart;
+mod redis_cluster;
+mod redis_sentinel;
+mod redis_store;
+mod redis_tls;
+mod rules;
+mod simulate;

@@ -1,0 +1,333 @@
+//! Metrics over real HTTP: the values a Prometheus exporter renders after a known sequence
+//! of requests, on the memory store and on a real redis-server that goes away.
+
+use crate::support;
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tollgate::rules::{Mode, Rule};
+use tollgate::store::{RedisStore, StoreFailure};
+use tollgate::{key, OnStoreError, Quota, RateLimitLayer, Skip};
+
+/// Runs `test` on a current-thread runtime with a Prometheus recorder of its own: every
+/// metric the layers it builds report (their tasks run on this thread too) goes there and
+/// nowhere else, so the other suites of this binary, running meanwhile, cannot change what it
+/// reads, and it can read absolute values.
+fn with_recorder<F, Fut>(test: F)
+where
+    F: FnOnce(Metrics) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let metrics = Metrics(recorder.handle());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || runtime.block_on(test(metrics)));
+}
+
+/// What one test's recorder has seen.
+struct Metrics(PrometheusHandle);
+
+impl Metrics {
+    fn render(&self) -> String {
+        self.0.render()
+    }
+
+    /// The value of the rendered sample `series` (name and labels as rendered), 0 when absent.
+    fn sample(&self, series: &str) -> f64 {
+        let text = self.render();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |value| value.trim().parse().expect("a number"))
+    }
+
+    fn requests(&self, rule: &str, outcome: &str) -> f64 {
+        self.sample(&format!(
+            "tollgate_requests_total{{rule=\"{rule}\",outcome=\"{outcome}\"}}"
+        ))
+    }
+}
+
+fn app(layer: RateLimitLayer) -> Router {
+    Router::new()
+        .route("/api", get(|| async { "api" }))
+        .route("/shadow", get(|| async { "shadow" }))
+        .route("/health", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+async fn get_status(client: &reqwest::Client, url: String) -> u16 {
+    client.get(url).send().await.unwrap().status().as_u16()
+}
+
+#[test]
+fn memory_store_counts_each_outcome_per_rule() {
+    with_recorder(|metrics| async move {
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(Rule::new("m_api", Quota::per_minute(3).unwrap()).path("/api"))
+            .rule(
+                Rule::new("m_shadow", Quota::per_minute(1).unwrap())
+                    .path("/shadow")
+                    .mode(Mode::Shadow),
+            )
+            .skip(Skip::new().path("/health"))
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        let mut statuses = Vec::new();
+        for _ in 0..5 {
+            statuses.push(get_status(&client, format!("http://{addr}/api")).await);
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429]);
+        for _ in 0..3 {
+            assert_eq!(
+                get_status(&client, format!("http://{addr}/shadow")).await,
+                200
+            );
+        }
+        for _ in 0..2 {
+            assert_eq!(
+                get_status(&client, format!("http://{addr}/health")).await,
+                200
+            );
+        }
+
+        assert_eq!(metrics.requests("m_api", "allowed"), 3.0);
+        assert_eq!(metrics.requests("m_api", "denied"), 2.0);
+        assert_eq!(metrics.requests("m_shadow", "allowed"), 1.0);
+        assert_eq!(metrics.requests("m_shadow", "shadow_denied"), 2.0);
+        assert_eq!(metrics.requests("*", "skipped"), 2.0);
+        // The second denial of each rule was answered from the cache of denials; the other six
+        // decisions were the memory store's, made at once and not timed (only calls that wait
+        // are: see the Redis tests below).
+        assert_eq!(metrics.sample("tollgate_denial_cache_hits_total"), 2.0);
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"memory\"}"),
+            0.0
+        );
+        assert_eq!(
+            metrics.sample("tollgate_circuit_open{store=\"memory\"}"),
+            0.0
+        );
+        assert!(
+            metrics
+                .render()
+                .contains("tollgate_circuit_open{store=\"memory\"} 0"),
+            "the gauge is set from the first call"
+        );
+        let text = metrics.render();
+        assert!(
+            !text.contains("127.0.0.1"),
+            "no client key in labels:\n{text}"
+        );
+    });
+}
+
+#[test]
+fn redis_outage_opens_the_circuit_and_counts_fallback_decisions() {
+    with_recorder(|metrics| async move {
+        let mut redis = support::RedisServer::start();
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(Rule::new("r_api", Quota::per_minute(100).unwrap()).path("/api"))
+            .store(
+                RedisStore::from_url(&redis.url())
+                    .unwrap()
+                    .prefix(support::unique_prefix("metrics")),
+            )
+            .store_failure(
+                StoreFailure::new(OnStoreError::FallbackToMemory)
+                    .timeout(Duration::from_millis(500))
+                    .open_after(2)
+                    .open_for(Duration::from_secs(60), Duration::from_secs(60)),
+            )
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        for _ in 0..2 {
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        assert_eq!(
+            metrics.sample("tollgate_circuit_open{store=\"redis\"}"),
+            0.0
+        );
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+            2.0
+        );
+
+        redis.stop();
+        for _ in 0..4 {
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        // Two failed calls opened the circuit; the next two never reached the store. All four
+        // were decided by the fallback.
+        assert_eq!(
+            metrics.sample("tollgate_circuit_open{store=\"redis\"}"),
+            1.0
+        );
+        assert_eq!(metrics.sample("tollgate_fallback_decisions_total"), 4.0);
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+            4.0
+        );
+        assert_eq!(metrics.requests("r_api", "allowed"), 6.0);
+        assert_eq!(metrics.requests("r_api", "store_error"), 0.0);
+    });
+}
+
+#[test]
+fn a_store_that_cannot_decide_counts_store_errors() {
+    with_recorder(|metrics| async move {
+        let nothing_listens = format!("redis://127.0.0.1:{}", support::free_port());
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(Rule::new("b_api", Quota::per_minute(100).unwrap()).path("/api"))
+            .store(RedisStore::from_url(&nothing_listens).unwrap())
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        for _ in 0..3 {
+            // Fail open (the default).
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        assert_eq!(metrics.requests("b_api", "store_error"), 3.0);
+        assert_eq!(metrics.requests("b_api", "allowed"), 0.0);
+        assert_eq!(
+            metrics.sample("tollgate_store_duration_seconds_count{store=\"redis\"}"),
+            3.0
+        );
+        assert!(
+            metrics
+                .render()
+                .contains("tollgate_circuit_open{store=\"redis\"} 0"),
+            "{}",
+            metrics.render()
+        );
+    });
+}
+
+/// Captures what a `tracing` subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Each decision runs in a `rate_limit` span at debug with the rules that applied and the
+/// outcome. (A current-thread runtime and the service called directly, so the subscriber set
+/// for this thread sees every decision.)
+#[tokio::test]
+async fn each_decision_is_traced_with_its_rules_and_outcome() {
+    use tower::{Layer, ServiceExt};
+
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // tracing decides whether a callsite interests anyone once, when it is first hit; with one
+    // subscriber registered it asks the subscriber of the thread that hits it, which for
+    // another suite of this binary is none, and the callsite would be off for this test too.
+    // With a second one registered, tracing asks every registered subscriber instead.
+    let _second = tracing::Dispatch::new(tracing_core::subscriber::NoSubscriber::default());
+
+    let layer = RateLimitLayer::builder()
+        .key(key::Global)
+        .rule(Rule::new("t_all", Quota::per_minute(1).unwrap()))
+        .rule(Rule::new("t_api", Quota::per_minute(5).unwrap()).path("/api"))
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let request = || http::Request::get("/api").body(()).unwrap();
+    let first = service.clone().oneshot(request()).await.unwrap();
+    let second = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 429)
+    );
+
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let decisions: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("rate limit decision"))
+        .collect();
+    assert_eq!(decisions.len(), 2, "{text}");
+    assert!(
+        decisions[0].contains("rate_limit{rules=\"t_all,t_api\" outcome=\"proceed\"}"),
+        "{text}"
+    );
+    assert!(
+        decisions[1].contains("rate_limit{rules=\"t_all,t_api\" outcome=\"denied\"}"),
+        "{text}"
+    );
+    assert!(decisions.iter().all(|l| l.contains("DEBUG")), "{text}");
+}
+
+#[test]
+fn leases_count_calls_and_units_granted_and_returned() {
+    with_recorder(|metrics| async move {
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(
+                Rule::new("l_api", Quota::per_minute(10).unwrap())
+                    .path("/api")
+                    .lease(tollgate::Lease::tokens(4)),
+            )
+            .build()
+            .unwrap();
+        let addr = support::serve(app(layer)).await;
+        let client = support::client();
+        for _ in 0..6 {
+            assert_eq!(get_status(&client, format!("http://{addr}/api")).await, 200);
+        }
+        let rule = "{rule=\"l_api\"}";
+        // Two leases of 4: 6 units spent, 2 held.
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_calls_total{rule}")),
+            2.0
+        );
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_granted_total{rule}")),
+            8.0
+        );
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
+            0.0
+        );
+        // The lease lasts 1 s; then its 2 unused units go back (their slots are still ahead).
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_returned_total{rule}")),
+            2.0
+        );
+        assert_eq!(
+            metrics.sample(&format!("tollgate_lease_tokens_expired_total{rule}")),
+            0.0
+        );
+        assert_eq!(metrics.requests("l_api", "allowed"), 6.0);
+    });
+}
