@@ -25,4 +25,7 @@ mod redis_sentinel;
 mod redis_store;
 mod redis_tls;
 mod rules;
+#[cfg(unix)]
+mod rules_file_faults;
 mod simulate;
+mod store_outage_log;

@@ -217,21 +217,6 @@ fn a_store_that_cannot_decide_counts_store_errors() {
     });
 }
 
-/// Captures what a `tracing` subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Each decision runs in a `rate_limit` span at debug with the rules that applied and the
 /// outcome. (A current-thread runtime and the service called directly, so the subscriber set
 /// for this thread sees every decision.)
@@ -239,19 +224,7 @@ impl std::io::Write for Captured {
 async fn each_decision_is_traced_with_its_rules_and_outcome() {
     use tower::{Layer, ServiceExt};
 
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    // tracing decides whether a callsite interests anyone once, when it is first hit; with one
-    // subscriber registered it asks the subscriber of the thread that hits it, which for
-    // another suite of this binary is none, and the callsite would be off for this test too.
-    // With a second one registered, tracing asks every registered subscriber instead.
-    let _second = tracing::Dispatch::new(tracing_core::subscriber::NoSubscriber::default());
+    let (log, _logging) = support::log::Log::on_this_thread(tracing::Level::DEBUG);
 
     let layer = RateLimitLayer::builder()
         .key(key::Global)
@@ -270,7 +243,7 @@ async fn each_decision_is_traced_with_its_rules_and_outcome() {
         (200, 429)
     );
 
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = log.text();
     let decisions: Vec<_> = text
         .lines()
         .filter(|l| l.contains("rate limit decision"))

@@ -8,6 +8,35 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 
+pub mod log;
+
+/// Set in a process started by [`alone`]: the name of the test it runs.
+const ALONE: &str = "TOLLGATE_TEST_ALONE";
+
+/// Runs `body`, the test `name` (its path in this binary: `suite::test`), alone in a process of
+/// its own, for a test that reads process-wide state the other suites of this binary would add
+/// to while it runs: a global `tracing` subscriber or metrics recorder, which the library's own
+/// threads (the rules file's watcher) report to. Here it runs this test binary again with only
+/// `name`, and passes if that run ran it and it passed; in that process it runs `body`.
+pub fn alone(name: &str, body: impl FnOnce()) {
+    if std::env::var(ALONE).as_deref() == Ok(name) {
+        body();
+        return;
+    }
+    let binary = std::env::current_exe().expect("the test binary's path");
+    let output = Command::new(binary)
+        .args([name, "--exact", "--test-threads", "1"])
+        .env(ALONE, name)
+        .output()
+        .expect("run the test binary again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{name}, alone in a process of its own:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

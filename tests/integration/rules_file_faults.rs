@@ -2,60 +2,37 @@
 //! large, a file deleted or replaced by a directory or a dangling symlink. Reading never
 //! blocks, the last good rules keep limiting, each distinct failure is logged once at WARN
 //! and counted, and recovery is logged.
-#![cfg(unix)]
+//!
+//! The watcher logs and counts from a thread of its own, so it reports to the process-wide
+//! subscriber and recorder: the tests that read them run [`support::alone`], where no other
+//! suite logs or fails a reload meanwhile.
 
-mod support;
+use crate::support;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use support::log::Log;
 use tollgate::rules::MAX_FILE_BYTES;
 use tollgate::{ConfigError, RateLimitLayer};
 
-/// Every log line of this test binary (the watcher logs from a thread of its own, so the
-/// subscriber is global); each test reads the lines that name its own file.
-fn log() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LINES: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LINES.get_or_init(|| {
-        #[derive(Clone)]
-        struct Lines(Arc<Mutex<Vec<u8>>>);
-        impl Write for Lines {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().write(buf)
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let writer = Lines(Arc::clone(&lines));
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .init();
-        lines
-    })
-}
-
 /// The log lines that mention `path`.
-fn lines_about(path: &Path) -> Vec<String> {
-    let text = String::from_utf8(log().lock().unwrap().clone()).unwrap();
+fn lines_about(log: &Log, path: &Path) -> Vec<String> {
     let path = path.display().to_string();
-    text.lines()
+    log.text()
+        .lines()
         .filter(|line| line.contains(&path))
         .map(str::to_owned)
         .collect()
 }
 
-/// The process-wide metrics recorder.
+/// The process-wide metrics recorder: only for a test run [`support::alone`].
 fn recorder() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
@@ -66,9 +43,6 @@ fn recorder() -> &'static PrometheusHandle {
     })
 }
 
-/// The failure counter is one series for the whole binary: tests that fail reloads take turns.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 fn reload_failures() -> f64 {
     let text = recorder().render();
     text.lines()
@@ -76,14 +50,21 @@ fn reload_failures() -> f64 {
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
+/// Runs `test` on a current-thread runtime.
+fn block_on(test: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test);
+}
+
 const GOOD: &str =
     "[defaults]\nkey = \"global\"\n\n[[rule]]\nname = \"api\"\npath = \"/api\"\nquota = \"2/min\"\n";
 
 /// A directory of its own holding `rules.toml` with `text`.
 fn rules_file(test: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(support::unique_prefix(test));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("rules.toml");
+    let path = support::temp_dir(test).join("rules.toml");
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -131,26 +112,32 @@ fn replace_with(path: &Path, make: impl FnOnce(&Path)) {
     make(path);
 }
 
-#[tokio::test]
-async fn a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    recorder();
-    log();
+#[test]
+fn a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload() {
+    support::alone(
+        "rules_file_faults::a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload",
+        || block_on(a_named_pipe()),
+    );
+}
+
+async fn a_named_pipe() {
+    let failures = recorder();
+    let log = Log::process_wide();
     let path = rules_file("fifo", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
-    let handle = layer.clone();
+    let control = layer.control();
     let addr = serve(layer).await;
     assert_eq!(
         [status(addr).await, status(addr).await, status(addr).await],
         [200, 200, 429]
     );
-    let failures_before = reload_failures();
+    assert_eq!(reload_failures(), 0.0, "{}", failures.render());
 
     // A pipe nobody writes to: opening it to read would wait for a writer forever.
     replace_with(&path, mkfifo);
     // Let the watcher look at it first (it used to hang holding the lock reload needs).
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let reloaded = within(Duration::from_secs(2), move || handle.reload_rules());
+    let reloaded = within(Duration::from_secs(2), move || control.reload_rules());
     let e = reloaded
         .expect("reload_rules returned within 2 s")
         .unwrap_err();
@@ -166,7 +153,7 @@ async fn a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload() {
     // The last good rules keep limiting.
     assert_eq!(status(addr).await, 429);
     // The watcher reported it once, however many times it looked.
-    let warnings: Vec<_> = lines_about(&path)
+    let warnings: Vec<_> = lines_about(&log, &path)
         .into_iter()
         .filter(|l| l.contains(" WARN ") && l.contains("named pipe"))
         .collect();
@@ -175,7 +162,7 @@ async fn a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload() {
         warnings[0].ends_with("; keeping the rules loaded before"),
         "{warnings:#?}"
     );
-    assert_eq!(reload_failures() - failures_before, 1.0);
+    assert_eq!(reload_failures(), 1.0);
 
     // At start-up a pipe is a ConfigError at once.
     let fifo = path.clone();
@@ -244,11 +231,10 @@ fn too_large(path: &Path) -> String {
 
 #[tokio::test]
 async fn a_rules_file_over_the_size_limit_is_refused() {
-    let _turn = ONE_AT_A_TIME.lock().await;
     assert_eq!(MAX_FILE_BYTES, 4 * 1024 * 1024);
     let path = rules_file("large", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
-    let handle = layer.clone();
+    let control = layer.control();
     let addr = serve(layer).await;
     assert_eq!(
         [status(addr).await, status(addr).await, status(addr).await],
@@ -256,9 +242,9 @@ async fn a_rules_file_over_the_size_limit_is_refused() {
     );
     for len in [MAX_FILE_BYTES + 1, 64 * 1024 * 1024] {
         sparse(&path, len);
-        let e: ConfigError = handle.reload_rules().unwrap_err();
+        let e: ConfigError = control.reload_rules().unwrap_err();
         assert_eq!(e.to_string(), too_large(&path), "{len} bytes");
-        assert_eq!(handle.rule_names(), ["api"]);
+        assert_eq!(control.rule_names(), ["api"]);
         assert_eq!(status(addr).await, 429);
         // And at start-up.
         let e = RateLimitLayer::from_rules_file(&path).unwrap_err();
@@ -270,8 +256,8 @@ async fn a_rules_file_over_the_size_limit_is_refused() {
     let text = format!("{rule}#{}\n", "x".repeat(padding));
     assert_eq!(text.len() as u64, MAX_FILE_BYTES);
     std::fs::write(&path, text).unwrap();
-    handle.reload_rules().unwrap();
-    assert_eq!(handle.rule_names(), ["api2"]);
+    control.reload_rules().unwrap();
+    assert_eq!(control.rule_names(), ["api2"]);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
@@ -280,20 +266,26 @@ async fn let_the_watcher_look() {
     tokio::time::sleep(Duration::from_millis(1300)).await;
 }
 
-#[tokio::test]
-async fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    recorder();
-    log();
+#[test]
+fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() {
+    support::alone(
+        "rules_file_faults::each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged",
+        || block_on(failures_and_recovery()),
+    );
+}
+
+async fn failures_and_recovery() {
+    let failures = recorder();
+    let log = Log::process_wide();
     let path = rules_file("failures", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
-    let handle = layer.clone();
+    let control = layer.control();
     let addr = serve(layer).await;
     assert_eq!(
         [status(addr).await, status(addr).await, status(addr).await],
         [200, 200, 429]
     );
-    let failures_before = reload_failures();
+    assert_eq!(reload_failures(), 0.0, "{}", failures.render());
     let started = Instant::now();
 
     // Deleted, then a directory, then a dangling symlink: three failures in a row, each
@@ -308,7 +300,7 @@ async fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() 
     let_the_watcher_look().await;
     // The limits kept working throughout.
     assert_eq!(status(addr).await, 429);
-    assert_eq!(handle.rule_names(), ["api"]);
+    assert_eq!(control.rule_names(), ["api"]);
     let missing = format!(
         "cannot read rules file {}: No such file or directory (os error 2); keeping the rules \
          loaded before",
@@ -319,7 +311,7 @@ async fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() 
          file, or a symlink to one, is read); keeping the rules loaded before",
         path.display()
     );
-    let warnings: Vec<String> = lines_about(&path)
+    let warnings: Vec<String> = lines_about(&log, &path)
         .iter()
         .filter(|l| l.contains(" WARN "))
         .map(|l| {
@@ -328,12 +320,12 @@ async fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() 
         })
         .collect();
     assert_eq!(warnings, [missing.clone(), directory, missing]);
-    assert_eq!(reload_failures() - failures_before, 3.0);
+    assert_eq!(reload_failures(), 3.0);
 
     // The same file again: recovery is logged, once.
     replace_with(&path, |p| std::fs::write(p, GOOD).unwrap());
     let_the_watcher_look().await;
-    let infos: Vec<String> = lines_about(&path)
+    let infos: Vec<String> = lines_about(&log, &path)
         .into_iter()
         .filter(|l| l.contains(" INFO "))
         .collect();
@@ -345,7 +337,7 @@ async fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() 
         )),
         "{infos:#?}"
     );
-    assert_eq!(reload_failures() - failures_before, 3.0);
+    assert_eq!(reload_failures(), 3.0);
     assert_eq!(status(addr).await, 429);
     assert!(started.elapsed() < Duration::from_secs(10));
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();

@@ -3,45 +3,21 @@
 //! failure, the circuit opening, the store answering again), however long the outage and
 //! however many requests arrive meanwhile.
 
-mod support;
+use crate::support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
+use support::log::Log;
 use support::RedisServer;
-use tollgate::store::{CircuitBreaker, RedisStore};
+use tollgate::store::{RedisStore, StoreFailure};
 use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
 
-/// Every line logged in this test binary (the subscriber is global: requests are served on
-/// the runtime's threads).
-fn capture() -> Arc<Mutex<Vec<u8>>> {
-    #[derive(Clone)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().write(buf)
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let writer = Lines(Arc::clone(&lines));
-    tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
-    lines
-}
-
 /// The lines logged by tollgate so far: level and message.
-fn tollgate_lines(log: &Mutex<Vec<u8>>) -> Vec<(String, String)> {
-    let text = String::from_utf8(log.lock().unwrap().clone()).unwrap();
-    text.lines()
+fn tollgate_lines(log: &Log) -> Vec<(String, String)> {
+    log.text()
+        .lines()
         .filter_map(|line| {
             let (head, message) = line.split_once(" tollgate: ")?;
             let level = head.split_whitespace().last()?.to_owned();
@@ -50,19 +26,20 @@ fn tollgate_lines(log: &Mutex<Vec<u8>>) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A current-thread runtime (`tokio::test`'s): the server, the client and the layer's store
+/// calls all run on this thread, so this thread's subscriber sees every line they log.
 #[tokio::test]
 async fn a_sustained_outage_is_logged_once_per_change_of_state() {
-    let log = capture();
+    let (log, _logging) = Log::on_this_thread(tracing::Level::INFO);
     let mut redis = RedisServer::start();
     let layer = RateLimitLayer::builder()
-        .quota(Quota::per_second(1000))
+        .quota(Quota::per_second(1000).unwrap())
         .key(key::Global)
         .store(RedisStore::from_url(&redis.url()).unwrap())
-        .on_store_error(OnStoreError::FallbackToMemory)
-        .store_timeout(Duration::from_millis(50))
-        .circuit_breaker(
-            CircuitBreaker::default()
-                .failures(3)
+        .store_failure(
+            StoreFailure::new(OnStoreError::FallbackToMemory)
+                .timeout(Duration::from_millis(50))
+                .open_after(3)
                 .open_for(Duration::from_millis(100), Duration::from_millis(200)),
         )
         .build()
