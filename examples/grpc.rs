@@ -1,5 +1,5 @@
 //! Run with `cargo run --example grpc`, then call `grpc.health.v1.Health/Check`
-//! on 127.0.0.1:50051 more than 5 times within 10 s (see "gRPC (tonic)" in the README).
+//! on 127.0.0.1:50051 more than 5 times within 10 s (see docs/grpc.md).
 //!
 //! A tonic server with the standard gRPC health service, limited per client: the `x-api-key`
 //! metadata names the client, else the peer IP. Denied calls fail with RESOURCE_EXHAUSTED and

@@ -7,7 +7,7 @@ use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// How an instance leases units of a policy's quota from the store, to decide locally until
-/// they are spent or the lease expires (see the README's "Hot keys" section).
+/// they are spent or the lease expires (see [hot keys](crate::guide::redis#hot-keys-leased-quota)).
 ///
 /// For hot keys only (a global limit, one big customer): every request of such a key is
 /// otherwise a round trip to one Redis core. Leases never admit more than the quota: every

@@ -131,7 +131,7 @@ pub(crate) fn lease_tokens_expired(rule: &str, units: u32) {
 }
 
 /// The `store` label for a store type: its name without the path and the `Store` suffix, in
-/// snake case (`MemoryStore` → `memory`, `RedisClusterStore` → `redis_cluster`).
+/// snake case (`MemoryStore` → `memory`, a user's `PostgresCacheStore` → `postgres_cache`).
 pub(crate) fn store_label<S>() -> Arc<str> {
     let full = std::any::type_name::<S>();
     let name = full.split('<').next().unwrap_or(full);
@@ -161,8 +161,8 @@ mod tests {
         struct MyStore;
         assert_eq!(&*store_label::<MyStore>(), "my");
         assert_eq!(&*store_label::<Vec<u8>>(), "vec");
-        struct RedisClusterStore;
-        assert_eq!(&*store_label::<RedisClusterStore>(), "redis_cluster");
+        struct PostgresCacheStore;
+        assert_eq!(&*store_label::<PostgresCacheStore>(), "postgres_cache");
         assert_eq!(Outcome::ShadowDenied.as_str(), "shadow_denied");
     }
 }

@@ -25,7 +25,8 @@ mod shared_tests;
 #[cfg(test)]
 mod test_support;
 
-/// How requests are counted against a [`Quota`](crate::Quota). See the README's table for when to pick which.
+/// How requests are counted against a [`Quota`](crate::Quota). See the
+/// [algorithms guide](crate::guide::algorithms) for when to pick which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Algorithm {

@@ -61,7 +61,7 @@ impl RateLimitLayer {
     }
 
     /// A layer with the in-memory store and the rules in a TOML file, reloaded when the file
-    /// changes (see the README's "Rules file" section for its shape).
+    /// changes (see [the rules file](crate::guide::rules#the-rules-file) for its shape).
     ///
     /// ```no_run
     /// use tollgate::RateLimitLayer;

@@ -59,7 +59,7 @@ fn max_keys_caps_what_is_tracked() {
 #[test]
 fn a_rounded_up_interval_makes_a_second_burst_one_period_later_wait_2_us() {
     // 3/s: T = ceil(1 s / 3) = 333,334 µs, so a full bucket of 3 refills in 1,000,002 µs,
-    // 2 µs later than the exact rate. README states these figures.
+    // 2 µs later than the exact rate. docs/algorithms.md states these figures.
     for algorithm in [
         Algorithm::Gcra,
         Algorithm::TokenBucket,
