@@ -6,10 +6,12 @@
 //! How a request goes through: `service.rs` takes the configuration in force (`source.rs`
 //! reloads it), `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
 //! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
-//! at once, and `response.rs` writes the answer; `stats.rs` counts it.
+//! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `POST /json`);
+//! `stats.rs` counts it.
 
 mod config;
 mod decide;
+mod json;
 mod matching;
 mod plan;
 mod response;
@@ -19,6 +21,7 @@ mod stats;
 mod yaml;
 
 pub use config::RlsConfig;
+pub use json::JsonAnswer;
 pub use response::ResponseHeaders;
 pub use service::{RateLimitService, RateLimitServiceBuilder};
 
