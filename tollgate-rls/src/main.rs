@@ -113,6 +113,8 @@ async fn run(settings: Settings) -> ExitCode {
         Err(e) => return fail(1, &e.to_string()),
     };
 
+    // Before the `listening` line: a SIGTERM right after it must find the handler in place.
+    let signal = stop_signal();
     let bind = |host: &str, port: u16| {
         let address = format!("{host}:{port}");
         async move {
@@ -176,7 +178,7 @@ async fn run(settings: Settings) -> ExitCode {
         axum::serve(debug, http::debug_router(service)).with_graceful_shutdown(stopped());
 
     let signals = async move {
-        wait_for_signal().await;
+        signal.await;
         tracing::warn!("stopping: signal received");
         health.terminating.store(true, Ordering::Relaxed);
         reporter
@@ -188,16 +190,32 @@ async fn run(settings: Settings) -> ExitCode {
         let _ = stop_tx.send(true);
     };
     tokio::spawn(signals);
-    let (g, m, d) = tokio::join!(
-        report("gRPC", grpc_server),
-        report("HTTP", main_server.into_future()),
-        report("debug HTTP", debug_server.into_future()),
-    );
-    match g && m && d {
+    let servers = async {
+        let (g, m, d) = tokio::join!(
+            report("gRPC", grpc_server),
+            report("HTTP", main_server.into_future()),
+            report("debug HTTP", debug_server.into_future()),
+        );
+        g && m && d
+    };
+    // Once stopping, requests in flight get a grace period; connections that clients keep
+    // open (Envoy keeps its connection) do not hold the exit.
+    let grace = async {
+        stopped().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let ended = tokio::select! {
+        ended = servers => ended,
+        () = grace => true,
+    };
+    match ended {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
     }
 }
+
+/// How long requests in flight may take to finish once a signal asks the server to stop.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs a server to its end; whether it ended without an error.
 async fn report<E: std::fmt::Display>(
@@ -213,25 +231,20 @@ async fn report<E: std::fmt::Display>(
     }
 }
 
-/// SIGTERM or SIGINT.
-async fn wait_for_signal() {
+/// Resolves on SIGTERM or SIGINT; the handlers are installed when this is called.
+fn stop_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let interrupt = tokio::signal::ctrl_c();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            return;
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        let _ = interrupt.await;
     }
 }
