@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 
+use super::stats::Counters;
 use super::yaml::{self, YamlDescriptor, YamlRateLimit};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
@@ -35,14 +36,18 @@ use crate::quota::{Policy, Quota};
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct RlsConfig {
-    pub(super) domains: HashMap<String, Node>,
+    pub(super) domains: Map,
 }
+
+/// Domains, or one level's children, by name. foldhash: faster than SipHash on every lookup,
+/// and only the configuration (not requests) inserts keys.
+pub(super) type Map = HashMap<String, Node, foldhash::fast::RandomState>;
 
 /// One level of descriptors: what its children are keyed by (`key` or `key_value`), the
 /// wildcard patterns among them, and the limit at this level.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Node {
-    pub(super) children: HashMap<String, Node>,
+    pub(super) children: Map,
     /// The children whose `key_value` holds a `*`, in the file's order, split on `*`.
     pub(super) wildcards: Vec<Wildcard>,
     pub(super) limit: Option<Arc<Limit>>,
@@ -74,6 +79,8 @@ pub(crate) struct Limit {
     /// What the store enforces; `None` when unlimited, or when nothing is allowed
     /// (`requests_per_unit: 0`), which needs no store.
     pub(crate) policy: Option<Policy>,
+    /// Its statistics' counters, found once.
+    pub(crate) counters: Counters,
 }
 
 impl RlsConfig {
@@ -238,6 +245,7 @@ fn compile(r: &YamlRateLimit, d: &YamlDescriptor, path: &str) -> Result<Limit, S
         quota_mode: d.quota_mode,
         detailed_metric: d.detailed_metric,
         policy,
+        counters: Counters::default(),
     })
 }
 

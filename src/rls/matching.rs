@@ -6,19 +6,41 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+
+use smallvec::SmallVec;
 
 use super::config::{Limit, Node, RlsConfig};
 
 /// The limit a descriptor matched, with the keys it is counted and reported under.
 #[derive(Debug)]
 pub(crate) struct Matched<'c> {
-    pub(crate) limit: Cow<'c, Limit>,
+    pub(crate) limit: LimitRef<'c>,
     /// The reference's statistics key (detailed or not, with `value_to_metric`).
     pub(crate) stats_key: Cow<'c, str>,
     /// For each entry, the wildcard pattern that stands for its value in the counter's key
-    /// (`share_threshold`), if any.
+    /// (`share_threshold`), if any; empty when none does.
     pub(crate) shared: Vec<Option<&'c str>>,
+}
+
+/// A limit from the configuration, or one made for this request (Envoy's own limit), boxed
+/// so that a request's plan stays small.
+#[derive(Debug)]
+pub(crate) enum LimitRef<'c> {
+    Config(&'c Limit),
+    Owned(Box<Limit>),
+}
+
+impl std::ops::Deref for LimitRef<'_> {
+    type Target = Limit;
+
+    fn deref(&self) -> &Limit {
+        match self {
+            LimitRef::Config(limit) => limit,
+            LimitRef::Owned(limit) => limit,
+        }
+    }
 }
 
 /// How a descriptor's entry matched at its level.
@@ -55,10 +77,16 @@ fn lookup<'c>(root: &'c Node, domain: &str, d: &RateLimitDescriptor) -> Option<M
     let mut level = root;
     let mut found: Option<&'c Arc<Limit>> = None;
     let mut shared: Vec<Option<&'c str>> = Vec::new();
-    // The statistics key with `value_to_metric` applied, built as the levels are walked.
-    let mut valued = String::from(domain);
+    // Per entry, the value the statistics key shows (None: the key alone), and whether that
+    // key can differ from the limit's own name (only `value_to_metric` makes it differ).
+    let mut shown: SmallVec<[Option<&str>; 4]> = SmallVec::new();
+    let mut differs = false;
+    let mut final_key = String::with_capacity(64);
     for (i, entry) in entries.iter().enumerate() {
-        let final_key = format!("{}_{}", entry.key, entry.value);
+        final_key.clear();
+        final_key.push_str(&entry.key);
+        final_key.push('_');
+        final_key.push_str(&entry.value);
         let mut next = level.children.get(&final_key).map(|n| (n, How::Value));
         if next.is_none() {
             next = (level.wildcards.iter())
@@ -68,9 +96,10 @@ fn lookup<'c>(root: &'c Node, domain: &str, d: &RateLimitDescriptor) -> Option<M
         if next.is_none() {
             next = level.children.get(&entry.key).map(|n| (n, How::Key));
         }
-        valued.push('.');
-        valued.push_str(&entry.key);
-        let Some((node, how)) = next else { break };
+        let Some((node, how)) = next else {
+            shown.push(None);
+            break;
+        };
         let value: Option<&str> = match how {
             How::Wildcard(pattern) => {
                 let pattern = pattern_value(pattern, &entry.key);
@@ -79,19 +108,20 @@ fn lookup<'c>(root: &'c Node, domain: &str, d: &RateLimitDescriptor) -> Option<M
                     shared.push(Some(pattern));
                     Some(pattern)
                 } else if node.value_to_metric {
+                    differs = true;
                     Some(&entry.value)
                 } else {
                     Some(pattern)
                 }
             }
             How::Value => Some(&entry.value),
-            How::Key if node.value_to_metric => Some(&entry.value),
+            How::Key if node.value_to_metric => {
+                differs = true;
+                Some(&entry.value)
+            }
             How::Key => None,
         };
-        if let Some(value) = value.filter(|v| !v.is_empty()) {
-            valued.push('_');
-            valued.push_str(value);
-        }
+        shown.push(value);
         if i + 1 == entries.len() {
             found = node.limit.as_ref();
         }
@@ -101,16 +131,24 @@ fn lookup<'c>(root: &'c Node, domain: &str, d: &RateLimitDescriptor) -> Option<M
         level = node;
     }
     let limit = found?;
-    shared.resize(entries.len(), None);
     let stats_key = if limit.detailed_metric {
         Cow::Owned(detailed_key(domain, d, &shared))
-    } else if valued != limit.full_key {
-        Cow::Owned(valued)
+    } else if differs {
+        let mut key = String::from(domain);
+        for (entry, value) in entries.iter().zip(&shown) {
+            key.push('.');
+            key.push_str(&entry.key);
+            if let Some(value) = value.filter(|v| !v.is_empty()) {
+                key.push('_');
+                key.push_str(value);
+            }
+        }
+        Cow::Owned(key)
     } else {
         Cow::Borrowed(limit.full_key.as_str())
     };
     Some(Matched {
-        limit: Cow::Borrowed(limit.as_ref()),
+        limit: LimitRef::Config(limit.as_ref()),
         stats_key,
         shared,
     })
@@ -164,7 +202,20 @@ pub(super) fn wildcard_match(parts: &[String], value: &str) -> bool {
 /// replaced by its shared pattern where there is one. Length-prefixed, so no two
 /// descriptors share a key by accident.
 pub(crate) fn client_key(domain: &str, d: &RateLimitDescriptor, shared: &[Option<&str>]) -> String {
-    let mut key = String::with_capacity(domain.len() + 16 * d.entries.len());
+    let value = |i: usize, entry: &Entry| -> usize {
+        shared
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(entry.value.len(), str::len)
+    };
+    // Each part and up to 21 bytes of length and separators: one allocation.
+    let size = (d.entries.iter().enumerate())
+        .map(|(i, e)| e.key.len() + value(i, e) + 2 * 21)
+        .sum::<usize>()
+        + domain.len()
+        + 21;
+    let mut key = String::with_capacity(size);
     push_part(&mut key, domain);
     for (i, entry) in d.entries.iter().enumerate() {
         push_part(&mut key, &entry.key);

@@ -38,5 +38,10 @@ pub mod proto {
     pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
 }
 
+/// The guide (`docs/envoy.md`): running `tollgate-rls`, Envoy and Kubernetes configuration,
+/// the environment, the YAML extensions, and how it compares with envoyproxy/ratelimit.
+#[doc = include_str!("../../docs/envoy.md")]
+pub mod guide {}
+
 #[cfg(test)]
 mod tests;

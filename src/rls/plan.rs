@@ -11,7 +11,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::decide::Ask;
-use super::matching::{client_key, override_key, Matched};
+use super::matching::{client_key, override_key, LimitRef, Matched};
+use super::stats::Counters;
 use crate::algorithm::Algorithm;
 use crate::key::sanitize;
 use crate::quota::{Policy, Quota};
@@ -26,9 +27,6 @@ pub(crate) struct Modes {
 }
 
 /// One descriptor's part of the request.
-// Plans live for one request, a few items each: boxing the large variant would only add an
-// allocation per descriptor.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Item<'c> {
     /// No limit matched, or it was replaced: OK, with no numbers.
@@ -41,7 +39,7 @@ pub(crate) enum Item<'c> {
 /// A descriptor with a limit.
 #[derive(Debug)]
 pub(crate) struct Limited<'c> {
-    pub(crate) limit: Cow<'c, Limit>,
+    pub(crate) limit: LimitRef<'c>,
     /// The counter's key, sanitized for the store.
     pub(crate) key: String,
     pub(crate) stats_key: Cow<'c, str>,
@@ -166,7 +164,7 @@ fn override_limit<'c>(
         }
     };
     Some(Matched {
-        limit: Cow::Owned(Limit {
+        limit: LimitRef::Owned(Box::new(Limit {
             full_key: override_key(domain, d),
             requests_per_unit: limit.requests_per_unit,
             unit,
@@ -177,7 +175,8 @@ fn override_limit<'c>(
             quota_mode: false,
             detailed_metric: false,
             policy,
-        }),
+            counters: Counters::default(),
+        })),
         stats_key: Cow::Owned(override_key(domain, d)),
         shared: Vec::new(),
     })

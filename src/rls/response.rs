@@ -1,7 +1,7 @@
 //! The answer, as the reference gives it: one status per descriptor, the overall code, and
 //! optionally the headers of the descriptor closest to its limit.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -82,14 +82,12 @@ pub(crate) struct Answer {
     pub(crate) shadowed: bool,
 }
 
-/// One status per descriptor and the overall code. `now_secs` is the Unix time, for the reset
-/// of limits decided without a store (a limit of zero).
+/// One status per descriptor and the overall code.
 pub(crate) fn respond(
     plan: &Plan<'_>,
     outcome: &Outcome,
     modes: Modes,
     headers: Option<&ResponseHeaders>,
-    now_secs: u64,
 ) -> Answer {
     // Each descriptor's decision, if its limit went to the store.
     let mut decisions = match outcome {
@@ -113,7 +111,7 @@ pub(crate) fn respond(
         .map(|(item, d)| match item {
             Item::NoLimit => (status(Code::Ok, None, 0, None), false),
             Item::Unlimited => (status(Code::Ok, None, u32::MAX, None), false),
-            Item::Limited(l) => limited(l, *d, outcome, refused, now_secs),
+            Item::Limited(l) => limited(l, *d, outcome, refused),
         })
         .unzip();
     let overall = overall(plan, &statuses);
@@ -144,7 +142,6 @@ fn limited(
     decision: Option<&Decision>,
     outcome: &Outcome,
     refused: bool,
-    now_secs: u64,
 ) -> (DescriptorStatus, bool) {
     let current = Some(RateLimit {
         name: l.limit.name.clone(),
@@ -158,6 +155,9 @@ fn limited(
     if l.limit.policy.is_none() {
         // Nothing is allowed: refused until the end of the unit, as the reference says.
         let unit = unit_seconds(l.limit.unit).max(1);
+        let now_secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let reset = Duration::from_secs(unit - now_secs % unit);
         let over = l.cost > 0;
         return (status(code(over), current, 0, Some(reset)), over);

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService as RateLimitServiceTrait, RateLimitServiceServer,
@@ -114,10 +114,7 @@ impl RateLimitService {
                 }
             }
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let answer = respond(&plan, &outcome, inner.modes, inner.headers.as_ref(), now);
+        let answer = respond(&plan, &outcome, inner.modes, inner.headers.as_ref());
         let statuses = answer.response.statuses.iter().zip(&answer.over);
         for (item, (status, &over)) in plan.items.iter().zip(statuses) {
             if let Item::Limited(l) = item {
