@@ -31,7 +31,9 @@ use tonic::transport::{Channel, Server};
 
 const IN_FLIGHT: usize = 32;
 const WARM_UP: Duration = Duration::from_millis(500);
-const MEASURE: Duration = Duration::from_secs(3);
+/// Turns of the floor and the service, and how long each lasts.
+const ROUNDS: usize = 3;
+const SLICE: Duration = Duration::from_secs(1);
 const DISTINCT: u64 = 100_000;
 
 const CONFIG: &str = "
@@ -81,9 +83,38 @@ impl RlsTrait for Echo {
 
 struct Measured {
     per_second: f64,
-    p50_us: u32,
-    p99_us: u32,
     decisions: u64,
+    /// Every request's latency in µs, sorted.
+    latencies: Vec<u32>,
+}
+
+impl Measured {
+    fn new(mut latencies: Vec<u32>, took: Duration) -> Self {
+        latencies.sort_unstable();
+        Self {
+            per_second: latencies.len() as f64 / took.as_secs_f64().max(1e-9),
+            decisions: latencies.len() as u64,
+            latencies,
+        }
+    }
+
+    /// Slices of equal length, as one.
+    fn merge(slices: Vec<Measured>) -> Self {
+        let n = slices.len().max(1) as f64;
+        let per_second = slices.iter().map(|m| m.per_second).sum::<f64>() / n;
+        let latencies: Vec<u32> = slices.into_iter().flat_map(|m| m.latencies).collect();
+        let mut merged = Self::new(latencies, Duration::from_secs(1));
+        merged.per_second = per_second;
+        merged
+    }
+
+    fn quantile(&self, q: f64) -> u32 {
+        let at = (self.latencies.len() as f64 * q) as usize;
+        self.latencies
+            .get(at.min(self.latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 fn main() {
@@ -99,9 +130,7 @@ fn main() {
          decision |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let floor_addr = server_rt.block_on(serve(Routes::new(RateLimitServiceServer::new(Echo))));
-    let floor = |shape| client_rt.block_on(load(floor_addr, shape));
-
+    let floor = server_rt.block_on(serve(Routes::new(RateLimitServiceServer::new(Echo))));
     let cases: [(&str, Shape, &str); 3] = [
         ("1, one value", Shape::Hot, "hot"),
         ("1, 100k values", Shape::Distinct, "distinct"),
@@ -110,29 +139,56 @@ fn main() {
     for (label, shape, name) in cases {
         let service = build(BoxStore::new(MemoryStore::new()));
         let addr = server_rt.block_on(serve(Routes::new(service.into_server())));
-        let f = floor(shape);
-        let m = client_rt.block_on(load(addr, shape));
-        row("memory", label, &m, f.per_second, None);
+        let c = client_rt.block_on(compare(floor, addr, shape, || {}));
+        row("memory", label, &c, None);
 
         let url = format!("redis://127.0.0.1:{}", redis.port);
         let store = RedisStore::from_url(&url).expect("redis url").prefix(name);
         let service = build(BoxStore::new(store));
         let addr = server_rt.block_on(serve(Routes::new(service.into_server())));
-        // Warm the scripts and connection, then count from zero.
-        client_rt.block_on(load_for(addr, shape, WARM_UP, Duration::ZERO));
-        let f = floor(shape);
-        redis.reset_stats();
-        let m = client_rt.block_on(load_for(addr, shape, Duration::ZERO, MEASURE));
+        // Scripts loaded and the connection made before counting from zero (the floor's
+        // slices do not touch Redis).
+        let c = client_rt.block_on(compare(floor, addr, shape, || redis.reset_stats()));
         let (scripts, all) = redis.calls();
-        let per = |n: u64| n as f64 / m.decisions.max(1) as f64;
-        row(
-            "redis",
-            label,
-            &m,
-            f.per_second,
-            Some((per(scripts), per(all))),
-        );
+        let per = |n: u64| n as f64 / c.service.decisions.max(1) as f64;
+        row("redis", label, &c, Some((per(scripts), per(all))));
     }
+}
+
+/// The service against the floor, in turns: `ROUNDS` slices of each, alternating, so that
+/// whatever else the machine does weighs on both alike. `before` runs once both are warm.
+async fn compare(
+    floor: SocketAddr,
+    service: SocketAddr,
+    shape: Shape,
+    before: impl FnOnce(),
+) -> Compared {
+    load_for(floor, shape, WARM_UP, Duration::ZERO).await;
+    load_for(service, shape, WARM_UP, Duration::ZERO).await;
+    before();
+    let (mut floors, mut services, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let f = load_for(floor, shape, Duration::ZERO, SLICE).await;
+        let s = load_for(service, shape, Duration::ZERO, SLICE).await;
+        ratios.push(s.per_second / f.per_second.max(1e-9));
+        floors.push(f);
+        services.push(s);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Compared {
+        floor_per_second: median(floors.iter().map(|f| f.per_second).collect()),
+        ratio: median(ratios),
+        service: Measured::merge(services),
+    }
+}
+
+struct Compared {
+    service: Measured,
+    floor_per_second: f64,
+    ratio: f64,
 }
 
 fn runtime(name: &str) -> tokio::runtime::Runtime {
@@ -167,22 +223,20 @@ async fn serve(routes: Routes) -> SocketAddr {
     addr
 }
 
-fn row(store: &str, shape: &str, m: &Measured, floor: f64, redis: Option<(f64, f64)>) {
+fn row(store: &str, shape: &str, c: &Compared, redis: Option<(f64, f64)>) {
     let (scripts, all) = match redis {
         Some((s, a)) => (format!("{s:.2}"), format!("{a:.2}")),
         None => ("-".into(), "-".into()),
     };
+    let m = &c.service;
     println!(
-        "| tollgate-rls | {store} | {shape} | {:.0} | {} | {} | {floor:.0} | {:.2} | {scripts} | {all} |",
+        "| tollgate-rls | {store} | {shape} | {:.0} | {} | {} | {:.0} | {:.2} | {scripts} | {all} |",
         m.per_second,
-        m.p50_us,
-        m.p99_us,
-        m.per_second / floor
+        m.quantile(0.50),
+        m.quantile(0.99),
+        c.floor_per_second,
+        c.ratio,
     );
-}
-
-async fn load(addr: SocketAddr, shape: Shape) -> Measured {
-    load_for(addr, shape, WARM_UP, MEASURE).await
 }
 
 /// `IN_FLIGHT` loops on one connection: `warm_up` unmeasured, then `measure`.
@@ -228,18 +282,7 @@ async fn load_for(
     for task in tasks {
         all.extend(task.await.expect("load task"));
     }
-    all.sort_unstable();
-    let at = |q: f64| {
-        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0)
-    };
-    Measured {
-        per_second: all.len() as f64 / measure.as_secs_f64().max(1e-9),
-        p50_us: at(0.50),
-        p99_us: at(0.99),
-        decisions: all.len() as u64,
-    }
+    Measured::new(all, measure)
 }
 
 fn request(shape: Shape, n: u64) -> RateLimitRequest {
