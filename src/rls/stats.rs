@@ -108,7 +108,7 @@ pub(crate) fn record(limited: &Limited<'_>, status: &DescriptorStatus, over: boo
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (&limited.stats_key, limited.cost, status, over);
+    let _ = (&limited.stats_key, &limited.limit.counters, status, over);
 }
 
 /// Counts a request whose domain is not configured.
