@@ -206,7 +206,7 @@ fn status(
 
 /// Whole seconds, rounded up, as the reference's windows count them.
 fn whole_seconds(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// OVER_LIMIT when a limit that is not a quota is over, or when every quota is.
