@@ -97,6 +97,9 @@ mod limiter;
 mod quiet_log;
 mod quota;
 mod response;
+#[cfg(feature = "rls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rls")))]
+pub mod rls;
 pub mod rules;
 mod service;
 pub mod store;
