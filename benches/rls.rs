@@ -24,7 +24,8 @@ use tollgate::rls::proto::rate_limit_service_server::{
 };
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tollgate::rls::{RateLimitService, RlsConfig};
-use tollgate::store::{BoxStore, MemoryStore, RedisStore};
+use tollgate::store::{MemoryStore, RedisStore};
+use tollgate::Store;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -137,14 +138,14 @@ fn main() {
         ("3 (1 hot + 2 of 100k values)", Shape::Three, "three"),
     ];
     for (label, shape, name) in cases {
-        let service = build(BoxStore::new(MemoryStore::new()));
+        let service = build(MemoryStore::new());
         let addr = server_rt.block_on(serve(Routes::new(service.into_server())));
         let c = client_rt.block_on(compare(floor, addr, shape, || {}));
         row("memory", label, &c, None);
 
         let url = format!("redis://127.0.0.1:{}", redis.port);
         let store = RedisStore::from_url(&url).expect("redis url").prefix(name);
-        let service = build(BoxStore::new(store));
+        let service = build(store);
         let addr = server_rt.block_on(serve(Routes::new(service.into_server())));
         // Scripts loaded and the connection made before counting from zero (the floor's
         // slices do not touch Redis).
@@ -200,7 +201,7 @@ fn runtime(name: &str) -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-fn build(store: BoxStore) -> RateLimitService {
+fn build(store: impl Store) -> RateLimitService {
     let config = RlsConfig::from_yaml([("bench.yaml", CONFIG)], false).expect("config");
     RateLimitService::builder()
         .config(config)

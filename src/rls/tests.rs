@@ -1,4 +1,5 @@
-//! The reference's configuration rules, case by case, on the fixtures in `tests/rls/fixtures`.
+//! The reference's configuration rules, case by case, on the fixtures in
+//! `tests/integration/rls/fixtures`.
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ macro_rules! fixture {
     ($name:literal) => {
         (
             $name,
-            include_str!(concat!("../../tests/rls/fixtures/", $name)),
+            include_str!(concat!("../../tests/integration/rls/fixtures/", $name)),
         )
     };
 }

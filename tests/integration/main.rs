@@ -24,5 +24,6 @@ mod redis_cluster;
 mod redis_sentinel;
 mod redis_store;
 mod redis_tls;
+mod rls_service;
 mod rules;
 mod simulate;

@@ -7,9 +7,7 @@ use crate::settings::Redis;
 
 /// The Redis store the settings name (`None`: the memory store), and a description of it for
 /// the log (credentials left out).
-pub(crate) fn from_settings(
-    redis: Option<&Redis>,
-) -> Result<(Option<RedisStore>, String), String> {
+pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>, String), String> {
     let Some(r) = redis else {
         return Ok((None, "memory (this instance only)".into()));
     };
@@ -47,7 +45,10 @@ pub(crate) fn from_settings(
         "" => store,
         prefix => store.prefix(prefix),
     };
-    Ok((Some(store), format!("redis ({}, {})", r.kind, redacted(&r.url))))
+    Ok((
+        Some(store),
+        format!("redis ({}, {})", r.kind, redacted(&r.url)),
+    ))
 }
 
 /// One address as a URL: kept as given when it is one; else `host:port` (or, with

@@ -304,7 +304,7 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call
         let r = ask(client, warm_up).await;
         assert!(r.statuses[0].current_limit.is_some());
     }
-    redis.cli(&["CONFIG", "RESETSTAT"]);
+    support::redis_cli(redis.port, &["CONFIG", "RESETSTAT"]);
     let requests = 120;
     let mut tasks = Vec::new();
     for i in 0..requests {
@@ -330,7 +330,9 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call
     assert_eq!(ok, 40, "exactly the limit across both instances");
     // One script call per request, whatever the number of descriptors (plus, at most, one
     // load per instance the first time).
-    let scripts = redis.calls("evalsha") + redis.calls("eval");
+    let mut conn = support::redis_connection(&redis.url());
+    let mut calls = |command: &str| support::command_calls(&mut conn, command);
+    let scripts = calls("evalsha") + calls("eval");
     assert!(
         (requests as u64..=requests as u64 + 4).contains(&scripts),
         "{scripts} script calls"
@@ -338,7 +340,7 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call
     // None of the reference's per-descriptor commands (INFO counts the script's own GET and
     // SET too, so those are not asserted).
     for other in ["incrby", "mget", "expire", "pexpire"] {
-        assert_eq!(redis.calls(other), 0, "{other}");
+        assert_eq!(calls(other), 0, "{other}");
     }
 }
 

@@ -1,9 +1,10 @@
 //! Helpers for the binary's tests: the built `tollgate-rls` started on free loopback ports
-//! with a configuration directory of its own, redis-servers the tests own, and requests.
+//! with a configuration directory of its own, and requests. Redis servers, ports and HTTP
+//! clients are the library's integration-test helpers (`tests/support/`), included here.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -14,12 +15,16 @@ use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+#[path = "../../../tests/support/mod.rs"]
+mod shared;
+pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 
 /// The library's test data: fixtures and the reference's integration runtime.
 pub fn data(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/rls")
+        .join("../tests/integration/rls")
         .join(path)
 }
 
@@ -36,7 +41,7 @@ impl Runtime {
         Self { root }
     }
 
-    /// A runtime holding copies of these files (paths under the library's `tests/rls`).
+    /// A runtime holding copies of these files (paths under the library's `tests/integration/rls`).
     pub fn with(test: &str, files: &[&str]) -> Self {
         let runtime = Self::new(test);
         for file in files {
@@ -221,83 +226,6 @@ pub fn run_to_exit(runtime: &Path, env: &[(&str, &str)]) -> (ExitStatus, String)
     (status, stderr)
 }
 
-/// A free TCP port on loopback.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
-}
-
-/// A redis-server this test owns.
-pub struct RedisServer {
-    pub port: u16,
-    child: Child,
-}
-
-impl RedisServer {
-    pub fn start() -> Self {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self { port, child }
-    }
-
-    /// `redis-cli` against it.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// How many times `command` ran, from `INFO commandstats`.
-    pub fn calls(&self, command: &str) -> u64 {
-        let stats = self.cli(&["INFO", "commandstats"]);
-        let prefix = format!("cmdstat_{command}:calls=");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn signal(&self, signal: &str) {
-        let _ = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status();
-    }
-
-    /// SIGSTOP: it keeps its socket and answers nothing.
-    pub fn pause(&self) {
-        self.signal("-STOP");
-    }
-
-    pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.resume();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
@@ -346,8 +274,4 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-pub fn http() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
 }

@@ -6,7 +6,7 @@
 
 #![cfg(all(feature = "rls", feature = "redis"))]
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -50,7 +50,7 @@ fn config(files: &[(&str, &str)]) -> RlsConfig {
 
 /// The service on `store`, with a store timeout long enough that no answer is a timeout's
 /// (these tests count exactly; the outage tests use short ones).
-async fn service_on(store: impl Store + std::fmt::Debug, files: &[(&str, &str)]) -> Client {
+async fn service_on(store: impl Store, files: &[(&str, &str)]) -> Client {
     serve(
         RateLimitService::builder()
             .config(config(files))
