@@ -233,7 +233,8 @@ impl RateLimitServiceBuilder {
     /// [`Store`] of your own. The service puts the layer's stack around it: the cache of
     /// denials, leases for hot descriptors, and the failure handling of
     /// [`store_failure`](Self::store_failure). Chosen at run time: the builder's type does not
-    /// name the store.
+    /// name the store. The built-in stores decide a request's descriptors in one atomic step;
+    /// a store of your own is asked for them one by one, in order (not atomically).
     pub fn store(mut self, store: impl Store) -> Self {
         self.store = Backend::of(store);
         self

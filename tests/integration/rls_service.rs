@@ -9,6 +9,8 @@
 use crate::support;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::rls::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
@@ -18,8 +20,8 @@ use tollgate::rls::proto::rate_limit_response::{
 use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
 use tollgate::rls::{RateLimitService, ResponseHeaders, RlsConfig};
-use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{OnStoreError, Store};
+use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
+use tollgate::{Decision, OnStoreError, Policy, Store, StoreError};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 
@@ -590,4 +592,86 @@ async fn a_store_that_is_down_is_answered_by_the_policy_within_the_timeout() {
             }
         }
     }
+}
+
+/// A store of the user's: decides in memory, and counts the checks it is asked for.
+struct Counting {
+    inner: MemoryStore,
+    checks: Arc<AtomicU64>,
+}
+
+impl Store for Counting {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        self.inner.check(key, policy, cost).await
+    }
+
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.inner.peek(key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn block(&self, key: &str, policy: &Policy, for_: Duration) -> Result<(), StoreError> {
+        self.inner.block(key, policy, for_).await
+    }
+}
+
+#[tokio::test]
+async fn a_users_store_decides_inside_the_layers_stack() {
+    let checks = Arc::new(AtomicU64::new(0));
+    let store = Counting {
+        inner: MemoryStore::new(),
+        checks: Arc::clone(&checks),
+    };
+    let mut client = service_on(store, &[("basic.yaml", BASIC)]).await;
+    let one = || request("basic", &[&[("one_per_minute", "u")]], 1);
+    let codes = [
+        ask(&mut client, one()).await.overall_code,
+        ask(&mut client, one()).await.overall_code,
+    ];
+    assert_eq!(codes, [Code::Ok as i32, Code::OverLimit as i32]);
+    assert_eq!(checks.load(Ordering::Relaxed), 2);
+    // The stack's cache of denials answers the denied client without asking the store.
+    for _ in 0..5 {
+        let r = ask(&mut client, one()).await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32);
+        assert_eq!(r.statuses[0].limit_remaining, 0);
+    }
+    assert_eq!(checks.load(Ordering::Relaxed), 2);
+    // Two descriptors: the store is asked once for each, in order.
+    let two = request("basic", &[&[("key1", "a")], &[("key1_local", "b")]], 1);
+    let r = ask(&mut client, two).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    let remaining: Vec<u32> = r.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!(remaining, [49, 49]);
+    assert_eq!(checks.load(Ordering::Relaxed), 4);
+}
+
+#[tokio::test]
+async fn store_failure_opens_the_breaker_after_its_failures() {
+    let service = RateLimitService::builder()
+        .config(config(&[("basic.yaml", BASIC)]))
+        .store(dead_redis())
+        .store_failure(
+            StoreFailure::new(OnStoreError::Deny)
+                .timeout(Duration::from_millis(200))
+                .open_after(2)
+                .open_for(Duration::from_secs(30), Duration::from_secs(30)),
+        )
+        .build()
+        .unwrap();
+    let one = request("basic", &[&[("key1", "x")]], 1);
+    for i in 0..2 {
+        assert!(!service.store_circuit_open(), "closed before failure {i}");
+        let r = service.decide(&one).await.unwrap();
+        assert_eq!(r.overall_code, Code::OverLimit as i32, "fail closed");
+    }
+    assert!(service.store_circuit_open());
+    // Open: answered by the policy without calling the store, and counted as a failure.
+    let r = service.decide(&one).await.unwrap();
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(service.store_errors(), 3);
 }
