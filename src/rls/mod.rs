@@ -1,7 +1,8 @@
 //! Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`) over any
 //! tollgate store, configured by the reference implementation's YAML files
 //! (envoyproxy/ratelimit): [`RateLimitService`], built from an [`RlsConfig`] or a directory
-//! of files.
+//! of files. The [guide](crate::guide::envoy) shows how to run it and how it compares with the
+//! reference.
 //!
 //! How a request goes through: `service.rs` takes the configuration in force (`source.rs`
 //! reloads it), `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
@@ -37,11 +38,6 @@ pub mod proto {
     };
     pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
 }
-
-/// The guide (`docs/envoy.md`): running `tollgate-rls`, Envoy and Kubernetes configuration,
-/// the environment, the YAML extensions, and how it compares with envoyproxy/ratelimit.
-#[doc = include_str!("../../docs/envoy.md")]
-pub mod guide {}
 
 #[cfg(test)]
 mod tests;
