@@ -24,6 +24,13 @@ if ! command -v openssl >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq openssl >/dev/null
 fi
 
+# grpcio for tollgate-rls's Python client test (a second gRPC implementation against the binary).
+if ! python3 -c 'import grpc' >/dev/null 2>&1; then
+    echo "python grpcio not found: installing it with pip"
+    python3 -m pip install --quiet grpcio 2>/dev/null \
+        || python3 -m pip install --quiet --break-system-packages grpcio
+fi
+
 # A free port: one nothing answers on.
 port=""
 for _ in $(seq 1 50); do
@@ -54,13 +61,14 @@ echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $TOLLGATE_
 cargo fmt --all -- --check
 # No import cycles between the top-level modules of src/, no non-test file over 500 lines.
 bash scripts/check_layout.sh
-cargo clippy --all-targets --all-features -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo check --no-default-features
 cargo check --no-default-features --features axum
 cargo check --no-default-features --features tonic
 cargo check --no-default-features --features cluster
 cargo check --no-default-features --features sentinel
 cargo check --no-default-features --features tls
+cargo check --no-default-features --features rls
 # Without default features, neither axum nor tonic is compiled in.
 if cargo tree --no-default-features -e normal --prefix none | grep -E '^(axum|tonic)[- ]'; then
     echo "cargo tree --no-default-features lists axum or tonic (above)" >&2
@@ -132,7 +140,8 @@ find src -name '*.rs' -print0 | xargs -0 awk "$doc_cfg_awk" >&2
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --all-features --quiet
 
-cargo test --all-features
+# The library and tollgate-rls (whose tests run the built binary).
+cargo test --workspace --all-features
 
 # The published package holds what it needs to build (the include list in Cargo.toml) and stays
 # far below crates.io's 10 MB limit. `cargo package` verifies by building the package with its

@@ -18,11 +18,8 @@ use crate::quiet_log::QuietLog;
 use crate::quota::Quota;
 use crate::response::HeaderStyle;
 use crate::rules::{Rule, RuleSource};
-use crate::store::stack::{self, Backend};
+use crate::store::stack::{self, Backend, DENIAL_CACHE_CAPACITY};
 use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
-
-/// How many denials the cache of denials keeps at most (a few MB).
-const DENIAL_CACHE_CAPACITY: usize = 100_000;
 
 /// Builds a [`RateLimitLayer`]; see [`RateLimitLayer::builder`].
 ///

@@ -80,7 +80,7 @@ impl Control {
 
     /// The layer's figures now.
     pub fn stats(&self) -> Stats {
-        let resilient = self.limiter.store.get_ref().get_ref();
+        let resilient = self.limiter.store.resilient();
         Stats {
             store_errors: resilient.errors(),
             circuit_open: resilient.circuit_open(),

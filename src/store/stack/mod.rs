@@ -30,14 +30,24 @@ pub(crate) use grant::Grant;
 pub(crate) use leases::Leases;
 pub(crate) use resilient::Resilient;
 
-/// The whole stack over a backend, as the limiter holds it.
+/// The whole stack over a backend, as the limiter (and the `rls` service) holds it.
 pub(crate) type Stack = DenialCache<Leases<Resilient<Backend>>>;
+
+/// How many denials the cache of denials keeps at most (a few MB).
+pub(crate) const DENIAL_CACHE_CAPACITY: usize = 100_000;
 
 /// Stacks the cache of denials (`denial_cache` entries at most, 0 for none), leases and the
 /// failure handling of `failure` on `backend`.
 pub(crate) fn stack(backend: Backend, failure: &StoreFailure, denial_cache: usize) -> Stack {
     let resilient = Resilient::new(backend).failure(failure);
     DenialCache::new(Leases::new(resilient), denial_cache)
+}
+
+impl Stack {
+    /// The stack's failure handling, for its error count and circuit state.
+    pub(crate) fn resilient(&self) -> &Resilient<Backend> {
+        self.get_ref().get_ref()
+    }
 }
 
 /// One limit of a stacked decision: a client key under a policy, at a cost.

@@ -1,0 +1,105 @@
+//! The one file of `rls` that calls tollgate's store stack. Everything else (configuration,
+//! matching, the service, responses) sees only [`Decider`], [`Ask`] and the [`Decision`]s it
+//! returns, so a change of the stack's internal API is a change here.
+//!
+//! The stack is the layer's, built by the same function: a cache of denials, leases for hot
+//! keys, then failure handling (timeout, circuit breaker, fail open / closed / local
+//! fallback) around the store's [`Backend`] (a built-in store called directly, any other
+//! [`Store`](crate::store::Store) through exact defaults).
+
+use std::fmt;
+
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::quota::Policy;
+use crate::store::stack::{self, Backend, Check, Stack, StoreExt, DENIAL_CACHE_CAPACITY};
+use crate::store::{Store, StoreFailure};
+
+/// One limit of a request: a client key under a policy, at a cost (0: look, consume nothing),
+/// and whether its denial blocks the request (shadow and quota-mode limits do not).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) policy: &'a Policy,
+    pub(crate) cost: u32,
+    pub(crate) blocking: bool,
+}
+
+/// Decides a request's limits together through the store stack.
+pub(crate) struct Decider {
+    stack: Stack,
+}
+
+impl Decider {
+    /// The layer's stack around `backend`, failing as `failure` says.
+    pub(crate) fn new(backend: Backend, failure: &StoreFailure) -> Self {
+        Self {
+            stack: stack::stack(backend, failure, DENIAL_CACHE_CAPACITY),
+        }
+    }
+
+    /// One decision per ask, in order, all taken at once and atomically: if a blocking ask
+    /// with a cost is denied, nothing is consumed from any limit, and each decision is what
+    /// that limit alone would have decided. Asks of cost 0 are looked at (as a request of
+    /// cost 1 would be) and consume nothing.
+    ///
+    /// A request with one counted ask (the common case) is one `check`: answered at once when
+    /// the stack can (memory store, cached denial, lease in hand), and leased when its policy
+    /// says so. Several are one `check_many`: one script call on Redis, one locked step in
+    /// memory.
+    pub(crate) async fn decide(&self, asks: &[Ask<'_>]) -> Result<Vec<Decision>, StoreError> {
+        let counted: Vec<usize> = (0..asks.len()).filter(|&i| asks[i].cost > 0).collect();
+        let mut decided: Vec<(usize, Decision)> = Vec::with_capacity(asks.len());
+        match counted.as_slice() {
+            [] => {}
+            &[i] => {
+                let a = &asks[i];
+                let decision = match self.stack.check_ready(a.key, a.policy, a.cost) {
+                    Some(decision) => decision,
+                    None => self.stack.check(a.key, a.policy, a.cost).await?,
+                };
+                decided.push((i, decision));
+            }
+            many => {
+                let checks: Vec<Check<'_>> = (many.iter().map(|&i| &asks[i]))
+                    .map(|a| Check::new(a.key, a.policy, a.cost).blocking(a.blocking))
+                    .collect();
+                let decisions = self.stack.check_many(&checks).await?;
+                decided.extend(many.iter().copied().zip(decisions));
+            }
+        }
+        for (i, a) in asks.iter().enumerate().filter(|(_, a)| a.cost == 0) {
+            decided.push((i, self.stack.peek(a.key, a.policy, 1).await?));
+        }
+        decided.sort_unstable_by_key(|&(i, _)| i);
+        Ok(decided.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// One decision per ask, consuming nothing: for a request already refused without the
+    /// store (a limit of zero), so that its other limits report what they have left.
+    pub(crate) async fn look(&self, asks: &[Ask<'_>]) -> Result<Vec<Decision>, StoreError> {
+        let mut decisions = Vec::with_capacity(asks.len());
+        for a in asks {
+            decisions.push(self.stack.peek(a.key, a.policy, a.cost.max(1)).await?);
+        }
+        Ok(decisions)
+    }
+
+    /// How many store calls failed (errors, timeouts, calls refused by the open circuit).
+    pub(crate) fn errors(&self) -> u64 {
+        self.stack.resilient().errors()
+    }
+
+    /// Whether the circuit breaker is open.
+    pub(crate) fn circuit_open(&self) -> bool {
+        self.stack.resilient().circuit_open()
+    }
+}
+
+impl fmt::Debug for Decider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decider")
+            .field("store", self.stack.resilient())
+            .finish_non_exhaustive()
+    }
+}

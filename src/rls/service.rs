@@ -1,0 +1,331 @@
+//! [`RateLimitService`]: Envoy's `ShouldRateLimit` answered from an [`RlsConfig`] and a store.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService as RateLimitServiceTrait, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::{Request, Response, Status};
+
+use super::config::RlsConfig;
+use super::decide::Decider;
+use super::plan::{Item, Modes, Plan};
+use super::response::{respond, Outcome, ResponseHeaders};
+use super::source::{ConfigDir, ConfigSource};
+use super::stats;
+use crate::error::ConfigError;
+use crate::store::stack::Backend;
+use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
+
+/// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), answering
+/// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over
+/// any tollgate store: a drop-in for envoyproxy/ratelimit inside your own tonic server.
+///
+/// One difference on purpose: a request's descriptors are decided atomically. If any of them
+/// is over its limit, nothing is consumed from any of them, and the others report their
+/// unchanged remaining (the reference counts them; its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+/// narrows that, but not under concurrency).
+///
+/// ```
+/// use tollgate::rls::{RateLimitService, RlsConfig};
+///
+/// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
+/// let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: second, requests_per_unit: 10 }\n";
+/// let service = RateLimitService::builder()
+///     .config(RlsConfig::from_yaml([("edge.yaml", yaml)], false)?)
+///     .build()?;
+/// tonic::transport::Server::builder()
+///     .add_service(service.into_server())
+///     .serve("127.0.0.1:8081".parse()?)
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RateLimitService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<ConfigSource>,
+    decider: Decider,
+    on_error: OnStoreError,
+    modes: Modes,
+    headers: Option<ResponseHeaders>,
+}
+
+impl RateLimitService {
+    /// A builder: the configuration (a directory or an [`RlsConfig`]), the store (default: a
+    /// new [`MemoryStore`]) and what to do when it fails.
+    pub fn builder() -> RateLimitServiceBuilder {
+        RateLimitServiceBuilder {
+            config: None,
+            merge_domains: false,
+            ignore_dot_files: false,
+            watch: true,
+            store: Backend::of(MemoryStore::new()),
+            failure: StoreFailure::default(),
+            modes: Modes::default(),
+            headers: None,
+        }
+    }
+
+    /// The tonic server for this service, to add to a `tonic::transport::Server`.
+    pub fn into_server(self) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(self)
+    }
+
+    /// Answers one request, as `ShouldRateLimit` does. An empty domain or no descriptor is
+    /// an error, as in the reference; nothing else is (a failing store is answered by the
+    /// [`OnStoreError`] policy).
+    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        if request.domain.is_empty() {
+            return Err(Status::unknown("rate limit domain must not be empty"));
+        }
+        if request.descriptors.is_empty() {
+            return Err(Status::unknown(
+                "rate limit descriptor list must not be empty",
+            ));
+        }
+        let inner = &self.inner;
+        let config = inner.config.current();
+        if !config.has_domain(&request.domain) {
+            stats::domain_not_found(&request.domain);
+        }
+        let plan = Plan::new(&config, request, inner.modes);
+        let asks = plan.asks();
+        let looked = plan.refused_locally();
+        let decided = match (asks.is_empty(), looked) {
+            (true, _) => Ok(Vec::new()),
+            (false, false) => inner.decider.decide(&asks).await,
+            (false, true) => inner.decider.look(&asks).await,
+        };
+        let outcome = match decided {
+            Ok(decisions) => Outcome::Decided { decisions, looked },
+            Err(_) => {
+                stats::store_error();
+                match inner.on_error {
+                    OnStoreError::Deny => Outcome::FailedClosed,
+                    _ => Outcome::FailedOpen,
+                }
+            }
+        };
+        let answer = respond(&plan, &outcome, inner.modes, inner.headers.as_ref());
+        let statuses = answer.response.statuses.iter().zip(&answer.over);
+        for (item, (status, &over)) in plan.items.iter().zip(statuses) {
+            if let Item::Limited(l) = item {
+                stats::record(l, status, over);
+            }
+        }
+        if answer.shadowed {
+            stats::global_shadow_mode();
+        }
+        Ok(answer.response)
+    }
+
+    /// Reads the configuration directory now and swaps in what it holds; on error the
+    /// configuration in force stays and the error says which file is wrong. Without a
+    /// directory it does nothing. (The directory is also watched: changes apply within a
+    /// second without calling this.)
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        self.inner.config.reload()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<RlsConfig> {
+        self.inner.config.current()
+    }
+
+    /// How many store calls failed (errors, timeouts, and calls refused while the circuit
+    /// breaker was open).
+    pub fn store_errors(&self) -> u64 {
+        self.inner.decider.errors()
+    }
+
+    /// Whether the circuit breaker is open: the store is failing and not being called.
+    pub fn store_circuit_open(&self) -> bool {
+        self.inner.decider.circuit_open()
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitServiceTrait for RateLimitService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.decide(request.get_ref()).await.map(Response::new)
+    }
+}
+
+impl fmt::Debug for RateLimitService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitService")
+            .field("config", &self.inner.config)
+            .field("decider", &self.inner.decider)
+            .field("on_error", &self.inner.on_error)
+            .field("modes", &self.inner.modes)
+            .field("headers", &self.inner.headers)
+            .finish()
+    }
+}
+
+/// Where the configuration comes from.
+#[derive(Debug)]
+enum ConfigChoice {
+    Fixed(RlsConfig),
+    Dir(PathBuf),
+}
+
+/// Builds a [`RateLimitService`]; see [`RateLimitService::builder`].
+#[must_use]
+pub struct RateLimitServiceBuilder {
+    config: Option<ConfigChoice>,
+    merge_domains: bool,
+    ignore_dot_files: bool,
+    watch: bool,
+    store: Backend,
+    failure: StoreFailure,
+    modes: Modes,
+    headers: Option<ResponseHeaders>,
+}
+
+impl RateLimitServiceBuilder {
+    /// A configuration that never changes.
+    pub fn config(mut self, config: RlsConfig) -> Self {
+        self.config = Some(ConfigChoice::Fixed(config));
+        self
+    }
+
+    /// Every file in `dir` (the reference's `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config`) and
+    /// its subdirectories, read at `build` and again within a second of a change. A change
+    /// that does not load is logged with its file and the last good configuration stays.
+    pub fn config_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config = Some(ConfigChoice::Dir(dir.into()));
+        self
+    }
+
+    /// Merges the descriptors of a domain found in several files instead of refusing them
+    /// (the reference's `MERGE_DOMAIN_CONFIG`; default false).
+    pub fn merge_domains(mut self, merge: bool) -> Self {
+        self.merge_domains = merge;
+        self
+    }
+
+    /// Skips files whose name starts with `.` (the reference's `RUNTIME_IGNOREDOTFILES`;
+    /// default false). Hidden directories, such as Kubernetes' `..data`, are always skipped.
+    pub fn ignore_dot_files(mut self, ignore: bool) -> Self {
+        self.ignore_dot_files = ignore;
+        self
+    }
+
+    /// Whether the configuration directory is watched for changes (default true).
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Where state lives (default: a new [`MemoryStore`]): a
+    /// [`RedisStore`](crate::store::RedisStore) shared by every instance of the service, or any
+    /// [`Store`] of your own. The service puts the layer's stack around it: the cache of
+    /// denials, leases for hot descriptors, and the failure handling of
+    /// [`store_failure`](Self::store_failure). Chosen at run time: the builder's type does not
+    /// name the store. The built-in stores decide a request's descriptors in one atomic step;
+    /// a store of your own is asked for them one by one, in order (not atomically).
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Backend::of(store);
+        self
+    }
+
+    /// How a failing store is treated: the [`OnStoreError`] policy, the timeout, the circuit
+    /// breaker and an error hook, in one value (default [`StoreFailure::default`]: answer OK,
+    /// 50 ms). [`OnStoreError::Allow`] answers OK without numbers, [`OnStoreError::Deny`]
+    /// answers OVER_LIMIT for every limited descriptor, and
+    /// [`OnStoreError::FallbackToMemory`] decides in this process until the store is back.
+    pub fn store_failure(mut self, failure: StoreFailure) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// What to answer while the store fails (default [`OnStoreError::Allow`]): shorthand for
+    /// that part of [`store_failure`](Self::store_failure).
+    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
+        self.failure.on_error = on_store_error;
+        self
+    }
+
+    /// The longest a decision waits for the store (default 50 ms): shorthand for
+    /// [`StoreFailure::timeout`].
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.failure = self.failure.timeout(timeout);
+        self
+    }
+
+    /// Answers OK even when a limit is over, while deciding and counting as usual (the
+    /// reference's `SHADOW_MODE`).
+    pub fn shadow_mode(mut self, shadow: bool) -> Self {
+        self.modes.shadow = shadow;
+        self
+    }
+
+    /// Treats every limit as a quota: the request is refused only when all its quotas are
+    /// over (the reference's `QUOTA_MODE`).
+    pub fn quota_mode(mut self, quota: bool) -> Self {
+        self.modes.quota = quota;
+        self
+    }
+
+    /// Adds the limit, remaining and reset of the descriptor closest to its limit as headers
+    /// for the client (the reference's `LIMIT_RESPONSE_HEADERS_ENABLED`).
+    pub fn response_headers(mut self, headers: ResponseHeaders) -> Self {
+        self.headers = Some(headers);
+        self
+    }
+}
+
+impl RateLimitServiceBuilder {
+    /// Loads the configuration and builds the service; any problem with the configuration
+    /// (naming its file) or a setting is an error here.
+    pub fn build(self) -> Result<RateLimitService, ConfigError> {
+        if self.failure.timeout.is_zero() {
+            return Err(ConfigError::new("store_timeout must be longer than zero"));
+        }
+        let config =
+            match self.config {
+                None => return Err(ConfigError::new(
+                    "no configuration: set .config_dir(..) or .config(RlsConfig::from_yaml(..)?)",
+                )),
+                Some(ConfigChoice::Fixed(config)) => ConfigSource::fixed(config),
+                Some(ConfigChoice::Dir(path)) => ConfigSource::dir(ConfigDir {
+                    path,
+                    merge_domains: self.merge_domains,
+                    ignore_dot_files: self.ignore_dot_files,
+                })?,
+            };
+        if self.watch {
+            config.watch();
+        }
+        Ok(RateLimitService {
+            inner: Arc::new(Inner {
+                config,
+                decider: Decider::new(self.store, &self.failure),
+                on_error: self.failure.on_error,
+                modes: self.modes,
+                headers: self.headers,
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for RateLimitServiceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitServiceBuilder")
+            .field("config", &self.config)
+            .field("store", &self.store)
+            .field("failure", &self.failure)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,94 @@
+//! The reference's HTTP endpoints: `GET /healthcheck`, `POST /json` and `GET /metrics` on
+//! `HOST:PORT`; `GET /rlconfig` on the debug port.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tollgate::rls::RateLimitService;
+
+/// Whether the server should get traffic: not once it is shutting down, and (with
+/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`) not while no domain is configured.
+#[derive(Debug)]
+pub(crate) struct Health {
+    pub(crate) terminating: AtomicBool,
+    pub(crate) needs_config: bool,
+}
+
+impl Health {
+    pub(crate) fn ok(&self, service: &RateLimitService) -> bool {
+        let waiting_for_config = self.needs_config && service.config().is_empty();
+        !self.terminating.load(Ordering::Relaxed) && !waiting_for_config
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    service: RateLimitService,
+    health: Arc<Health>,
+    metrics: PrometheusHandle,
+}
+
+/// `HOST:PORT`: health, JSON and metrics.
+pub(crate) fn main_router(
+    service: RateLimitService,
+    health: Arc<Health>,
+    metrics: PrometheusHandle,
+) -> Router {
+    Router::new()
+        .route("/healthcheck", get(healthcheck))
+        .route("/json", post(json))
+        .route("/metrics", get(render_metrics))
+        .with_state(App {
+            service,
+            health,
+            metrics,
+        })
+}
+
+/// `DEBUG_HOST:DEBUG_PORT`: the configuration in force.
+pub(crate) fn debug_router(service: RateLimitService) -> Router {
+    Router::new()
+        .route("/", get(debug_index))
+        .route("/rlconfig", get(rlconfig))
+        .with_state(service)
+}
+
+async fn healthcheck(State(app): State<App>) -> Response {
+    match app.health.ok(&app.service) {
+        true => (StatusCode::OK, "OK").into_response(),
+        false => (StatusCode::INTERNAL_SERVER_ERROR, "NOT OK\n").into_response(),
+    }
+}
+
+async fn json(State(app): State<App>, body: Bytes) -> Response {
+    let answer = app.service.decide_json(&body).await;
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let content_type = match status {
+        StatusCode::BAD_REQUEST => "text/plain; charset=utf-8",
+        _ => "application/json",
+    };
+    (status, [(header::CONTENT_TYPE, content_type)], answer.body).into_response()
+}
+
+async fn render_metrics(State(app): State<App>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn rlconfig(State(service): State<RateLimitService>) -> String {
+    service.config().dump()
+}
+
+async fn debug_index() -> &'static str {
+    "/rlconfig: print out the currently loaded configuration for debugging\n"
+}

@@ -1,0 +1,441 @@
+//! The reference's environment (envoyproxy/ratelimit's `settings.go`): the same names and
+//! defaults, so an existing deployment only swaps the image. Settings that make no sense here
+//! are accepted and logged once as ignored; a bad value is an error that names it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tollgate::OnStoreError;
+
+/// Everything the server reads from its environment.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) grpc_host: String,
+    pub(crate) grpc_port: u16,
+    pub(crate) debug_host: String,
+    pub(crate) debug_port: u16,
+    pub(crate) log_level: String,
+    pub(crate) log_json: bool,
+    /// `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`.
+    pub(crate) config_dir: PathBuf,
+    pub(crate) ignore_dot_files: bool,
+    pub(crate) merge_domains: bool,
+    pub(crate) shadow_mode: bool,
+    pub(crate) quota_mode: bool,
+    pub(crate) healthy_with_config: bool,
+    /// The three header names, when `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    pub(crate) headers: Option<[String; 3]>,
+    pub(crate) redis: Option<Redis>,
+    pub(crate) store_timeout: Duration,
+    pub(crate) on_store_error: OnStoreError,
+    /// Set variables that are accepted and not used, with why.
+    pub(crate) ignored: Vec<(String, &'static str)>,
+}
+
+/// Where Redis is, as the reference describes it.
+#[derive(Debug, Clone)]
+pub(crate) struct Redis {
+    /// `REDIS_URL`: `host:port`, a comma-separated list (cluster, sentinel), a socket path,
+    /// or `redis://` / `rediss://` URLs.
+    pub(crate) url: String,
+    /// `single`, `sentinel` or `cluster`.
+    pub(crate) kind: String,
+    pub(crate) socket_type: String,
+    pub(crate) auth: String,
+    pub(crate) sentinel_auth: String,
+    pub(crate) tls: bool,
+    pub(crate) tls_insecure: bool,
+    pub(crate) prefix: String,
+}
+
+/// Variables of the reference that tollgate-rls accepts and does not use, and why.
+const IGNORED: &[(&str, &str)] = &[
+    (
+        "USE_STATSD",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "STATSD_HOST",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "STATSD_PORT",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "EXTRA_TAGS",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "STATS_FLUSH_INTERVAL",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "DISABLE_STATS",
+        "statistics are served as Prometheus text on /metrics",
+    ),
+    (
+        "USE_PROMETHEUS",
+        "metrics are always served on HOST:PORT/metrics",
+    ),
+    (
+        "PROMETHEUS_ADDR",
+        "metrics are always served on HOST:PORT/metrics",
+    ),
+    (
+        "PROMETHEUS_PATH",
+        "metrics are always served on HOST:PORT/metrics",
+    ),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "metrics are always served on HOST:PORT/metrics",
+    ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "metrics are always served on HOST:PORT/metrics",
+    ),
+    (
+        "BACKEND_TYPE",
+        "the store is Redis when REDIS_URL is set, else memory",
+    ),
+    (
+        "MEMCACHE_HOST_PORT",
+        "memcache is not a store here; Redis or memory",
+    ),
+    (
+        "MEMCACHE_SRV",
+        "memcache is not a store here; Redis or memory",
+    ),
+    (
+        "MEMCACHE_MAX_IDLE_CONNS",
+        "memcache is not a store here; Redis or memory",
+    ),
+    (
+        "LOCAL_CACHE_SIZE_IN_BYTES",
+        "denials are always cached, exactly, until they expire",
+    ),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "each key expires when its algorithm no longer needs it",
+    ),
+    (
+        "NEAR_LIMIT_RATIO",
+        "near_limit counts above 0.8 of the limit",
+    ),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "always: a request's descriptors are decided atomically",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection carries every call",
+    ),
+    (
+        "REDIS_PIPELINE_WINDOW",
+        "one multiplexed connection pipelines every call",
+    ),
+    (
+        "REDIS_PIPELINE_LIMIT",
+        "one multiplexed connection pipelines every call",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "one multiplexed connection pipelines every call",
+    ),
+    (
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        "one multiplexed connection carries every call",
+    ),
+    ("REDIS_PERSECOND", "one Redis serves every unit"),
+    ("REDIS_PERSECOND_URL", "one Redis serves every unit"),
+    ("REDIS_PERSECOND_TYPE", "one Redis serves every unit"),
+    ("REDIS_PERSECOND_AUTH", "one Redis serves every unit"),
+    ("REDIS_PERSECOND_TLS", "one Redis serves every unit"),
+    ("REDIS_PERSECOND_POOL_SIZE", "one Redis serves every unit"),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "a Redis outage is answered by ON_STORE_ERROR, not by failing health checks",
+    ),
+    (
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        "the server starts without waiting for Redis",
+    ),
+    (
+        "REDIS_STARTUP_MAX_INTERVAL",
+        "the server starts without waiting for Redis",
+    ),
+    (
+        "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        "the server starts without waiting for Redis",
+    ),
+    (
+        "REDIS_TLS_CLIENT_CERT",
+        "client certificates are not supported; use rediss:// with a password",
+    ),
+    (
+        "REDIS_TLS_CLIENT_KEY",
+        "client certificates are not supported; use rediss:// with a password",
+    ),
+    (
+        "REDIS_TLS_CACERT",
+        "the system's root certificates are used",
+    ),
+    (
+        "RUNTIME_WATCH_ROOT",
+        "the configuration directory is always watched, symlink swaps included",
+    ),
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "the configuration is loaded at start; a bad one stops the start",
+    ),
+    ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        "connections are kept until the client closes them",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "connections are kept until the client closes them",
+    ),
+    ("TRACING_ENABLED", "tracing is not exported"),
+];
+
+/// Variables that ask for something tollgate-rls cannot do: starting would be wrong.
+const UNSUPPORTED: &[(&str, &str)] = &[
+    (
+        "GRPC_UDS",
+        "listening on a Unix socket is not supported; use GRPC_HOST and GRPC_PORT",
+    ),
+    (
+        "GRPC_SERVER_USE_TLS",
+        "TLS is not terminated here; terminate it in the mesh or a proxy",
+    ),
+];
+
+impl Settings {
+    /// Reads the process's environment.
+    pub(crate) fn from_env() -> Result<Self, String> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `var` (the environment, or a map in tests).
+    pub(crate) fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let get = |name: &str, default: &str| var(name).unwrap_or_else(|| default.to_owned());
+        let flag = |name: &str, default: bool| match var(name) {
+            None => Ok(default),
+            Some(v) => {
+                parse_bool(&v).ok_or_else(|| format!("{name}={v:?}: expected true or false"))
+            }
+        };
+        let port = |name: &str, default: u16| match var(name) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<u16>()
+                .map_err(|_| format!("{name}={v:?}: expected a port from 0 to 65535")),
+        };
+        for (name, why) in UNSUPPORTED {
+            if let Some(v) = var(name).filter(|v| !v.is_empty() && parse_bool(v) != Some(false)) {
+                return Err(format!("{name}={v:?}: {why}"));
+            }
+        }
+        match get("CONFIG_TYPE", "FILE").as_str() {
+            "FILE" => {}
+            other => return Err(format!("CONFIG_TYPE={other:?}: only FILE is supported")),
+        }
+        let ignored = (IGNORED.iter())
+            .filter(|(name, _)| var(name).is_some())
+            .map(|(name, why)| ((*name).to_owned(), *why))
+            .collect();
+        let config_dir = PathBuf::from(get("RUNTIME_ROOT", "/srv/runtime_data/current"))
+            .join(get("RUNTIME_SUBDIRECTORY", ""))
+            .join(get("RUNTIME_APPDIRECTORY", "config"));
+        let headers_on = flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)?
+            || flag("RESPONSE_HEADERS_ENABLED", false)?;
+        let headers = headers_on.then(|| {
+            [
+                get("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+                get("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+                get("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+            ]
+        });
+        let redis = match var("REDIS_URL").filter(|u| !u.trim().is_empty()) {
+            None => None,
+            Some(url) => Some(Redis {
+                url,
+                kind: get("REDIS_TYPE", "single").to_ascii_lowercase(),
+                socket_type: get("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase(),
+                auth: get("REDIS_AUTH", ""),
+                sentinel_auth: get("REDIS_SENTINEL_AUTH", ""),
+                tls: flag("REDIS_TLS", false)?,
+                tls_insecure: flag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+                prefix: get("CACHE_KEY_PREFIX", ""),
+            }),
+        };
+        let store_timeout = match var("STORE_TIMEOUT").or_else(|| var("REDIS_TIMEOUT")) {
+            None => Duration::from_millis(50),
+            Some(v) => parse_duration(&v).filter(|d| !d.is_zero()).ok_or_else(|| {
+                format!("STORE_TIMEOUT={v:?}: expected a duration above zero such as 50ms or 1s")
+            })?,
+        };
+        let on_store_error = match get("ON_STORE_ERROR", "open").to_ascii_lowercase().as_str() {
+            "open" | "allow" => OnStoreError::Allow,
+            "closed" | "deny" => OnStoreError::Deny,
+            "local" | "fallback" => OnStoreError::FallbackToMemory,
+            other => {
+                return Err(format!(
+                    "ON_STORE_ERROR={other:?}: expected open (answer OK), closed (answer \
+                     OVER_LIMIT) or local (decide in this process)"
+                ))
+            }
+        };
+        let log_json = match get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
+            "text" => false,
+            "json" => true,
+            other => return Err(format!("LOG_FORMAT={other:?}: expected text or json")),
+        };
+        Ok(Self {
+            host: get("HOST", "0.0.0.0"),
+            port: port("PORT", 8080)?,
+            grpc_host: get("GRPC_HOST", "0.0.0.0"),
+            grpc_port: port("GRPC_PORT", 8081)?,
+            debug_host: get("DEBUG_HOST", "0.0.0.0"),
+            debug_port: port("DEBUG_PORT", 6070)?,
+            log_level: get("LOG_LEVEL", "WARN"),
+            log_json,
+            config_dir,
+            ignore_dot_files: flag("RUNTIME_IGNOREDOTFILES", false)?,
+            merge_domains: flag("MERGE_DOMAIN_CONFIG", false)?,
+            shadow_mode: flag("SHADOW_MODE", false)?,
+            quota_mode: flag("QUOTA_MODE", false)?,
+            healthy_with_config: flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            headers,
+            redis,
+            store_timeout,
+            on_store_error,
+            ignored,
+        })
+    }
+}
+
+/// Go's `strconv.ParseBool`, which the reference's settings use.
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// A Go duration (`50ms`, `1s`, `1m30s`, `1.5s`), as the reference's settings take them.
+pub(crate) fn parse_duration(v: &str) -> Option<Duration> {
+    let mut rest = v.trim();
+    if rest == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (number, tail) = rest.split_at(digits);
+        let number: f64 = number.parse().ok()?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += number * seconds;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, String> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn the_references_defaults() {
+        let s = settings(&[]).unwrap();
+        assert_eq!((s.grpc_port, s.port, s.debug_port), (8081, 8080, 6070));
+        assert_eq!(
+            s.config_dir,
+            PathBuf::from("/srv/runtime_data/current/config")
+        );
+        assert!(s.redis.is_none() && s.headers.is_none() && s.ignored.is_empty());
+        assert_eq!(s.store_timeout, Duration::from_millis(50));
+        assert_eq!(s.on_store_error, OnStoreError::Allow);
+    }
+
+    #[test]
+    fn reads_the_references_names() {
+        let s = settings(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("USE_STATSD", "false"),
+            ("ON_STORE_ERROR", "local"),
+            ("REDIS_TIMEOUT", "1m30s"),
+        ])
+        .unwrap();
+        assert_eq!(s.config_dir, PathBuf::from("/data/ratelimit/config"));
+        assert_eq!(s.redis.unwrap().url, "redis:6379");
+        assert_eq!(s.headers.unwrap()[0], "RateLimit-Limit");
+        assert_eq!(s.ignored[0].0, "USE_STATSD");
+        assert_eq!(s.on_store_error, OnStoreError::FallbackToMemory);
+        assert_eq!(s.store_timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = settings(&[("SHADOW_MODE", "maybe")]).unwrap_err();
+        assert_eq!(e, "SHADOW_MODE=\"maybe\": expected true or false");
+        assert!(settings(&[("GRPC_PORT", "http")])
+            .unwrap_err()
+            .starts_with("GRPC_PORT="));
+        assert!(settings(&[("ON_STORE_ERROR", "panic")])
+            .unwrap_err()
+            .starts_with("ON_STORE_ERROR="));
+        assert!(settings(&[("GRPC_SERVER_USE_TLS", "true")]).is_err());
+        assert!(settings(&[("GRPC_SERVER_USE_TLS", "false")]).is_ok());
+        assert!(settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
+        assert!(settings(&[("STORE_TIMEOUT", "0s")]).is_err());
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_duration("50ms"), Some(Duration::from_millis(50)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2h3m"), Some(Duration::from_secs(7380)));
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("5 parsecs"), None);
+    }
+}

@@ -1,0 +1,277 @@
+//! Helpers for the binary's tests: the built `tollgate-rls` started on free loopback ports
+//! with a configuration directory of its own, and requests. Redis servers, ports and HTTP
+//! clients are the library's integration-test helpers (`tests/support/`), included here.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tollgate::rls::proto::rate_limit_descriptor::Entry;
+use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+#[path = "../../../tests/support/mod.rs"]
+mod shared;
+pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
+
+/// The library's test data: fixtures and the reference's integration runtime.
+pub fn data(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/integration/rls")
+        .join(path)
+}
+
+/// A directory laid out as the reference expects: `<root>/ratelimit/config/`.
+pub struct Runtime {
+    pub root: PathBuf,
+}
+
+impl Runtime {
+    pub fn new(test: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("tollgate-rls-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("ratelimit/config")).unwrap();
+        Self { root }
+    }
+
+    /// A runtime holding copies of these files (paths under the library's `tests/integration/rls`).
+    pub fn with(test: &str, files: &[&str]) -> Self {
+        let runtime = Self::new(test);
+        for file in files {
+            runtime.copy(file);
+        }
+        runtime
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.root.join("ratelimit/config")
+    }
+
+    pub fn copy(&self, file: &str) {
+        let source = data(file);
+        let name = source.file_name().unwrap();
+        std::fs::copy(&source, self.config().join(name)).unwrap();
+    }
+
+    pub fn write(&self, name: &str, content: &str) {
+        // Written aside then renamed, as deployment tools do: never half a file.
+        let tmp = self.root.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, content).unwrap();
+        std::fs::rename(&tmp, self.config().join(name)).unwrap();
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.config().join(name)).unwrap();
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A running tollgate-rls.
+pub struct Rls {
+    child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub debug: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUNTIME_ROOT", runtime)
+        .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+        .env("HOST", "127.0.0.1")
+        .env("PORT", "0")
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", "0")
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", "0")
+        .env("LOG_LEVEL", "info");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command
+}
+
+impl Rls {
+    /// Starts the binary on `runtime` and waits for its `listening on` line.
+    pub fn start(runtime: &Runtime, env: &[(&str, &str)]) -> Self {
+        let mut child = command(&runtime.root, env)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tollgate-rls");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+        let addr = |name: &str| -> SocketAddr {
+            let found = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| {
+                    panic!("no {name}= in {line:?}; stderr: {}", stderr.lock().unwrap())
+                });
+            found.parse().unwrap()
+        };
+        let (grpc, http, debug) = (addr("grpc"), addr("http"), addr("debug"));
+        Self {
+            child,
+            grpc,
+            http,
+            debug,
+            stderr,
+        }
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+    }
+
+    /// What it logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Stops it with SIGTERM and waits; its exit status.
+    pub fn stop(mut self) -> ExitStatus {
+        self.terminate()
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return self.child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.terminate();
+        }
+    }
+}
+
+/// Runs the binary on `runtime` expecting it to exit by itself: its status and stderr.
+pub fn run_to_exit(runtime: &Path, env: &[(&str, &str)]) -> (ExitStatus, String) {
+    let mut child = command(runtime, env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tollgate-rls");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tollgate-rls did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
+}
+
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
+        hits_addend: 0,
+    }
+}
+
+pub async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Polls `check` every 50 ms until it holds or `within` has passed.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
