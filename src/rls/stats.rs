@@ -53,6 +53,7 @@ struct Handles {
 }
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl Handles {
     fn new(stats_key: &str) -> Self {
         let (domain, rest) = stats_key.split_once('.').unwrap_or((stats_key, ""));
