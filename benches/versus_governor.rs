@@ -55,9 +55,15 @@ use tower_governor::{GovernorError, GovernorLayer};
 /// How many distinct keys the "1M keys" cases spread over.
 const MANY_KEYS: usize = 1_000_000;
 
-/// A quota no benchmark exhausts, for one hot key: every decision is an allow.
+/// A quota no benchmark exhausts, for one hot key: every decision is an allow. The finest rate
+/// (one request a µs) is slower than a decision, so the bucket holds four billion: a run makes
+/// a few hundred million decisions at most. (A bucket of a million emptied in the first second,
+/// and most "allowed" decisions measured were denials.) Each case checks after measuring that
+/// its key is still allowed.
 fn generous() -> Quota {
-    Quota::per_second(1_000_000).expect("a valid quota")
+    Quota::per_second(1_000_000)
+        .and_then(|quota| quota.burst(4_000_000_000))
+        .expect("a valid quota")
 }
 
 /// For the 1M keys: each request keeps its key tracked for 8.64 s (so the map holds all of
@@ -118,10 +124,12 @@ fn decision(c: &mut Criterion) {
         group.bench_function("one_key/tollgate", |b| {
             on_cpu(b, || black_box(store.check_now(&hot, &policy, 1)))
         });
+        assert!(store.check_now(&hot, &policy, 1).allowed, "still allowed");
         let limiter = RateLimiter::keyed(governor_quota(generous()));
         group.bench_function("one_key/governor", |b| {
             on_cpu(b, || black_box(limiter.check_key(&hot)))
         });
+        assert!(limiter.check_key(&hot).is_ok(), "still allowed");
     }
     {
         let store = MemoryStore::new();
@@ -136,6 +144,10 @@ fn decision(c: &mut Criterion) {
                 black_box(store.check_now(&keys[i], &policy, 1))
             })
         });
+        assert!(
+            store.check_now(&keys[0], &policy, 1).allowed,
+            "still allowed"
+        );
     }
     {
         let limiter = RateLimiter::keyed(governor_quota(lasting()));
@@ -149,6 +161,7 @@ fn decision(c: &mut Criterion) {
                 black_box(limiter.check_key(&keys[i]))
             })
         });
+        assert!(limiter.check_key(&keys[0]).is_ok(), "still allowed");
     }
     {
         let store = MemoryStore::new();
@@ -286,19 +299,19 @@ fn layer_cases<S, B>(
         response.unwrap().status()
     };
 
-    bench_overhead(
-        group,
-        runtime,
-        format!("one_key/{name}"),
-        &limited(generous()),
-        &hot,
-    );
+    let one_key = limited(generous());
+    bench_overhead(group, runtime, format!("one_key/{name}"), &one_key, &hot);
+    assert_eq!(status(&one_key, &hot[0]), StatusCode::OK, "still allowed");
+    drop(one_key);
 
     let many = limited(lasting());
     for key in keys {
         assert_eq!(status(&many, key), StatusCode::OK);
     }
     bench_overhead(group, runtime, format!("1M_keys/{name}"), &many, keys);
+    for key in &keys[..100] {
+        assert_eq!(status(&many, key), StatusCode::OK, "still allowed");
+    }
     drop(many);
 
     let denying = limited(stingy());
