@@ -58,6 +58,8 @@ struct Inner {
 impl MemoryStore {
     /// A store on the system clock.
     pub fn new() -> Self {
+        // The first read calibrates the clock: here, not in the first request.
+        SystemClock.now();
         Self::with_clock(SystemClock)
     }
 
