@@ -97,6 +97,7 @@ where
 
     /// The future of a request decided in `call`: the ready inner service is called now, or
     /// (delay mode) taken along to wait.
+    #[inline]
     pub(crate) fn decided(verdict: Verdict, ready: &mut Svc, request: Request<ReqBody>) -> Self
     where
         Svc: Clone,

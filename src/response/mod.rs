@@ -106,6 +106,52 @@ impl Headers {
             self.0.push((name.clone(), value));
         }
     }
+
+    fn push_short(&mut self, name: &HeaderName, value: &Short) {
+        // As for `push`: always valid.
+        if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+            self.0.push((name.clone(), value));
+        }
+    }
+}
+
+/// A header value of a response, written piece by piece on the stack and then copied once
+/// into the value: one allocation of its exact size (a `BytesMut` with room to spare costs
+/// two, the buffer and, when frozen short of its capacity, a shared header).
+struct Short {
+    bytes: [u8; Short::ROOM],
+    len: usize,
+}
+
+impl Short {
+    /// Room for a quoted policy name (at most 64 bytes) and two numbers (at most 20 digits
+    /// each) with their separators.
+    const ROOM: usize = 128;
+
+    fn new() -> Self {
+        Self {
+            bytes: [0; Self::ROOM],
+            len: 0,
+        }
+    }
+
+    fn text(&mut self, text: &str) -> &mut Self {
+        let end = self.len + text.len();
+        // Never short of room (see `ROOM`); a text that did not fit would be left out.
+        if let Some(room) = self.bytes.get_mut(self.len..end) {
+            room.copy_from_slice(text.as_bytes());
+            self.len = end;
+        }
+        self
+    }
+
+    fn number(&mut self, n: u64) -> &mut Self {
+        self.text(itoa::Buffer::new().format(n))
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
 }
 
 /// A header value written piece by piece, numbers included, without `format!`.
@@ -176,21 +222,22 @@ pub(crate) fn rate_limit_headers<P: Named>(
                 h.push(&RATELIMIT_POLICY, policies);
             }
         }
-        let current = (Value::new().text("\""))
-            .text(policy.name())
-            .text("\";r=")
+        let mut current = Short::new();
+        (current.text("\"").text(policy.name()).text("\";r="))
             .number(decision.remaining)
             .text(";t=")
             .number(ceil_secs(decision.reset_after));
-        h.push(&RATELIMIT, current);
+        h.push_short(&RATELIMIT, &current);
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        h.push(&X_LIMIT, Value::new().number(decision.limit));
-        h.push(&X_REMAINING, Value::new().number(decision.remaining));
-        h.push(
-            &X_RESET,
-            Value::new().number(ceil_secs(decision.reset_after)),
-        );
+        let reset = ceil_secs(decision.reset_after);
+        for (name, n) in [
+            (&X_LIMIT, decision.limit),
+            (&X_REMAINING, decision.remaining),
+            (&X_RESET, reset),
+        ] {
+            h.push_short(name, Short::new().number(n));
+        }
     }
     h
 }
