@@ -59,14 +59,15 @@ pin_project! {
             count: Option<Counter>,
         },
         /// The response has a status a `count_status` rule lists: it is sent once the count
-        /// (a task of its own, which a hang-up does not stop) is made.
+        /// (a task of its own, which a hang-up does not stop) is made. Boxed: a rare state.
         Counting {
             counting: Counting,
-            response: Option<Svc::Response>,
+            response: Option<Box<Svc::Response>>,
         },
-        /// The limiter answered (429, 400, 503).
+        /// The limiter answered (429, 400, 503). Boxed, as the verdict has it: every
+        /// request's future would otherwise have room for a whole response.
         Respond {
-            response: Option<Response<Full<Bytes>>>,
+            response: Option<Box<Response<Full<Bytes>>>>,
         },
     }
 }
@@ -130,7 +131,7 @@ where
     pub(crate) fn respond(response: Response<Full<Bytes>>) -> Self {
         Self {
             state: State::Respond {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
         }
     }
@@ -170,7 +171,7 @@ where
                     if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {
                         this.state.set(State::Counting {
                             counting,
-                            response: Some(response),
+                            response: Some(Box::new(response)),
                         });
                         continue;
                     }
@@ -179,16 +180,19 @@ where
                 StateProj::Counting { counting, response } => {
                     ready!(counting.as_mut().poll(cx));
                     if let Some(response) = response.take() {
-                        return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                        return Poll::Ready(Ok((*response).map(ResponseBody::inner)));
                     }
                     this.state.set(State::Respond { response: None });
                 }
                 StateProj::Respond { response } => {
-                    let response = response.take().unwrap_or_else(|| {
-                        let mut r = Response::new(Full::default());
-                        *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
-                        r
-                    });
+                    let response = response.take().map_or_else(
+                        || {
+                            let mut r = Response::new(Full::default());
+                            *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                            r
+                        },
+                        |response| *response,
+                    );
                     return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                 }
             }
