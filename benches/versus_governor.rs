@@ -1,4 +1,4 @@
-//! Run with `cargo bench --bench versus_governor` (about a minute and a half on 2 idle cores).
+//! Run with `cargo bench --bench versus_governor` (about four minutes on 2 idle cores).
 //!
 //! tollgate side by side with `governor` and `tower_governor`, like for like, in one run:
 //!
@@ -10,18 +10,38 @@
 //! each on one hot key, on 1,000,000 keys (all tracked before measuring, so every decision is a
 //! lookup in a map of a million), and on one key already over its limit (every request denied).
 //!
+//! Every figure is CPU time of the benchmark's thread (`CLOCK_THREAD_CPUTIME_ID`), not wall
+//! time: on a machine shared with other work, wall time also counts the time other processes
+//! hold the cores, and moves with their load. Everything measured runs on that one thread (a
+//! current-thread tokio runtime).
+//!
+//! `layer/one_key/none` is the trivial service alone, with the same requests: the floor. Every
+//! other `layer/*` row is the *overhead* of its layer over that floor, measured as its own
+//! figure: each sample sends its requests in blocks of [`BLOCK`], alternately through the layer
+//! and through the bare service, and reports the difference of the two times. Both halves see
+//! the machine in the same state, so the overhead does not move the way a difference of two
+//! separately measured medians does.
+//!
 //! tollgate sends rate-limit headers on every response by default; `tower_governor` only with
 //! `use_headers()`. Both kinds are measured on each side: `tollgate` (IETF headers) against
 //! `tower_governor_headers`, and `tollgate_no_headers` against `tower_governor`.
+//!
+//! Before criterion starts, the memory each side needs per tracked key is measured at 1,000,000
+//! keys and printed as a Markdown table: two child processes of this benchmark (one fills a
+//! `MemoryStore`, the other governor's keyed `RateLimiter`, with the same keys under the same
+//! GCRA quota) each report their resident set's growth (`VmRSS` in `/proc/self/status`) over
+//! the fill. Separate processes, so neither side inherits the other's freed heap. A filter that
+//! does not contain `memory` (e.g. `-- decision`) skips it.
 
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::process::Command;
 use std::time::Duration;
 
 use axum::body::Body;
 use criterion::measurement::WallTime;
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use criterion::{criterion_group, Bencher, BenchmarkGroup, Criterion};
 use governor::{Quota as GovernorQuota, RateLimiter};
 use http::{HeaderValue, Request, Response, StatusCode};
 use tokio::runtime::Runtime;
@@ -35,9 +55,15 @@ use tower_governor::{GovernorError, GovernorLayer};
 /// How many distinct keys the "1M keys" cases spread over.
 const MANY_KEYS: usize = 1_000_000;
 
-/// A quota no benchmark exhausts, for one hot key: every decision is an allow.
+/// A quota no benchmark exhausts, for one hot key: every decision is an allow. The finest rate
+/// (one request a µs) is slower than a decision, so the bucket holds four billion: a run makes
+/// a few hundred million decisions at most. (A bucket of a million emptied in the first second,
+/// and most "allowed" decisions measured were denials.) Each case checks after measuring that
+/// its key is still allowed.
 fn generous() -> Quota {
-    Quota::per_second(1_000_000).expect("a valid quota")
+    Quota::per_second(1_000_000)
+        .and_then(|quota| quota.burst(4_000_000_000))
+        .expect("a valid quota")
 }
 
 /// For the 1M keys: each request keeps its key tracked for 8.64 s (so the map holds all of
@@ -64,6 +90,30 @@ fn keys() -> Vec<String> {
     (0..MANY_KEYS).map(|i| format!("client-{i}")).collect()
 }
 
+/// The CPU time this thread has used: unlike the wall clock, it does not count the time other
+/// processes on a shared machine hold the cores.
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for clock_gettime to write.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(status, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// Measures `routine` by the CPU time of this thread, once per iteration.
+fn on_cpu<R>(b: &mut Bencher<'_, WallTime>, mut routine: impl FnMut() -> R) {
+    b.iter_custom(|iters| {
+        let start = thread_cpu();
+        for _ in 0..iters {
+            black_box(routine());
+        }
+        thread_cpu() - start
+    })
+}
+
 fn decision(c: &mut Criterion) {
     let keys = keys();
     let hot = "client".to_owned();
@@ -72,12 +122,14 @@ fn decision(c: &mut Criterion) {
         let store = MemoryStore::new();
         let policy = Policy::new("bench", generous(), Algorithm::Gcra).unwrap();
         group.bench_function("one_key/tollgate", |b| {
-            b.iter(|| black_box(store.check_now(&hot, &policy, 1)))
+            on_cpu(b, || black_box(store.check_now(&hot, &policy, 1)))
         });
+        assert!(store.check_now(&hot, &policy, 1).allowed, "still allowed");
         let limiter = RateLimiter::keyed(governor_quota(generous()));
         group.bench_function("one_key/governor", |b| {
-            b.iter(|| black_box(limiter.check_key(&hot)))
+            on_cpu(b, || black_box(limiter.check_key(&hot)))
         });
+        assert!(limiter.check_key(&hot).is_ok(), "still allowed");
     }
     {
         let store = MemoryStore::new();
@@ -87,11 +139,15 @@ fn decision(c: &mut Criterion) {
         }
         let mut i = 0;
         group.bench_function("1M_keys/tollgate", |b| {
-            b.iter(|| {
+            on_cpu(b, || {
                 i = (i + 1) % keys.len();
                 black_box(store.check_now(&keys[i], &policy, 1))
             })
         });
+        assert!(
+            store.check_now(&keys[0], &policy, 1).allowed,
+            "still allowed"
+        );
     }
     {
         let limiter = RateLimiter::keyed(governor_quota(lasting()));
@@ -100,11 +156,12 @@ fn decision(c: &mut Criterion) {
         }
         let mut i = 0;
         group.bench_function("1M_keys/governor", |b| {
-            b.iter(|| {
+            on_cpu(b, || {
                 i = (i + 1) % keys.len();
                 black_box(limiter.check_key(&keys[i]))
             })
         });
+        assert!(limiter.check_key(&keys[0]).is_ok(), "still allowed");
     }
     {
         let store = MemoryStore::new();
@@ -112,13 +169,13 @@ fn decision(c: &mut Criterion) {
         assert!(store.check_now(&hot, &policy, 1).allowed);
         assert!(!store.check_now(&hot, &policy, 1).allowed);
         group.bench_function("denied/tollgate", |b| {
-            b.iter(|| black_box(store.check_now(&hot, &policy, 1)))
+            on_cpu(b, || black_box(store.check_now(&hot, &policy, 1)))
         });
         let limiter = RateLimiter::keyed(governor_quota(stingy()));
         assert!(limiter.check_key(&hot).is_ok());
         assert!(limiter.check_key(&hot).is_err());
         group.bench_function("denied/governor", |b| {
-            b.iter(|| black_box(limiter.check_key(&hot)))
+            on_cpu(b, || black_box(limiter.check_key(&hot)))
         });
     }
     group.finish();
@@ -154,8 +211,46 @@ fn request(api_key: &HeaderValue) -> Request<()> {
     request
 }
 
-/// Measures one request through `svc` per iteration, each with the next of `keys`.
-fn bench_requests<S>(
+/// Requests sent in a row through one service before switching to the other.
+const BLOCK: u64 = 64;
+
+/// Sends `n` requests through `svc`, the next of `keys` each (from `*next` on), one at a time.
+async fn send<S>(svc: &S, keys: &[HeaderValue], next: &mut usize, n: u64)
+where
+    S: Service<Request<()>, Error = Infallible> + Clone,
+{
+    for _ in 0..n {
+        *next = (*next + 1) % keys.len();
+        let request = request(&keys[*next]);
+        black_box(svc.clone().oneshot(request).await.unwrap());
+    }
+}
+
+/// Measures the floor: one request through the trivial service per iteration.
+fn bench_floor(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    runtime: &Runtime,
+    id: &str,
+    keys: &[HeaderValue],
+) {
+    let floor = trivial_service();
+    let mut next = 0;
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let start = thread_cpu();
+                send(&floor, keys, &mut next, iters).await;
+                thread_cpu() - start
+            })
+        })
+    });
+}
+
+/// Measures what `svc` adds to one request over the trivial service, with the next of `keys`
+/// each: the requests go in blocks of [`BLOCK`], alternately through `svc` and through the
+/// trivial service alone (the same requests), and the time of the second is taken from the
+/// time of the first.
+fn bench_overhead<S>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     runtime: &Runtime,
     id: String,
@@ -164,13 +259,25 @@ fn bench_requests<S>(
 ) where
     S: Service<Request<()>, Error = Infallible> + Clone,
 {
-    let mut i = 0;
+    let floor = trivial_service();
+    let (mut next, mut next_floor) = (0, 0);
     group.bench_function(id, |b| {
-        b.to_async(runtime).iter(|| {
-            i = (i + 1) % keys.len();
-            let svc = svc.clone();
-            let request = request(&keys[i]);
-            async move { black_box(svc.oneshot(request).await.unwrap()) }
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let (mut limited, mut bare) = (Duration::ZERO, Duration::ZERO);
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(BLOCK);
+                    let start = thread_cpu();
+                    send(svc, keys, &mut next, n).await;
+                    let middle = thread_cpu();
+                    send(&floor, keys, &mut next_floor, n).await;
+                    limited += middle - start;
+                    bare += thread_cpu() - middle;
+                    left -= n;
+                }
+                limited.saturating_sub(bare)
+            })
         })
     });
 }
@@ -192,25 +299,25 @@ fn layer_cases<S, B>(
         response.unwrap().status()
     };
 
-    bench_requests(
-        group,
-        runtime,
-        format!("one_key/{name}"),
-        &limited(generous()),
-        &hot,
-    );
+    let one_key = limited(generous());
+    bench_overhead(group, runtime, format!("one_key/{name}"), &one_key, &hot);
+    assert_eq!(status(&one_key, &hot[0]), StatusCode::OK, "still allowed");
+    drop(one_key);
 
     let many = limited(lasting());
     for key in keys {
         assert_eq!(status(&many, key), StatusCode::OK);
     }
-    bench_requests(group, runtime, format!("1M_keys/{name}"), &many, keys);
+    bench_overhead(group, runtime, format!("1M_keys/{name}"), &many, keys);
+    for key in &keys[..100] {
+        assert_eq!(status(&many, key), StatusCode::OK, "still allowed");
+    }
     drop(many);
 
     let denying = limited(stingy());
     assert_eq!(status(&denying, &hot[0]), StatusCode::OK);
     assert_eq!(status(&denying, &hot[0]), StatusCode::TOO_MANY_REQUESTS);
-    bench_requests(group, runtime, format!("denied/{name}"), &denying, &hot);
+    bench_overhead(group, runtime, format!("denied/{name}"), &denying, &hot);
 }
 
 fn layer(c: &mut Criterion) {
@@ -225,13 +332,7 @@ fn layer(c: &mut Criterion) {
     let mut group = c.benchmark_group("layer");
 
     let hot = [HeaderValue::from_static("bench-client")];
-    bench_requests(
-        &mut group,
-        &runtime,
-        "one_key/none".into(),
-        &trivial_service(),
-        &hot,
-    );
+    bench_floor(&mut group, &runtime, "one_key/none", &hot);
 
     let tollgate = |headers: HeaderStyle| {
         move |quota: Quota| {
@@ -304,4 +405,133 @@ criterion_group! {
     config = short();
     targets = decision, layer
 }
-criterion_main!(benches);
+
+/// Set in the child processes that measure memory: which side this one fills.
+const MEMORY_CHILD: &str = "VERSUS_GOVERNOR_MEMORY_CHILD";
+
+fn main() {
+    if let Ok(side) = std::env::var(MEMORY_CHILD) {
+        return memory_child(&side);
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let listing = args.iter().any(|a| a == "--list");
+    if args.iter().any(|a| a == "--bench") && !listing && filter_allows(&args, "memory") {
+        memory_per_key();
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
+
+/// Whether criterion's FILTER argument, if one is given, lets `name` run (it is a substring
+/// match). The options of criterion's command line that take a value are skipped with it.
+fn filter_allows(args: &[String], name: &str) -> bool {
+    const WITH_VALUE: &[&str] = &[
+        "-c",
+        "--color",
+        "-s",
+        "--save-baseline",
+        "-b",
+        "--baseline",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--format",
+        "--profile-time",
+        "--sample-size",
+        "--warm-up-time",
+        "--measurement-time",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--plotting-backend",
+        "--output-format",
+    ];
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if WITH_VALUE.contains(&arg.as_str()) {
+            args.next();
+        } else if !arg.starts_with('-') {
+            return name.contains(arg.as_str());
+        }
+    }
+    true
+}
+
+/// Measures both sides in child processes and prints the table.
+fn memory_per_key() {
+    let exe = std::env::current_exe().expect("the benchmark's own path");
+    let measure = |side: &str| -> f64 {
+        let output = Command::new(&exe)
+            .env(MEMORY_CHILD, side)
+            .output()
+            .expect("the benchmark runs itself");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{side}: {text}");
+        text.trim().parse().expect("bytes per key")
+    };
+    let tollgate = measure("tollgate");
+    let governor = measure("governor");
+    println!();
+    println!("| case | tollgate | governor | ratio |");
+    println!("|---|---|---|---|");
+    println!(
+        "| `memory/1M_keys` (RSS growth per tracked key) | {tollgate:.1} B | {governor:.1} B | {:.2}× |",
+        tollgate / governor
+    );
+    println!();
+}
+
+/// A child process: fills one side with [`MANY_KEYS`] keys and prints the growth of its
+/// resident set per key.
+fn memory_child(side: &str) {
+    let mut key = String::new();
+    let each = |n: usize, key: &mut String| {
+        use std::fmt::Write as _;
+        key.clear();
+        write!(key, "client-{n}").expect("writing to a String");
+    };
+    let (before, after) = match side {
+        "tollgate" => {
+            let store = MemoryStore::new();
+            let policy = Policy::new("bench", lasting(), Algorithm::Gcra).unwrap();
+            let before = resident_bytes();
+            for n in 0..MANY_KEYS {
+                each(n, &mut key);
+                assert!(store.check_now(&key, &policy, 1).allowed);
+            }
+            let after = resident_bytes();
+            assert_eq!(store.len(), MANY_KEYS);
+            (before, after)
+        }
+        "governor" => {
+            let limiter = RateLimiter::keyed(governor_quota(lasting()));
+            let before = resident_bytes();
+            for n in 0..MANY_KEYS {
+                each(n, &mut key);
+                assert!(limiter.check_key(&key).is_ok());
+            }
+            let after = resident_bytes();
+            assert_eq!(limiter.len(), MANY_KEYS);
+            (before, after)
+        }
+        other => panic!("unknown side {other:?}"),
+    };
+    println!("{}", (after - before) as f64 / MANY_KEYS as f64);
+}
+
+/// This process's resident set, from `/proc/self/status` (Linux).
+fn resident_bytes() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kb = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<i64>()
+                .ok()
+        })
+        .expect("a VmRSS line");
+    kb * 1024
+}

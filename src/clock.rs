@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in microseconds since the Unix epoch.
@@ -15,15 +15,71 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 }
 
 /// The system's wall clock.
+///
+/// Read through the CPU's time-stamp counter (with [`quanta`](https://docs.rs/quanta), where the
+/// counter is invariant; else the OS's monotonic clock), which costs a few nanoseconds where
+/// `SystemTime::now` costs tens, and anchored to `SystemTime` every 100 ms: between anchors it
+/// moves as the counter does, so it follows the wall clock to within the counter's drift over
+/// 100 ms (microseconds), and a step of the wall clock (NTP, by hand) within 100 ms. The first
+/// read in a process calibrates the counter (up to 200 ms); `MemoryStore::new` makes it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> u64 {
-        SystemTime::now()
+        static WALL: LazyLock<Anchored> = LazyLock::new(Anchored::new);
+        WALL.now()
+    }
+}
+
+/// How often (µs of the counter) the counter is anchored to the wall clock again.
+const ANCHOR_EVERY_US: u64 = 100_000;
+
+/// The counter, and the wall clock's time at its last anchoring.
+struct Anchored {
+    counter: quanta::Clock,
+    /// The counter's raw reading at start: times are µs since.
+    start: u64,
+    /// The wall clock's µs minus the counter's, at the last anchoring (wrapping).
+    offset: AtomicU64,
+    /// The counter's µs from which the next read anchors again.
+    next_anchor: AtomicU64,
+}
+
+impl Anchored {
+    fn new() -> Self {
+        let counter = quanta::Clock::new();
+        let start = counter.raw();
+        let anchored = Self {
+            counter,
+            start,
+            offset: AtomicU64::new(0),
+            next_anchor: AtomicU64::new(0),
+        };
+        anchored.anchor(0);
+        anchored
+    }
+
+    fn now(&self) -> u64 {
+        let counted = self.counter.delta_as_nanos(self.start, self.counter.raw()) / 1_000;
+        if counted >= self.next_anchor.load(Ordering::Relaxed) {
+            return self.anchor(counted);
+        }
+        counted.wrapping_add(self.offset.load(Ordering::Relaxed))
+    }
+
+    /// Reads the wall clock, and counts from it.
+    #[cold]
+    fn anchor(&self, counted: u64) -> u64 {
+        let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
+            .unwrap_or(0);
+        self.offset
+            .store(wall.wrapping_sub(counted), Ordering::Relaxed);
+        self.next_anchor
+            .store(counted.saturating_add(ANCHOR_EVERY_US), Ordering::Relaxed);
+        wall
     }
 }
 
@@ -67,5 +123,33 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> u64 {
         self.micros.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn system_micros() -> u64 {
+        let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        u64::try_from(since.as_micros()).unwrap()
+    }
+
+    #[test]
+    fn the_system_clock_follows_the_wall_clock() {
+        SystemClock.now();
+        let start = std::time::Instant::now();
+        // Across several anchorings (every 100 ms), each read lies between two reads of
+        // `SystemTime`, but for a millisecond of drift.
+        while start.elapsed() < Duration::from_millis(350) {
+            let before = system_micros();
+            let now = SystemClock.now();
+            let after = system_micros();
+            assert!(
+                before - 1_000 <= now && now <= after + 1_000,
+                "{before} <= {now} <= {after}"
+            );
+            std::thread::sleep(Duration::from_micros(300));
+        }
     }
 }

@@ -72,6 +72,7 @@ where
                     // The inner service is called after the decision: take the one
                     // `poll_ready` made ready, and leave a clone for the next request.
                     let inner = take_ready(&mut self.inner);
+                    let pending = pending.owned();
                     let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending));
                     ResponseFuture::checking(deciding, inner, request)
                 }

@@ -68,6 +68,12 @@ impl Gcra {
     pub(crate) fn expires_at(&self, _p: &Params) -> u64 {
         self.tat
     }
+
+    /// The TAT: when the state expires, whatever the quota (the memory store keeps nothing
+    /// else for a GCRA key).
+    pub(crate) fn tat(&self) -> u64 {
+        self.tat
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@ mod sliding_window_log;
 mod token_bucket;
 mod window;
 
+pub(crate) use gcra::Gcra;
+
 #[cfg(test)]
 mod shared_tests;
 #[cfg(test)]
@@ -214,11 +216,6 @@ impl State {
             State::SlidingWindowLog(s) => s.refund(n),
             State::SlidingWindow(s) => s.refund(p, now, n),
         }
-    }
-
-    /// Whether this state belongs to `algorithm` (a policy's algorithm can change on reload).
-    pub(crate) fn is(&self, algorithm: Algorithm) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(&State::new(algorithm))
     }
 }
 

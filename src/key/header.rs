@@ -62,7 +62,9 @@ impl KeyExtractor for Header {
     fn extract(&self, req: &Parts) -> Option<String> {
         let value = req.headers.get(self.name.as_ref()?)?;
         if let Ok(text) = value.to_str() {
-            return (!text.trim().is_empty()).then(|| text.to_owned());
+            // Visible ASCII and tabs (see `to_str`): blank is spaces and tabs only.
+            let blank = text.bytes().all(|b| b == b' ' || b == b'\t');
+            return (!blank).then(|| text.to_owned());
         }
         let bytes = value.as_bytes();
         if let Ok(text) = std::str::from_utf8(bytes) {

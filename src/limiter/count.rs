@@ -25,30 +25,33 @@ pub(crate) struct Counted {
 }
 
 /// What a request still owes its `count_status` rules; the response future starts it with the
-/// response's status.
-pub(crate) struct Counter {
+/// response's status. Boxed: few rules count by status, and every request's future has room
+/// for a counter.
+pub(crate) struct Counter(Box<Owed>);
+
+struct Owed {
     limiter: Arc<Limiter>,
     counted: Vec<Counted>,
 }
 
 impl Counter {
     pub(crate) fn new(limiter: Arc<Limiter>, counted: Vec<Counted>) -> Self {
-        Self { limiter, counted }
+        Self(Box::new(Owed { limiter, counted }))
     }
 
     /// Starts counting the rules that list `status`, if any: spawned at once on the runtime,
     /// so the count is made even if the returned future (the response's) is dropped. Awaiting
     /// it before sending the response means a client's next request sees the count.
     pub(crate) fn start(self, status: StatusCode) -> Option<Counting> {
-        let counted: Vec<Counted> = self
-            .counted
+        let Owed { limiter, counted } = *self.0;
+        let counted: Vec<Counted> = counted
             .into_iter()
             .filter(|c| c.statuses.iter().any(|s| s.matches(status)))
             .collect();
         if counted.is_empty() {
             return None;
         }
-        let count = count(self.limiter, counted);
+        let count = count(limiter, counted);
         Some(match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let task = runtime.spawn(count);
@@ -78,7 +81,7 @@ fn count(limiter: Arc<Limiter>, counted: Vec<Counted>) -> Counting {
 impl fmt::Debug for Counter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Counter")
-            .field("rules", &self.counted.len())
+            .field("rules", &self.0.counted.len())
             .finish_non_exhaustive()
     }
 }

@@ -86,13 +86,42 @@ pub(crate) enum Plan {
 
 /// The limits one request must pass.
 pub(crate) struct Pending {
-    rules: Arc<RuleSet>,
+    rules: InForce,
     /// Most requests meet one rule: no list is allocated for it.
     checks: SmallVec<[Planned; 1]>,
     grpc: bool,
 }
 
+/// The rules a request is planned by. While it is decided in `call`, a guard of the rules in
+/// force (no reference count touched: a count every core writes on every request would move
+/// its cache line between them); owned once the request waits for a store.
+enum InForce {
+    Guarded(arc_swap::Guard<Arc<RuleSet>>),
+    Owned(Arc<RuleSet>),
+}
+
+impl std::ops::Deref for InForce {
+    type Target = RuleSet;
+
+    fn deref(&self) -> &RuleSet {
+        match self {
+            InForce::Guarded(guard) => guard,
+            InForce::Owned(rules) => rules,
+        }
+    }
+}
+
 impl Pending {
+    /// The same checks, holding their rules themselves: for a request that waits for a store
+    /// (no guard is held across an await).
+    pub(crate) fn owned(self) -> Self {
+        let rules = match self.rules {
+            InForce::Guarded(guard) => InForce::Owned(arc_swap::Guard::into_inner(guard)),
+            owned => owned,
+        };
+        Self { rules, ..self }
+    }
+
     /// Whether a rule of this request has `count_status`.
     fn counts_later(&self) -> bool {
         let rules = self.rules.rules();
@@ -163,7 +192,7 @@ impl Limiter {
             telemetry::skipped();
             return Plan::Pass;
         }
-        let rules = self.rules.current();
+        let rules = self.rules.guard();
         if rules.skips(parts) {
             telemetry::skipped();
             return Plan::Pass;
@@ -207,7 +236,7 @@ impl Limiter {
             return Plan::Pass;
         }
         Plan::Check(Pending {
-            rules,
+            rules: InForce::Guarded(rules),
             checks,
             grpc,
         })

@@ -30,8 +30,9 @@ pub(crate) enum Verdict {
         wait: Duration,
         count: Option<Counter>,
     },
-    /// Answer with this response instead.
-    Respond(Response<Full<Bytes>>),
+    /// Answer with this response instead. Boxed: a verdict is moved a few times, and most
+    /// are to proceed.
+    Respond(Box<Response<Full<Bytes>>>),
 }
 
 impl Limiter {
@@ -125,7 +126,9 @@ impl Limiter {
                     telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
                 }
                 match self.on_store_error {
-                    OnStoreError::Deny => Verdict::Respond(response::unavailable(pending.grpc)),
+                    OnStoreError::Deny => {
+                        Verdict::Respond(Box::new(response::unavailable(pending.grpc)))
+                    }
                     // Fail open, without numbers; the response may still be counted.
                     _ => Verdict::Proceed {
                         headers: Headers::default(),
@@ -170,7 +173,7 @@ impl Limiter {
         match decided {
             Ok(verdict) => verdict,
             Err(_) if self.on_store_error == OnStoreError::Deny => {
-                Verdict::Respond(response::unavailable(pending.grpc))
+                Verdict::Respond(Box::new(response::unavailable(pending.grpc)))
             }
             // Fail open, without rate-limit numbers the limiter does not know.
             Err(_) => Verdict::Proceed {
@@ -215,7 +218,9 @@ impl Limiter {
         }
         let headers = response::rate_limit_headers(self.headers, &seen);
         match denial {
-            Some(decision) => Verdict::Respond(self.denial(&decision, headers, pending.grpc)),
+            Some(decision) => {
+                Verdict::Respond(Box::new(self.denial(&decision, headers, pending.grpc)))
+            }
             None => Verdict::Proceed {
                 headers,
                 wait,

@@ -6,7 +6,6 @@ use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::Full;
-use smallvec::SmallVec;
 
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -82,28 +81,46 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 
 /// The rate-limit headers of one response. They are made when the store answers, before
 /// there is a response, and go straight into the response's own map once there is one.
+/// Each is kept in its own place (88 bytes in all, moved with the request's future), the
+/// legacy three boxed.
 #[derive(Debug, Default)]
-pub(crate) struct Headers(SmallVec<[(HeaderName, HeaderValue); 2]>);
+pub(crate) struct Headers {
+    /// `RateLimit-Policy`.
+    policy: Option<HeaderValue>,
+    /// `RateLimit`.
+    current: Option<HeaderValue>,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    legacy: Option<Box<[HeaderValue; 3]>>,
+}
 
 impl Headers {
     /// Sets them on a response, replacing headers of the same name.
     pub(crate) fn write_into(self, h: &mut HeaderMap) {
-        for (name, value) in self.0 {
-            h.insert(name, value);
-        }
+        self.each(|name, value| {
+            h.insert(name.clone(), value);
+        });
     }
 
     /// Adds those a response does not set itself (a custom denial's own headers win).
     pub(crate) fn fill_in(self, h: &mut HeaderMap) {
-        for (name, value) in self.0 {
-            h.entry(name).or_insert(value);
-        }
+        self.each(|name, value| {
+            h.entry(name.clone()).or_insert(value);
+        });
     }
 
-    fn push(&mut self, name: &HeaderName, value: Value) {
-        // Every value made here is ASCII (policy names are checked), so always valid.
-        if let Ok(value) = HeaderValue::from_maybe_shared(value.0.freeze()) {
-            self.0.push((name.clone(), value));
+    /// Each header, in order: `RateLimit-Policy`, `RateLimit`, then the legacy three.
+    fn each(self, mut f: impl FnMut(&HeaderName, HeaderValue)) {
+        if let Some(value) = self.policy {
+            f(&RATELIMIT_POLICY, value);
+        }
+        if let Some(value) = self.current {
+            f(&RATELIMIT, value);
+        }
+        if let Some(legacy) = self.legacy {
+            let [limit, remaining, reset] = *legacy;
+            f(&X_LIMIT, limit);
+            f(&X_REMAINING, remaining);
+            f(&X_RESET, reset);
         }
     }
 }
@@ -124,6 +141,47 @@ impl Value {
 
     fn number(self, n: u64) -> Self {
         self.text(itoa::Buffer::new().format(n))
+    }
+}
+
+/// A header value of a response, written piece by piece on the stack and then copied once
+/// into the value: one allocation of its exact size (a `BytesMut` with room to spare costs
+/// two, the buffer and, when frozen short of its capacity, a shared header).
+struct Short {
+    bytes: [u8; Short::ROOM],
+    len: usize,
+}
+
+impl Short {
+    /// Room for a quoted policy name (at most 64 bytes) and two numbers (at most 20 digits
+    /// each) with their separators.
+    const ROOM: usize = 128;
+
+    fn new() -> Self {
+        Self {
+            bytes: [0; Self::ROOM],
+            len: 0,
+        }
+    }
+
+    fn text(&mut self, text: &str) -> &mut Self {
+        let end = self.len + text.len();
+        // Never short of room (see `ROOM`); a text that did not fit would be left out.
+        if let Some(room) = self.bytes.get_mut(self.len..end) {
+            room.copy_from_slice(text.as_bytes());
+            self.len = end;
+        }
+        self
+    }
+
+    fn number(&mut self, n: u64) -> &mut Self {
+        self.text(itoa::Buffer::new().format(n))
+    }
+
+    /// The value; `None` only if it were not a valid header value, and every value written
+    /// here is ASCII (policy names are checked).
+    fn value(&self) -> Option<HeaderValue> {
+        HeaderValue::from_bytes(self.bytes.get(..self.len).unwrap_or_default()).ok()
     }
 }
 
@@ -161,10 +219,8 @@ pub(crate) fn rate_limit_headers<P: Named>(
     };
     let (policy, decision) = tightest;
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        match checks {
-            [(one, _)] => {
-                h.0.push((RATELIMIT_POLICY.clone(), one.header_item().clone()))
-            }
+        h.policy = match checks {
+            [(one, _)] => Some(one.header_item().clone()),
             many => {
                 let mut policies = Value::new();
                 for (i, (p, _)) in many.iter().enumerate() {
@@ -173,24 +229,27 @@ pub(crate) fn rate_limit_headers<P: Named>(
                         .extend_from_slice(if i == 0 { b"" } else { b", " });
                     policies.0.extend_from_slice(p.header_item().as_bytes());
                 }
-                h.push(&RATELIMIT_POLICY, policies);
+                HeaderValue::from_maybe_shared(policies.0.freeze()).ok()
             }
-        }
-        let current = (Value::new().text("\""))
-            .text(policy.name())
-            .text("\";r=")
+        };
+        let mut current = Short::new();
+        (current.text("\"").text(policy.name()).text("\";r="))
             .number(decision.remaining)
             .text(";t=")
             .number(ceil_secs(decision.reset_after));
-        h.push(&RATELIMIT, current);
+        h.current = current.value();
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        h.push(&X_LIMIT, Value::new().number(decision.limit));
-        h.push(&X_REMAINING, Value::new().number(decision.remaining));
-        h.push(
-            &X_RESET,
-            Value::new().number(ceil_secs(decision.reset_after)),
+        let number = |n: u64| Short::new().number(n).value();
+        let reset = ceil_secs(decision.reset_after);
+        let legacy = (
+            number(decision.limit),
+            number(decision.remaining),
+            number(reset),
         );
+        if let (Some(limit), Some(remaining), Some(reset)) = legacy {
+            h.legacy = Some(Box::new([limit, remaining, reset]));
+        }
     }
     h
 }

@@ -55,6 +55,10 @@ impl RouteIndex {
         route: impl Fn(usize) -> &'r Route,
         parts: &Parts,
     ) -> Positions {
+        if self.any.is_empty() && self.exact.is_empty() && self.prefix.is_empty() {
+            // No routes (e.g. no skips): nothing to read of the request.
+            return Positions::new();
+        }
         let mut found = self.by_path(parts.uri.path());
         let head_has_own_route =
             parts.method == Method::HEAD && found.iter().any(|&p| route(p).lists(&Method::HEAD));

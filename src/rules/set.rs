@@ -55,10 +55,12 @@ impl RuleSet {
 
     /// Whether a skip takes the request: it is never limited.
     pub(crate) fn skips(&self, parts: &Parts) -> bool {
-        self.skip_index
-            .matching_by(|position| &self.skips[position].route, parts)
-            .into_iter()
-            .any(|position| self.skips[position].takes(parts))
+        !self.skips.is_empty()
+            && self
+                .skip_index
+                .matching_by(|position| &self.skips[position].route, parts)
+                .into_iter()
+                .any(|position| self.skips[position].takes(parts))
     }
 
     /// The rules that apply to the request, in order, with their positions.

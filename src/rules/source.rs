@@ -135,6 +135,12 @@ impl RuleSource {
         self.current.load_full()
     }
 
+    /// The rules in force, for the moment of one request's decision in `call`: cheaper than
+    /// [`current`](Self::current) (see `arc_swap::ArcSwap::load`), not to be held long.
+    pub(crate) fn guard(&self) -> arc_swap::Guard<Arc<RuleSet>> {
+        self.current.load()
+    }
+
     /// Reads the rules file now and swaps in its rules; on error the rules in force stay (and
     /// the failure is reported as the watcher's are). Without a rules file there is nothing
     /// to read.

@@ -1,11 +1,9 @@
 //! Leases from the memory store: as many units as the algorithm admits back to back, and
 //! the exact return of unused ones.
 
-use std::collections::hash_map::Entry;
-
-use super::shard::{count_decision, lock, Tracked};
+use super::shard::lock;
 use super::MemoryStore;
-use crate::algorithm::{self, State};
+use crate::algorithm;
 use crate::quota::Policy;
 use crate::store::stack::Grant;
 
@@ -14,40 +12,21 @@ impl MemoryStore {
     /// `StoreExt::acquire`.
     pub(crate) fn acquire_now(&self, key: &str, policy: &Policy, min: u32, max: u32) -> Grant {
         let now = self.inner.clock.now();
-        let params = policy.params();
-        let (map_key, shard_index) = self.locate(key, policy);
-        let mut shard = lock(&self.inner.shards[shard_index]);
-        count_decision(&mut shard, now);
-        self.make_room_for(&mut shard, &map_key, now);
+        let p = policy.params();
+        let (hash, shard) = self.locate(key);
+        let mut shard = lock(shard);
+        let hasher = &self.inner.hasher;
+        shard.count_decision(now, hasher);
+        self.make_room_for(&mut shard, policy, key, hash, now);
         let (min, max) = (u64::from(min), u64::from(max));
-        let granted = match shard.entries.entry(map_key) {
-            Entry::Occupied(mut occupied) => {
-                let tracked = occupied.get_mut();
-                if let Some(until) = tracked.live_block(policy.algorithm(), now) {
-                    return Grant::new(0, algorithm::blocked(params, now, until, min), 0);
-                }
-                if !tracked.is_live(policy.algorithm(), now) {
-                    tracked.state = State::new(policy.algorithm());
-                    tracked.blocked_until = None;
-                }
-                let granted = tracked.state.acquire(params, now, min, max);
-                tracked.expires_at = tracked.state.expires_at(params);
-                granted
-            }
-            Entry::Vacant(vacant) => {
-                let mut state = State::new(policy.algorithm());
-                let granted = state.acquire(params, now, min, max);
-                if granted.granted > 0 {
-                    let expires_at = state.expires_at(params);
-                    vacant.insert(Tracked {
-                        state,
-                        expires_at,
-                        blocked_until: None,
-                    });
-                }
-                granted
-            }
-        };
+        let table = shard.table(policy);
+        if let Some(until) = table.live_block(key, hash, now) {
+            return Grant::new(0, algorithm::blocked(p, now, until, min), 0);
+        }
+        let granted = table.decide_with(key, hash, p, now, hasher, |state| {
+            let granted = state.acquire(p, now, min, max);
+            (granted, granted.granted > 0)
+        });
         let units = u32::try_from(granted.granted).unwrap_or(u32::MAX);
         Grant::new(units, granted.decision, granted.mark)
     }
@@ -62,22 +41,16 @@ impl MemoryStore {
         grant: &Grant,
     ) -> u32 {
         let now = self.inner.clock.now();
-        let params = policy.params();
-        let (map_key, shard_index) = self.locate(key, policy);
-        let mut shard = lock(&self.inner.shards[shard_index]);
-        let Some(tracked) = shard.entries.get_mut(&map_key) else {
+        let (hash, shard) = self.locate(key);
+        let mut shard = lock(shard);
+        let Some(table) = shard.find_mut(policy) else {
             return 0;
         };
         // A block replaced the state the lease was taken from: nothing to give back to.
-        if !tracked.is_live(policy.algorithm(), now)
-            || tracked.live_block(policy.algorithm(), now).is_some()
-        {
-            return 0;
-        }
-        let taken = tracked
-            .state
-            .release(params, now, u64::from(unused), grant.mark);
-        tracked.expires_at = tracked.state.expires_at(params);
-        u32::try_from(taken).unwrap_or(u32::MAX)
+        let p = policy.params();
+        let taken = table.update(key, hash, p, now, |state| {
+            state.release(p, now, u64::from(unused), grant.mark)
+        });
+        u32::try_from(taken.unwrap_or(0)).unwrap_or(u32::MAX)
     }
 }

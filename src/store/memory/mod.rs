@@ -1,12 +1,8 @@
 //! The in-memory store: zero setup, one process.
 
-use std::collections::hash_map::Entry;
 use std::fmt;
-use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use foldhash::quality::RandomState;
 
 use crate::algorithm::{self, State};
 use crate::clock::{Clock, SystemClock};
@@ -16,11 +12,14 @@ use crate::quota::Policy;
 use crate::store::stack::{Check, Grant, StoreExt};
 use crate::store::Store;
 
+mod client_key;
 mod lease;
 mod shard;
 mod stacked;
+mod table;
 
-use shard::{block_after, count_decision, lock, make_room, Shard, Tracked};
+use shard::{lock, Shard};
+use table::KeyHasher;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
 ///
@@ -30,6 +29,10 @@ use shard::{block_after, count_decision, lock, make_room, Shard, Tracked};
 /// expired), so memory follows the keys that are live, not every key ever seen. A shard whose
 /// table has far more room than live keys (after a flood of random keys) gives the room back.
 /// [`max_keys`](Self::max_keys) caps it outright.
+///
+/// A tracked GCRA or leaky-bucket key costs 32 bytes of table (its state and, up to 22 bytes
+/// long, the key itself), about 70 bytes of memory with the table's free room; a decision hashes
+/// the key once and allocates nothing unless the key is new.
 ///
 /// Clones share the same state.
 ///
@@ -47,7 +50,7 @@ pub struct MemoryStore {
 
 struct Inner {
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    hasher: KeyHasher,
     clock: Arc<dyn Clock>,
     max_keys_per_shard: Option<usize>,
 }
@@ -55,6 +58,8 @@ struct Inner {
 impl MemoryStore {
     /// A store on the system clock.
     pub fn new() -> Self {
+        // The first read calibrates the clock: here, not in the first request.
+        SystemClock.now();
         Self::with_clock(SystemClock)
     }
 
@@ -65,7 +70,7 @@ impl MemoryStore {
         Self {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Mutex::default()).collect(),
-                hasher: RandomState::default(),
+                hasher: KeyHasher::default(),
                 clock: Arc::new(clock),
                 max_keys_per_shard: None,
             }),
@@ -90,11 +95,7 @@ impl MemoryStore {
 
     /// How many keys are tracked now, expired ones not yet swept included.
     pub fn len(&self) -> usize {
-        self.inner
-            .shards
-            .iter()
-            .map(|s| lock(s).entries.len())
-            .sum()
+        self.inner.shards.iter().map(|s| lock(s).len()).sum()
     }
 
     /// Whether no key is tracked.
@@ -105,74 +106,37 @@ impl MemoryStore {
     /// Decides without going through a future: the memory store never waits.
     pub fn check_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
         let now = self.inner.clock.now();
-        let params = policy.params();
-        let (map_key, shard_index) = self.locate(key, policy);
-        let mut shard = lock(&self.inner.shards[shard_index]);
-        count_decision(&mut shard, now);
-        self.make_room_for(&mut shard, &map_key, now);
-        match shard.entries.entry(map_key) {
-            Entry::Occupied(mut occupied) => {
-                let tracked = occupied.get_mut();
-                if let Some(until) = tracked.live_block(policy.algorithm(), now) {
-                    return algorithm::blocked(params, now, until, u64::from(cost));
-                }
-                if !tracked.is_live(policy.algorithm(), now) {
-                    tracked.state = State::new(policy.algorithm());
-                    tracked.blocked_until = None;
-                }
-                let decision = tracked.state.check(params, now, u64::from(cost));
-                tracked.expires_at = tracked.state.expires_at(params);
-                if let Some(until) = block_after(&decision, policy, now) {
-                    *tracked = Tracked::blocked(policy.algorithm(), until);
-                    return algorithm::blocked(params, now, until, u64::from(cost));
-                }
-                decision
-            }
-            Entry::Vacant(vacant) => {
-                let mut state = State::new(policy.algorithm());
-                let decision = state.check(params, now, u64::from(cost));
-                if decision.allowed {
-                    let expires_at = state.expires_at(params);
-                    vacant.insert(Tracked {
-                        state,
-                        expires_at,
-                        blocked_until: None,
-                    });
-                } else if let Some(until) = block_after(&decision, policy, now) {
-                    vacant.insert(Tracked::blocked(policy.algorithm(), until));
-                    return algorithm::blocked(params, now, until, u64::from(cost));
-                }
-                decision
-            }
-        }
+        let (hash, shard) = self.locate(key);
+        let mut shard = lock(shard);
+        let hasher = &self.inner.hasher;
+        shard.count_decision(now, hasher);
+        self.make_room_for(&mut shard, policy, key, hash, now);
+        (shard.table(policy)).check(key, hash, policy, now, u64::from(cost), hasher)
     }
 
     /// The decision [`check_now`](Self::check_now) would make now, made on a copy of the
     /// key's state: nothing is consumed or stored (see [`Store::peek`]).
     pub(crate) fn peek_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
         let now = self.inner.clock.now();
-        let algorithm = policy.algorithm();
-        let (map_key, shard_index) = self.locate(key, policy);
-        let tracked = lock(&self.inner.shards[shard_index])
-            .entries
-            .get(&map_key)
-            .filter(|t| t.is_live(algorithm, now))
-            .map(|t| (t.live_block(algorithm, now), t.state.clone()));
-        match tracked {
-            Some((Some(until), _)) => {
-                algorithm::blocked(policy.params(), now, until, u64::from(cost))
-            }
-            Some((None, mut state)) => state.check(policy.params(), now, u64::from(cost)),
-            None => State::new(algorithm).check(policy.params(), now, u64::from(cost)),
+        let (p, cost) = (policy.params(), u64::from(cost));
+        let (hash, shard) = self.locate(key);
+        let found = lock(shard).find(policy).map(|table| {
+            let until = table.live_block(key, hash, now);
+            (until, table.live_state(key, hash, now))
+        });
+        match found {
+            Some((Some(until), _)) => algorithm::blocked(p, now, until, cost),
+            Some((None, Some(mut state))) => state.check(p, now, cost),
+            _ => State::new(policy.algorithm()).check(p, now, cost),
         }
     }
 
     /// Forgets `key`'s state under `policy`, and any block.
     fn reset_now(&self, key: &str, policy: &Policy) {
-        let (map_key, shard_index) = self.locate(key, policy);
-        lock(&self.inner.shards[shard_index])
-            .entries
-            .remove(&map_key);
+        let (hash, shard) = self.locate(key);
+        if let Some(table) = lock(shard).find_mut(policy) {
+            table.remove(key, hash);
+        }
     }
 
     /// Blocks `key` under `policy` for `duration_us` from now (0: a reset).
@@ -181,52 +145,42 @@ impl MemoryStore {
             return self.reset_now(key, policy);
         }
         let now = self.inner.clock.now();
-        let (map_key, shard_index) = self.locate(key, policy);
-        let mut shard = lock(&self.inner.shards[shard_index]);
-        self.make_room_for(&mut shard, &map_key, now);
+        let (hash, shard) = self.locate(key);
+        let mut shard = lock(shard);
+        self.make_room_for(&mut shard, policy, key, hash, now);
         let until = now.saturating_add(duration_us);
-        shard
-            .entries
-            .insert(map_key, Tracked::blocked(policy.algorithm(), until));
+        (shard.table(policy)).block(key, hash, until, &self.inner.hasher);
     }
 
     /// Gives `n` units back to `key` under `policy` (see `StoreExt::refund`).
     fn refund_now(&self, key: &str, policy: &Policy, n: u32) {
         let now = self.inner.clock.now();
-        let params = policy.params();
-        let (map_key, shard_index) = self.locate(key, policy);
-        let mut shard = lock(&self.inner.shards[shard_index]);
-        let Some(tracked) = shard.entries.get_mut(&map_key) else {
-            return;
-        };
-        let algorithm = policy.algorithm();
-        if tracked.live_block(algorithm, now).is_some() || !tracked.is_live(algorithm, now) {
-            return;
+        let (hash, shard) = self.locate(key);
+        if let Some(table) = lock(shard).find_mut(policy) {
+            let p = policy.params();
+            table.update(key, hash, p, now, |state| {
+                state.refund(p, now, u64::from(n))
+            });
         }
-        tracked.state.refund(params, now, u64::from(n));
-        tracked.expires_at = tracked.state.expires_at(params);
     }
 
-    /// Makes room for `map_key` in a full shard that does not hold it yet (when `max_keys` is
+    /// Makes room for `key` in a full shard that does not hold it yet (when `max_keys` is
     /// set).
-    fn make_room_for(&self, shard: &mut Shard, map_key: &str, now: u64) {
-        let full = self
-            .inner
-            .max_keys_per_shard
-            .is_some_and(|max| shard.entries.len() >= max);
-        if full && !shard.entries.contains_key(map_key) {
-            make_room(shard, now);
-        }
+    fn make_room_for(&self, shard: &mut Shard, policy: &Policy, key: &str, hash: u64, now: u64) {
+        let max = self.inner.max_keys_per_shard;
+        shard.make_room_for(max, policy, key, hash, now, &self.inner.hasher);
     }
 
-    /// The map key for `key` under `policy`, and the index of the shard that holds it.
-    fn locate(&self, key: &str, policy: &Policy) -> (String, usize) {
-        let mut map_key = String::with_capacity(policy.name().len() + 1 + key.len());
-        map_key.push_str(policy.name());
-        map_key.push('\0');
-        map_key.push_str(key);
-        let shard_index = self.inner.hasher.hash_one(&map_key) as usize % self.inner.shards.len();
-        (map_key, shard_index)
+    /// The hash of `key` and the shard that holds it.
+    fn locate(&self, key: &str) -> (u64, &Mutex<Shard>) {
+        let hash = self.inner.hasher.hash(key.as_bytes());
+        (hash, &self.inner.shards[self.shard_index(hash)])
+    }
+
+    /// The shard of a key by its hash: from the hash's upper half, since a table's own buckets
+    /// are picked by its lowest bits (and its tags by the top 7).
+    fn shard_index(&self, hash: u64) -> usize {
+        (hash >> 32) as usize % self.inner.shards.len()
     }
 }
 

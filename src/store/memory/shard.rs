@@ -1,35 +1,36 @@
-//! A shard of the memory store: its keys, their state, and the sweeps that keep it to the live
-//! ones.
+//! [`Shard`]: one independently locked part of the memory store, its tables, and the sweeps
+//! that keep them to the live keys.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use foldhash::quality::RandomState;
-
-use crate::algorithm::{Algorithm, State};
-use crate::decision::Decision;
+use super::table::{KeyHasher, PolicyTable};
 use crate::quota::Policy;
 
-/// A shard's keys. foldhash, seeded at random per store: faster than SipHash, and client
-/// keys (chosen by clients) cannot aim at its buckets.
-pub(super) type Table = HashMap<String, Tracked, RandomState>;
+/// A shard is swept after at least this many decisions, however few keys it holds.
+const MIN_SWEEP_INTERVAL: usize = 64;
+/// A shard is swept for the time at most this often (µs): a key the last sweep kept may have
+/// been renewed since, and then the sweep frees nothing.
+const MIN_SWEEP_GAP_US: u64 = 1_000_000;
 
+/// The clients whose keys hash to this shard, one table per policy (name and algorithm) seen
+/// here. Tables are few (a rule's tiers share its name) and stay once made, so a table's
+/// position in the shard never changes.
 pub(super) struct Shard {
-    pub(super) entries: Table,
+    tables: Vec<PolicyTable>,
     /// Decisions since this shard was last swept.
-    pub(super) since_sweep: usize,
+    since_sweep: usize,
     /// Keys left by the last sweep: the next sweep comes after as many decisions.
-    pub(super) kept_by_sweep: usize,
+    kept_by_sweep: usize,
     /// Or at this time (µs), when every key the last sweep kept has expired, so that a shard
     /// that held a flood is emptied soon after the flood's keys expire, not only after as many
     /// decisions again. `u64::MAX` when the last sweep kept nothing.
-    pub(super) sweep_by: u64,
+    sweep_by: u64,
 }
 
 impl Default for Shard {
     fn default() -> Self {
         Self {
-            entries: Table::default(),
+            tables: Vec::new(),
             since_sweep: 0,
             kept_by_sweep: 0,
             sweep_by: u64::MAX,
@@ -37,103 +38,101 @@ impl Default for Shard {
     }
 }
 
-pub(super) struct Tracked {
-    pub(super) state: State,
-    pub(super) expires_at: u64,
-    /// Until when (µs) the client is blocked, if it is: the state is then a new one, for the
-    /// client to start afresh when the block ends (`expires_at` is the same time).
-    pub(super) blocked_until: Option<u64>,
-}
+impl Shard {
+    /// Keys tracked, expired ones not yet swept included.
+    pub(super) fn len(&self) -> usize {
+        self.tables.iter().map(PolicyTable::len).sum()
+    }
 
-/// A shard is swept after at least this many decisions, however few keys it holds.
-const MIN_SWEEP_INTERVAL: usize = 64;
-/// A shard is swept for the time at most this often (µs): a key the last sweep kept may have
-/// been renewed since, and then the sweep frees nothing.
-const MIN_SWEEP_GAP_US: u64 = 1_000_000;
-/// A table with more than this many times as much room as keys is shrunk, to twice its keys.
-/// In between (a table shrinks below a quarter full and grows when full) it never thrashes.
-const SHRINK_WHEN_ROOM_PER_KEY: usize = 4;
-/// Tables with room for fewer keys are left as they are: too small to matter.
-pub(super) const MIN_SHRINK_CAPACITY: usize = 1_024;
+    /// Room for keys with a state, in every table.
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.tables.iter().map(PolicyTable::capacity).sum()
+    }
 
-/// When a decision starts a block under `policy` (one with `block_for`, denying what a wait
-/// could allow): until when.
-pub(super) fn block_after(decision: &Decision, policy: &Policy, now: u64) -> Option<u64> {
-    let block_for = policy.block_for_us();
-    let starts = !decision.allowed && block_for > 0 && decision.retry_after.is_some();
-    starts.then(|| now.saturating_add(block_for))
-}
-
-impl Tracked {
-    /// A client blocked until `until`, with a new state for after the block.
-    pub(super) fn blocked(algorithm: Algorithm, until: u64) -> Self {
-        Self {
-            state: State::new(algorithm),
-            expires_at: until,
-            blocked_until: Some(until),
+    /// The position of `policy`'s table, made if there is none yet.
+    pub(super) fn table_index(&mut self, policy: &Policy) -> usize {
+        match self.tables.iter().position(|t| t.is_for(policy)) {
+            Some(index) => index,
+            None => {
+                self.tables.push(PolicyTable::new(policy));
+                self.tables.len() - 1
+            }
         }
     }
 
-    /// Until when the client is blocked under `algorithm` at `now`, if it is. A block of
-    /// another algorithm's state does not count (on Redis it is another key).
-    pub(super) fn live_block(&self, algorithm: Algorithm, now: u64) -> Option<u64> {
-        self.blocked_until
-            .filter(|&until| until > now && self.state.is(algorithm))
+    /// `policy`'s table, made if there is none yet.
+    pub(super) fn table(&mut self, policy: &Policy) -> &mut PolicyTable {
+        let index = self.table_index(policy);
+        &mut self.tables[index]
     }
 
-    /// Whether this state still decides for `algorithm` at `now`. Expired state decides like
-    /// no history, and state of another algorithm (a policy changed on reload) means nothing.
-    pub(super) fn is_live(&self, algorithm: Algorithm, now: u64) -> bool {
-        self.expires_at > now && self.state.is(algorithm)
+    /// The table at `index` (from [`table_index`](Self::table_index)).
+    pub(super) fn table_at(&mut self, index: usize) -> Option<&mut PolicyTable> {
+        self.tables.get_mut(index)
     }
-}
 
-/// Counts one decision in `shard` and sweeps expired state once the shard has seen as many
-/// decisions as its last sweep kept keys, or once all those keys have expired. A sweep costs
-/// O(keys), so this is O(1) per decision (a sweep for the time frees every key it visits, bar
-/// renewed ones, at most once a second), and the shard holds at most its live keys plus one
-/// sweep interval of new ones.
-pub(super) fn count_decision(shard: &mut Shard, now: u64) {
-    shard.since_sweep += 1;
-    if shard.since_sweep >= shard.kept_by_sweep.max(MIN_SWEEP_INTERVAL) || now >= shard.sweep_by {
-        sweep(shard, now);
+    /// `policy`'s table, if there is one.
+    pub(super) fn find(&self, policy: &Policy) -> Option<&PolicyTable> {
+        self.tables.iter().find(|t| t.is_for(policy))
     }
-}
 
-fn sweep(shard: &mut Shard, now: u64) {
-    let mut last_expiry = None;
-    shard.entries.retain(|_, t| {
-        let live = t.expires_at > now;
-        if live {
-            last_expiry = last_expiry.max(Some(t.expires_at));
+    /// `policy`'s table, if there is one.
+    pub(super) fn find_mut(&mut self, policy: &Policy) -> Option<&mut PolicyTable> {
+        self.tables.iter_mut().find(|t| t.is_for(policy))
+    }
+
+    /// Counts one decision and sweeps expired state once the shard has seen as many decisions
+    /// as its last sweep kept keys, or once all those keys have expired. A sweep costs O(keys),
+    /// so this is O(1) per decision (a sweep for the time frees every key it visits, bar
+    /// renewed ones, at most once a second), and the shard holds at most its live keys plus
+    /// one sweep interval of new ones.
+    pub(super) fn count_decision(&mut self, now: u64, hasher: &KeyHasher) {
+        self.since_sweep += 1;
+        if self.since_sweep >= self.kept_by_sweep.max(MIN_SWEEP_INTERVAL) || now >= self.sweep_by {
+            self.sweep(now, hasher);
         }
-        live
-    });
-    shard.since_sweep = 0;
-    shard.kept_by_sweep = shard.entries.len();
-    shard.sweep_by = last_expiry.map_or(u64::MAX, |last| {
-        last.max(now.saturating_add(MIN_SWEEP_GAP_US))
-    });
-    shrink_if_roomy(&mut shard.entries);
-}
-
-/// Gives back a table's room once it holds far fewer keys than it has room for (a flood of
-/// random keys has come and gone): `retain` alone keeps the table at its peak size.
-pub(super) fn shrink_if_roomy(entries: &mut Table) {
-    let room = entries.capacity();
-    if room > MIN_SHRINK_CAPACITY && room > SHRINK_WHEN_ROOM_PER_KEY * entries.len() {
-        entries.shrink_to(2 * entries.len());
     }
-}
 
-/// Sweeps a full shard; if nothing had expired, forgets one key.
-pub(super) fn make_room(shard: &mut Shard, now: u64) {
-    let before = shard.entries.len();
-    sweep(shard, now);
-    if shard.entries.len() == before {
-        if let Some(victim) = shard.entries.keys().next().cloned() {
-            shard.entries.remove(&victim);
+    /// Makes room for `key` under `policy` when the shard holds `max` keys already and not
+    /// this one: expired state is swept, and if nothing had expired, one key is forgotten.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn make_room_for(
+        &mut self,
+        max: Option<usize>,
+        policy: &Policy,
+        key: &str,
+        hash: u64,
+        now: u64,
+        hasher: &KeyHasher,
+    ) {
+        let full = max.is_some_and(|max| self.len() >= max);
+        if !full || self.find(policy).is_some_and(|t| t.contains(key, hash)) {
+            return;
         }
+        let before = self.len();
+        self.sweep(now, hasher);
+        if self.len() == before {
+            for table in &mut self.tables {
+                if table.evict_one(hasher) {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn sweep(&mut self, now: u64, hasher: &KeyHasher) {
+        let mut last_expiry = None;
+        for table in &mut self.tables {
+            last_expiry = last_expiry.max(table.sweep(now));
+            // `retain` alone keeps a table at its peak size after a flood.
+            table.shrink_if_roomy(hasher);
+        }
+        self.since_sweep = 0;
+        self.kept_by_sweep = self.len();
+        self.sweep_by = last_expiry.map_or(u64::MAX, |last| {
+            last.max(now.saturating_add(MIN_SWEEP_GAP_US))
+        });
     }
 }
 

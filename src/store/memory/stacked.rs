@@ -3,10 +3,12 @@
 
 use std::sync::MutexGuard;
 
-use super::shard::{block_after, count_decision, lock, Shard, Tracked};
+use super::shard::{lock, Shard};
+use super::table::block_after;
 use super::MemoryStore;
 use crate::algorithm::{self, Params, State};
 use crate::decision::Decision;
+use crate::quota::Policy;
 use crate::store::stack::Check;
 
 impl MemoryStore {
@@ -23,9 +25,13 @@ impl MemoryStore {
             return vec![self.check_now(one.key, one.policy, one.cost)];
         }
         let now = self.inner.clock.now();
-        let located: Vec<(String, usize)> = checks
+        let hasher = &self.inner.hasher;
+        let located: Vec<(u64, usize)> = checks
             .iter()
-            .map(|c| self.locate(c.key, c.policy))
+            .map(|c| {
+                let hash = hasher.hash(c.key.as_bytes());
+                (hash, self.shard_index(hash))
+            })
             .collect();
         let mut order: Vec<usize> = located.iter().map(|&(_, shard)| shard).collect();
         order.sort_unstable();
@@ -42,64 +48,58 @@ impl MemoryStore {
         // Which checks were denied by a block already in place.
         let mut by_block = vec![false; checks.len()];
         for (shard_index, shard) in &mut guards {
-            for (i, (check, (map_key, _))) in checks
+            for (i, (check, &(hash, _))) in checks
                 .iter()
                 .zip(&located)
                 .enumerate()
                 .filter(|(_, (_, (_, s)))| s == shard_index)
             {
-                count_decision(shard, now);
-                let algorithm = check.policy.algorithm();
-                let until = shard
-                    .entries
-                    .get(map_key.as_str())
-                    .and_then(|t| t.live_block(algorithm, now));
-                if let Some(until) = until {
-                    by_block[i] = true;
-                    let decision = algorithm::blocked(
-                        check.policy.params(),
-                        now,
-                        until,
-                        u64::from(check.cost),
-                    );
-                    if let Some(d) = decisions.get_mut(i) {
-                        *d = Some(decision);
+                shard.count_decision(now, hasher);
+                let (p, cost) = (check.policy.params(), u64::from(check.cost));
+                let table = shard.table_index(check.policy);
+                let Some(found) = shard.table_at(table) else {
+                    continue;
+                };
+                if let Some(until) = found.live_block(check.key, hash, now) {
+                    if let (Some(b), Some(d)) = (by_block.get_mut(i), decisions.get_mut(i)) {
+                        (*b, *d) = (true, Some(algorithm::blocked(p, now, until, cost)));
                     }
                     continue;
                 }
-                let slot = match pending.iter().position(|p| p.map_key == map_key.as_str()) {
+                let known = pending.iter().position(|q| {
+                    (q.shard, q.table) == (*shard_index, table) && q.key == check.key
+                });
+                let slot = match known {
                     Some(slot) => slot,
                     None => {
-                        let tracked = shard.entries.get(map_key.as_str());
+                        let state = found.live_state(check.key, hash, now);
                         pending.push(Pending {
-                            map_key,
+                            key: check.key,
+                            policy: check.policy,
+                            hash,
                             shard: *shard_index,
-                            state: tracked
-                                .filter(|t| t.is_live(algorithm, now))
-                                .map_or_else(|| State::new(algorithm), |t| t.state.clone()),
-                            params: check.policy.params(),
-                            tracked: tracked.is_some(),
+                            table,
+                            state: state.unwrap_or_else(|| State::new(check.policy.algorithm())),
+                            params: p,
+                            tracked: found.contains(check.key, hash),
                             allowed: false,
                         });
                         pending.len() - 1
                     }
                 };
-                let Some(p) = pending.get_mut(slot) else {
+                let Some(q) = pending.get_mut(slot) else {
                     continue;
                 };
-                if !p.state.is(algorithm) {
-                    // The same name under another algorithm: a key with no history.
-                    p.state = State::new(algorithm);
-                }
-                p.params = check.policy.params();
-                let decision = p.state.check(p.params, now, u64::from(check.cost));
-                p.allowed |= decision.allowed;
+                q.params = p;
+                let decision = q.state.check(p, now, cost);
+                q.allowed |= decision.allowed;
                 if let Some(d) = decisions.get_mut(i) {
                     *d = Some(decision);
                 }
             }
         }
         let mut decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+        let max = self.inner.max_keys_per_shard;
 
         let blocked = checks
             .iter()
@@ -109,42 +109,34 @@ impl MemoryStore {
             // Only what this decision denied starts a block: blocking checks of a policy
             // with `block_for`, on keys not blocked already.
             for (i, check) in checks.iter().enumerate() {
-                let (Some(decision), Some((map_key, shard_index))) =
+                let (Some(decision), Some(&(hash, shard_index))) =
                     (decisions.get_mut(i), located.get(i))
                 else {
                     continue;
                 };
                 let until = block_after(decision, check.policy, now);
-                let (Some(until), true, false) = (until, check.blocking, by_block[i]) else {
+                let already = by_block.get(i).copied().unwrap_or(true);
+                let (Some(until), true, false) = (until, check.blocking, already) else {
                     continue;
                 };
-                if let Some((_, shard)) = guards.iter_mut().find(|(s, _)| s == shard_index) {
-                    self.make_room_for(shard, map_key, now);
-                    let tracked = Tracked::blocked(check.policy.algorithm(), until);
-                    shard.entries.insert(map_key.clone(), tracked);
+                if let Some((_, shard)) = guards.iter_mut().find(|(s, _)| *s == shard_index) {
+                    shard.make_room_for(max, check.policy, check.key, hash, now, hasher);
+                    (shard.table(check.policy)).block(check.key, hash, until, hasher);
                 }
-                *decision =
-                    algorithm::blocked(check.policy.params(), now, until, u64::from(check.cost));
+                let cost = u64::from(check.cost);
+                *decision = algorithm::blocked(check.policy.params(), now, until, cost);
             }
             return decisions;
         }
         // Stored as check_now stores: a tracked key always (its state may have been renewed
         // after expiry), a new key only once allowed.
-        pending.retain(|p| p.tracked || p.allowed);
-        for p in &pending {
-            if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == p.shard) {
-                self.make_room_for(shard, p.map_key, now);
-            }
-        }
-        for p in pending {
-            if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == p.shard) {
-                let expires_at = p.state.expires_at(p.params);
-                let tracked = Tracked {
-                    state: p.state,
-                    expires_at,
-                    blocked_until: None,
-                };
-                shard.entries.insert(p.map_key.to_owned(), tracked);
+        pending.retain(|q| q.tracked || q.allowed);
+        for q in pending {
+            if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == q.shard) {
+                shard.make_room_for(max, q.policy, q.key, q.hash, now, hasher);
+                if let Some(table) = shard.table_at(q.table) {
+                    table.store(q.key, q.hash, q.state, q.params, hasher);
+                }
             }
         }
         decisions
@@ -153,8 +145,13 @@ impl MemoryStore {
 
 /// A state to store if the stacked decision is not blocked.
 struct Pending<'a> {
-    map_key: &'a str,
+    key: &'a str,
+    /// The policy of the first check of this key and table.
+    policy: &'a Policy,
+    hash: u64,
     shard: usize,
+    /// The position of the policy's table in the shard.
+    table: usize,
     state: State,
     params: &'a Params,
     /// Whether the key was tracked when the decision began.

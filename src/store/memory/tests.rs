@@ -3,9 +3,10 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
-use super::shard::{count_decision, lock, shrink_if_roomy, Table, Tracked, MIN_SHRINK_CAPACITY};
+use super::shard::lock;
+use super::table::{KeyHasher, PolicyTable, MIN_SHRINK_CAPACITY};
 use super::*;
-use crate::algorithm::{Algorithm, State};
+use crate::algorithm::Algorithm;
 use crate::clock::ManualClock;
 use crate::quota::Quota;
 use crate::store::stack::Check;
@@ -92,12 +93,7 @@ fn a_rounded_up_interval_makes_a_second_burst_one_period_later_wait_2_us() {
 
 /// Room in every shard's table, in keys.
 fn capacity(store: &MemoryStore) -> usize {
-    store
-        .inner
-        .shards
-        .iter()
-        .map(|s| lock(s).entries.capacity())
-        .sum()
+    store.inner.shards.iter().map(|s| lock(s).capacity()).sum()
 }
 
 #[test]
@@ -117,7 +113,7 @@ fn a_flood_of_keys_gives_its_room_back_once_expired() {
     clock.advance(Duration::from_secs(10));
     let now = store.inner.clock.now();
     for shard in store.inner.shards.iter() {
-        count_decision(&mut lock(shard), now);
+        lock(shard).count_decision(now, &store.inner.hasher);
     }
     assert_eq!(store.len(), 0);
     let after = capacity(&store);
@@ -129,25 +125,39 @@ fn a_flood_of_keys_gives_its_room_back_once_expired() {
 
 #[test]
 fn a_roomy_table_shrinks_to_twice_its_keys_and_then_holds_its_size() {
-    let tracked = || Tracked {
-        state: State::new(Algorithm::Gcra),
-        expires_at: u64::MAX,
-        blocked_until: None,
+    const S: u64 = 1_000_000;
+    let hasher = KeyHasher::default();
+    // One request per second, two at once: a key's state lasts 1 s per request.
+    let quota = Quota::per_second(1).unwrap().burst(2).unwrap();
+    let policy = Policy::new("p", quota, Algorithm::Gcra).unwrap();
+    let mut table = PolicyTable::new(&policy);
+    let check = |table: &mut PolicyTable, key: &str, now: u64| {
+        let hash = hasher.hash(key.as_bytes());
+        assert!(table.check(key, hash, &policy, now, 1, &hasher).allowed);
     };
-    let mut entries: Table = (0..10_000).map(|i| (i.to_string(), tracked())).collect();
-    let full = entries.capacity();
-    entries.retain(|k, _| k.parse::<usize>().unwrap() < 1_000);
-    shrink_if_roomy(&mut entries);
-    let shrunk = entries.capacity();
+    for i in 0..10_000 {
+        check(&mut table, &i.to_string(), S);
+    }
+    let full = table.capacity();
+    // 1,000 keys used again (they now last until 3 s), the rest expire at 2 s.
+    for i in 0..1_000 {
+        check(&mut table, &i.to_string(), 2 * S - 1);
+    }
+    assert_eq!(table.sweep(2 * S), Some(3 * S));
+    assert_eq!(table.len(), 1_000);
+    table.shrink_if_roomy(&hasher);
+    let shrunk = table.capacity();
     assert!(
         (2_000..full / 2).contains(&shrunk),
         "room for {shrunk} keys, was {full}"
     );
     // No thrash: the same keys again change nothing, and twice as many fit without growing.
-    shrink_if_roomy(&mut entries);
-    assert_eq!(entries.capacity(), shrunk);
-    entries.extend((0..1_000).map(|i| (format!("new-{i}"), tracked())));
-    assert_eq!(entries.capacity(), shrunk);
+    table.shrink_if_roomy(&hasher);
+    assert_eq!(table.capacity(), shrunk);
+    for i in 0..1_000 {
+        check(&mut table, &format!("new-{i}"), 2 * S);
+    }
+    assert_eq!(table.capacity(), shrunk);
 }
 
 fn check<'a>(key: &'a str, policy: &'a Policy, blocking: bool) -> Check<'a> {

@@ -1,0 +1,402 @@
+//! [`PolicyTable`]: one policy's clients in one shard of the memory store.
+//!
+//! A table belongs to a policy name and an algorithm, so its slots hold only the client key and
+//! the algorithm's state: 32 bytes for GCRA and the leaky bucket (a key of up to 22 bytes in
+//! place, and the TAT, which is also when the state expires). Lookups hash the client key once,
+//! with the store's seeded hasher, and build nothing: no key is allocated but a new one kept.
+
+use std::sync::Arc;
+
+use foldhash::quality::RandomState;
+use hashbrown::HashTable;
+
+use super::client_key::ClientKey;
+use crate::algorithm::{self, Algorithm, Gcra, Params, State};
+use crate::decision::Decision;
+use crate::quota::Policy;
+
+/// The store's hasher of client keys, seeded at random per store: faster than SipHash, and
+/// clients (who choose their keys) cannot aim at its buckets.
+#[derive(Clone, Default)]
+pub(super) struct KeyHasher(RandomState);
+
+impl KeyHasher {
+    pub(super) fn hash(&self, key: &[u8]) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.0, key)
+    }
+
+    fn of<K>(&self) -> impl Fn(&Slot<K>) -> u64 + '_ {
+        |slot| self.hash(slot.key.as_bytes())
+    }
+}
+
+/// One client's state in a table.
+struct Slot<K> {
+    key: ClientKey,
+    kept: K,
+}
+
+/// The clients of one policy (name and algorithm) in one shard.
+pub(super) struct PolicyTable {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    slots: Slots,
+    /// Blocked clients (`Policy::block_for`, `Store::block`) and until when (µs). A client's
+    /// state is new when its block ends, so a blocked client has no slot meanwhile.
+    blocks: HashTable<Slot<u64>>,
+}
+
+/// The slots of a table, as small as its algorithm's state.
+enum Slots {
+    /// GCRA and the leaky bucket (which runs GCRA's engine): the TAT alone.
+    Gcra(HashTable<Slot<Gcra>>),
+    /// Every other algorithm: its state and when it expires.
+    Other(HashTable<Slot<Tracked>>),
+}
+
+/// Runs `$body` on the typed table inside `$slots`, whichever it is.
+macro_rules! each {
+    ($slots:expr, $table:ident => $body:expr) => {
+        match $slots {
+            Slots::Gcra($table) => $body,
+            Slots::Other($table) => $body,
+        }
+    };
+}
+
+/// An algorithm's state as a slot keeps it.
+trait Kept: Sized {
+    /// The state of a client with no history.
+    fn fresh(algorithm: Algorithm) -> Self;
+    /// From when (µs) the state decides like a fresh one and may be forgotten.
+    fn expiry(&self) -> u64;
+    /// Decides a request of `cost` at `now` in place.
+    fn decide(&mut self, p: &Params, now: u64, cost: u64) -> Decision;
+    /// A copy, as the algorithms' [`State`].
+    fn state(&self, algorithm: Algorithm) -> State;
+    /// Keeps `state` (of the table's algorithm), which expires by `p`.
+    fn keep(state: State, p: &Params) -> Self;
+}
+
+impl Kept for Gcra {
+    fn fresh(_: Algorithm) -> Self {
+        Self::default()
+    }
+
+    fn expiry(&self) -> u64 {
+        self.tat()
+    }
+
+    fn decide(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
+        // As `State::check` decides: a cost of 0 counts as 1.
+        self.check(p, now, cost.max(1))
+    }
+
+    fn state(&self, algorithm: Algorithm) -> State {
+        match algorithm {
+            Algorithm::LeakyBucket => State::LeakyBucket(self.clone()),
+            _ => State::Gcra(self.clone()),
+        }
+    }
+
+    fn keep(state: State, _: &Params) -> Self {
+        match state {
+            State::Gcra(gcra) | State::LeakyBucket(gcra) => gcra,
+            // A table's states are all of its algorithm.
+            _ => Self::default(),
+        }
+    }
+}
+
+/// Any other algorithm's state, and when it expires.
+struct Tracked {
+    state: State,
+    expires_at: u64,
+}
+
+impl Kept for Tracked {
+    fn fresh(algorithm: Algorithm) -> Self {
+        Self {
+            state: State::new(algorithm),
+            expires_at: 0,
+        }
+    }
+
+    fn expiry(&self) -> u64 {
+        self.expires_at
+    }
+
+    fn decide(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
+        let decision = self.state.check(p, now, cost);
+        self.expires_at = self.state.expires_at(p);
+        decision
+    }
+
+    fn state(&self, _: Algorithm) -> State {
+        self.state.clone()
+    }
+
+    fn keep(state: State, p: &Params) -> Self {
+        Self {
+            expires_at: state.expires_at(p),
+            state,
+        }
+    }
+}
+
+impl PolicyTable {
+    pub(super) fn new(policy: &Policy) -> Self {
+        let algorithm = policy.algorithm();
+        Self {
+            name: Arc::clone(policy.shared_name()),
+            algorithm,
+            slots: match algorithm {
+                Algorithm::Gcra | Algorithm::LeakyBucket => Slots::Gcra(HashTable::new()),
+                _ => Slots::Other(HashTable::new()),
+            },
+            blocks: HashTable::new(),
+        }
+    }
+
+    /// Whether this table holds `policy`'s clients: the same name and algorithm. (A policy
+    /// whose algorithm changes on reload starts afresh, as on Redis, where it is another key.)
+    pub(super) fn is_for(&self, policy: &Policy) -> bool {
+        self.algorithm == policy.algorithm()
+            && (Arc::ptr_eq(&self.name, policy.shared_name()) || *self.name == *policy.name())
+    }
+
+    /// Clients tracked: with a state, or blocked.
+    pub(super) fn len(&self) -> usize {
+        each!(&self.slots, t => t.len()) + self.blocks.len()
+    }
+
+    /// Room for this many clients with a state.
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        each!(&self.slots, t => t.capacity())
+    }
+
+    /// Whether `key` has a slot or a block here.
+    pub(super) fn contains(&self, key: &str, hash: u64) -> bool {
+        each!(&self.slots, t => t.find(hash, |s| s.key.is(key)).is_some())
+            || self.blocks.find(hash, |s| s.key.is(key)).is_some()
+    }
+
+    /// Until when `key` is blocked at `now`, if it is.
+    pub(super) fn live_block(&self, key: &str, hash: u64, now: u64) -> Option<u64> {
+        if self.blocks.is_empty() {
+            return None;
+        }
+        let until = self.blocks.find(hash, |s| s.key.is(key))?.kept;
+        (until > now).then_some(until)
+    }
+
+    /// Decides a request of `cost` by `key` under `policy` at `now`, and keeps what changed: a
+    /// tracked key's state always, a new key's once allowed, and a block the denial starts.
+    pub(super) fn check(
+        &mut self,
+        key: &str,
+        hash: u64,
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+        hasher: &KeyHasher,
+    ) -> Decision {
+        let p = policy.params();
+        if let Some(until) = self.live_block(key, hash, now) {
+            return algorithm::blocked(p, now, until, cost);
+        }
+        let algorithm = self.algorithm;
+        let decision =
+            each!(&mut self.slots, t => check_in(t, key, hash, algorithm, p, now, cost, hasher));
+        match block_after(&decision, policy, now) {
+            Some(until) => {
+                self.block(key, hash, until, hasher);
+                algorithm::blocked(p, now, until, cost)
+            }
+            None => decision,
+        }
+    }
+
+    /// A copy of `key`'s state while it decides (not expired, not blocked).
+    pub(super) fn live_state(&self, key: &str, hash: u64, now: u64) -> Option<State> {
+        let algorithm = self.algorithm;
+        each!(&self.slots, t => t
+            .find(hash, |s| s.key.is(key))
+            .filter(|s| s.kept.expiry() > now)
+            .map(|s| s.kept.state(algorithm)))
+    }
+
+    /// Keeps `state` (decided by `p`) as `key`'s.
+    pub(super) fn store(&mut self, key: &str, hash: u64, state: State, p: &Params, h: &KeyHasher) {
+        each!(&mut self.slots, t => store_in(t, key, hash, Kept::keep(state, p), h));
+    }
+
+    /// Runs `f` on `key`'s live state, unblocked, and keeps what it leaves; `None` when there
+    /// is none.
+    pub(super) fn update<R>(
+        &mut self,
+        key: &str,
+        hash: u64,
+        p: &Params,
+        now: u64,
+        f: impl FnOnce(&mut State) -> R,
+    ) -> Option<R> {
+        if self.live_block(key, hash, now).is_some() {
+            return None;
+        }
+        let algorithm = self.algorithm;
+        each!(&mut self.slots, t => {
+            let slot = t.find_mut(hash, |s| s.key.is(key))?;
+            if slot.kept.expiry() <= now {
+                return None;
+            }
+            let mut state = slot.kept.state(algorithm);
+            let result = f(&mut state);
+            slot.kept = Kept::keep(state, p);
+            Some(result)
+        })
+    }
+
+    /// Runs `f` on `key`'s live state (a new one if it has none), and keeps what `f` leaves
+    /// if the key was tracked, or if `f` says to keep it. Blocks are the caller's to check.
+    pub(super) fn decide_with<R>(
+        &mut self,
+        key: &str,
+        hash: u64,
+        p: &Params,
+        now: u64,
+        hasher: &KeyHasher,
+        f: impl FnOnce(&mut State) -> (R, bool),
+    ) -> R {
+        let tracked = each!(&self.slots, t => t.find(hash, |s| s.key.is(key)).is_some());
+        let live = self.live_state(key, hash, now);
+        let mut state = live.unwrap_or_else(|| State::new(self.algorithm));
+        let (result, keep) = f(&mut state);
+        if tracked || keep {
+            self.store(key, hash, state, p, hasher);
+        }
+        result
+    }
+
+    /// Blocks `key` until `until`: its state is forgotten (it starts afresh after the block).
+    pub(super) fn block(&mut self, key: &str, hash: u64, until: u64, hasher: &KeyHasher) {
+        each!(&mut self.slots, t => remove_from(t, key, hash));
+        store_in(&mut self.blocks, key, hash, until, hasher);
+    }
+
+    /// Forgets `key`'s state and block.
+    pub(super) fn remove(&mut self, key: &str, hash: u64) {
+        each!(&mut self.slots, t => remove_from(t, key, hash));
+        remove_from(&mut self.blocks, key, hash);
+    }
+
+    /// Forgets every state and block that has expired at `now`; returns when the last one
+    /// kept expires.
+    pub(super) fn sweep(&mut self, now: u64) -> Option<u64> {
+        let mut last = None;
+        let mut live = |expires_at: u64| {
+            let live = expires_at > now;
+            if live {
+                last = last.max(Some(expires_at));
+            }
+            live
+        };
+        each!(&mut self.slots, t => t.retain(|s| live(s.kept.expiry())));
+        self.blocks.retain(|s| live(s.kept));
+        last
+    }
+
+    /// Gives back the room of a table that holds far fewer clients than it has room for.
+    pub(super) fn shrink_if_roomy(&mut self, hasher: &KeyHasher) {
+        each!(&mut self.slots, t => shrink_if_roomy(t, hasher));
+        shrink_if_roomy(&mut self.blocks, hasher);
+    }
+
+    /// Forgets one client, any; whether there was one.
+    pub(super) fn evict_one(&mut self, hasher: &KeyHasher) -> bool {
+        each!(&mut self.slots, t => evict_one(t, hasher)) || evict_one(&mut self.blocks, hasher)
+    }
+}
+
+/// A table with more than this many times as much room as keys is shrunk, to twice its keys.
+/// In between (a table shrinks below a quarter full and grows when full) it never thrashes.
+pub(super) const SHRINK_WHEN_ROOM_PER_KEY: usize = 4;
+/// Tables with room for fewer keys are left as they are: too small to matter.
+pub(super) const MIN_SHRINK_CAPACITY: usize = 1_024;
+
+/// [`PolicyTable::check`] in a typed table.
+#[allow(clippy::too_many_arguments)]
+fn check_in<K: Kept>(
+    t: &mut HashTable<Slot<K>>,
+    key: &str,
+    hash: u64,
+    algorithm: Algorithm,
+    p: &Params,
+    now: u64,
+    cost: u64,
+    hasher: &KeyHasher,
+) -> Decision {
+    if let Some(slot) = t.find_mut(hash, |s| s.key.is(key)) {
+        // Expired state decides like a new one, and becomes one.
+        if slot.kept.expiry() <= now {
+            slot.kept = K::fresh(algorithm);
+        }
+        return slot.kept.decide(p, now, cost);
+    }
+    let mut kept = K::fresh(algorithm);
+    let decision = kept.decide(p, now, cost);
+    if decision.allowed {
+        let slot = Slot {
+            key: ClientKey::new(key),
+            kept,
+        };
+        t.insert_unique(hash, slot, hasher.of());
+    }
+    decision
+}
+
+fn store_in<K>(t: &mut HashTable<Slot<K>>, key: &str, hash: u64, kept: K, hasher: &KeyHasher) {
+    match t.find_mut(hash, |s| s.key.is(key)) {
+        Some(slot) => slot.kept = kept,
+        None => {
+            let slot = Slot {
+                key: ClientKey::new(key),
+                kept,
+            };
+            t.insert_unique(hash, slot, hasher.of());
+        }
+    }
+}
+
+fn remove_from<K>(t: &mut HashTable<Slot<K>>, key: &str, hash: u64) {
+    if let Ok(found) = t.find_entry(hash, |s| s.key.is(key)) {
+        found.remove();
+    }
+}
+
+fn shrink_if_roomy<K>(t: &mut HashTable<Slot<K>>, hasher: &KeyHasher) {
+    let room = t.capacity();
+    if room > MIN_SHRINK_CAPACITY && room > SHRINK_WHEN_ROOM_PER_KEY * t.len() {
+        t.shrink_to(2 * t.len(), hasher.of());
+    }
+}
+
+fn evict_one<K>(t: &mut HashTable<Slot<K>>, hasher: &KeyHasher) -> bool {
+    let Some(victim) = t.iter().next().map(|s| s.key.clone()) else {
+        return false;
+    };
+    let hash = hasher.hash(victim.as_bytes());
+    if let Ok(found) = t.find_entry(hash, |s| s.key.as_bytes() == victim.as_bytes()) {
+        found.remove();
+    }
+    true
+}
+
+/// When a decision starts a block under `policy` (one with `block_for`, denying what a wait
+/// could allow): until when.
+pub(super) fn block_after(decision: &Decision, policy: &Policy, now: u64) -> Option<u64> {
+    let block_for = policy.block_for_us();
+    let starts = !decision.allowed && block_for > 0 && decision.retry_after.is_some();
+    starts.then(|| now.saturating_add(block_for))
+}
