@@ -218,13 +218,19 @@ fn a_store_that_cannot_decide_counts_store_errors() {
 }
 
 /// Each decision runs in a `rate_limit` span at debug with the rules that applied and the
-/// outcome. (A current-thread runtime and the service called directly, so the subscriber set
-/// for this thread sees every decision.)
-#[tokio::test]
-async fn each_decision_is_traced_with_its_rules_and_outcome() {
+/// outcome. (Alone in a process, with a process-wide debug subscriber.)
+#[test]
+fn each_decision_is_traced_with_its_rules_and_outcome() {
+    support::alone(
+        "metrics::each_decision_is_traced_with_its_rules_and_outcome",
+        || support::block_on(decisions_traced()),
+    );
+}
+
+async fn decisions_traced() {
     use tower::{Layer, ServiceExt};
 
-    let (log, _logging) = support::log::Log::on_this_thread(tracing::Level::DEBUG);
+    let log = support::log::Log::process_wide(tracing::Level::DEBUG);
 
     let layer = RateLimitLayer::builder()
         .key(key::Global)

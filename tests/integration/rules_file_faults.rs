@@ -50,15 +50,6 @@ fn reload_failures() -> f64 {
         .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
-/// Runs `test` on a current-thread runtime.
-fn block_on(test: impl std::future::Future<Output = ()>) {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(test);
-}
-
 const GOOD: &str =
     "[defaults]\nkey = \"global\"\n\n[[rule]]\nname = \"api\"\npath = \"/api\"\nquota = \"2/min\"\n";
 
@@ -116,13 +107,13 @@ fn replace_with(path: &Path, make: impl FnOnce(&Path)) {
 fn a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload() {
     support::alone(
         "rules_file_faults::a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload",
-        || block_on(a_named_pipe()),
+        || support::block_on(a_named_pipe()),
     );
 }
 
 async fn a_named_pipe() {
     let failures = recorder();
-    let log = Log::process_wide();
+    let log = Log::process_wide(tracing::Level::INFO);
     let path = rules_file("fifo", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
     let control = layer.control();
@@ -270,13 +261,13 @@ async fn let_the_watcher_look() {
 fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() {
     support::alone(
         "rules_file_faults::each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged",
-        || block_on(failures_and_recovery()),
+        || support::block_on(failures_and_recovery()),
     );
 }
 
 async fn failures_and_recovery() {
     let failures = recorder();
-    let log = Log::process_wide();
+    let log = Log::process_wide(tracing::Level::INFO);
     let path = rules_file("failures", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
     let control = layer.control();

@@ -26,11 +26,17 @@ fn tollgate_lines(log: &Log) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A current-thread runtime (`tokio::test`'s): the server, the client and the layer's store
-/// calls all run on this thread, so this thread's subscriber sees every line they log.
-#[tokio::test]
-async fn a_sustained_outage_is_logged_once_per_change_of_state() {
-    let (log, _logging) = Log::on_this_thread(tracing::Level::INFO);
+/// Alone in a process, with a process-wide subscriber: every line tollgate logs is seen.
+#[test]
+fn a_sustained_outage_is_logged_once_per_change_of_state() {
+    support::alone(
+        "store_outage_log::a_sustained_outage_is_logged_once_per_change_of_state",
+        || support::block_on(sustained_outage()),
+    );
+}
+
+async fn sustained_outage() {
+    let log = Log::process_wide(tracing::Level::INFO);
     let mut redis = RedisServer::start();
     let layer = RateLimitLayer::builder()
         .quota(Quota::per_second(1000).unwrap())

@@ -37,6 +37,15 @@ pub fn alone(name: &str, body: impl FnOnce()) {
     );
 }
 
+/// Runs `test` on a current-thread runtime: for a test run [`alone`], whose body is not async.
+pub fn block_on(test: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(test);
+}
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
