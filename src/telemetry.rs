@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use crate::quota::Policy;
-
 /// What became of one request under one rule, the `outcome` label of
 /// `tollgate_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +33,72 @@ impl Outcome {
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const NO_RULE: &str = "*";
 
-/// Counts one request's outcome under the rule of `policy`. The label shares the policy's
-/// name: counting allocates nothing.
+/// A policy as `tollgate_requests_total` counts it: the `rule` label, and the keys made of it
+/// (see [`RequestKeys`]).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) trait Metered {
+    /// The rule's name, shared (a label without a copy).
+    fn rule(&self) -> &Arc<str>;
+    /// Its keys of `tollgate_requests_total`.
+    fn request_keys(&self) -> &RequestKeys;
+}
+
+/// Counts one request's outcome under the rule of `policy`.
+///
+/// The counter's key (name and labels) is made once per policy and outcome, and kept in the
+/// policy (see [`RequestKeys`]): counting builds no list of labels and hashes nothing. The
+/// recorder is still asked on every count, so one installed after the first request counts too.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn request(policy: &Policy, outcome: Outcome) {
+pub(crate) fn request(policy: &impl Metered, outcome: Outcome) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(
-        "tollgate_requests_total",
-        "rule" => Arc::clone(policy.shared_name()),
-        "outcome" => outcome.as_str()
-    )
-    .increment(1);
+    {
+        static METADATA: metrics::Metadata<'static> =
+            metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+        let key = policy.request_keys().key(policy.rule(), outcome);
+        metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+    }
+}
+
+/// A policy's keys of `tollgate_requests_total`, one per outcome, each made on its first use
+/// and shared by the policy's clones (and a rule's tiers). Not part of what makes two policies
+/// equal.
+#[derive(Clone, Default)]
+pub(crate) struct RequestKeys {
+    #[cfg(feature = "metrics")]
+    keys: Arc<[std::sync::OnceLock<metrics::Key>; OUTCOMES]>,
+}
+
+/// How many [`Outcome`]s there are.
+#[cfg(feature = "metrics")]
+const OUTCOMES: usize = 5;
+
+impl RequestKeys {
+    /// The key of `outcome`'s count under the rule named `rule` (whose keys these are).
+    #[cfg(feature = "metrics")]
+    fn key(&self, rule: &Arc<str>, outcome: Outcome) -> &metrics::Key {
+        let index = (outcome as usize).min(OUTCOMES - 1);
+        self.keys[index].get_or_init(|| {
+            let labels = vec![
+                metrics::Label::new("rule", Arc::clone(rule)),
+                metrics::Label::new("outcome", outcome.as_str()),
+            ];
+            metrics::Key::from_parts("tollgate_requests_total", labels)
+        })
+    }
+}
+
+impl PartialEq for RequestKeys {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for RequestKeys {}
+
+impl std::fmt::Debug for RequestKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestKeys").finish_non_exhaustive()
+    }
 }
 
 /// Counts one request skipped before any rule was matched (rule `*`).

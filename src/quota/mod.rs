@@ -9,6 +9,7 @@ use crate::algorithm::{Algorithm, Params};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
 use crate::response;
+use crate::telemetry::{Metered, RequestKeys};
 
 mod parse;
 pub(crate) use parse::parse_period;
@@ -218,6 +219,8 @@ pub struct Policy {
     lease: Option<Lease>,
     /// Its item of the `RateLimit-Policy` header, written once (see `crate::response`).
     header_item: HeaderValue,
+    /// Its keys of `tollgate_requests_total`, made once (see `crate::telemetry`).
+    request_keys: RequestKeys,
 }
 
 impl Policy {
@@ -261,6 +264,7 @@ impl Policy {
             algorithm,
             block_for_us: 0,
             lease: None,
+            request_keys: RequestKeys::default(),
         }
     }
 
@@ -340,10 +344,19 @@ impl Policy {
         &self.name
     }
 
-    /// The name, shared (a metrics label without a copy).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    /// The name, shared (a metrics label, a memory store's table, without a copy).
     pub(crate) fn shared_name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// This policy counted in `tollgate_requests_total` with the keys of `rule` (of the same
+    /// name: a rule's tier), so that a tier made for a request does not make its keys anew.
+    #[must_use]
+    pub(crate) fn counted_as(mut self, rule: &Policy) -> Self {
+        if self.name == rule.name {
+            self.request_keys = rule.request_keys.clone();
+        }
+        self
     }
 
     /// The quota.
@@ -359,6 +372,16 @@ impl Policy {
     /// The quota in the integer microseconds the algorithms compute with.
     pub(crate) fn params(&self) -> &Params {
         &self.params
+    }
+}
+
+impl Metered for Policy {
+    fn rule(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn request_keys(&self) -> &RequestKeys {
+        &self.request_keys
     }
 }
 

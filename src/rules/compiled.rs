@@ -232,7 +232,8 @@ impl CompiledRule {
         let policy = match &self.delay {
             Some(queue) => queue.policy(self.policy.name(), quota),
             None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
-        }?;
+        }?
+        .counted_as(&self.policy);
         // A tier blocks and leases as the rule does.
         let policy = match self.policy.blocks_for() {
             Some(block_for) => policy.block_for(block_for),

@@ -58,6 +58,7 @@ fn app(layer: RateLimitLayer) -> Router {
     Router::new()
         .route("/api", get(|| async { "api" }))
         .route("/shadow", get(|| async { "shadow" }))
+        .route("/tier", get(|| async { "tier" }))
         .route("/health", get(|| async { "ok" }))
         .layer(layer)
 }
@@ -77,6 +78,13 @@ fn memory_store_counts_each_outcome_per_rule() {
                     .path("/shadow")
                     .mode(Mode::Shadow),
             )
+            .rule({
+                // Every client in a tier of 2 a minute: each request's policy is made anew.
+                let tier = Quota::per_minute(2).unwrap();
+                Rule::new("m_tier", Quota::per_minute(100).unwrap())
+                    .path("/tier")
+                    .quota_for(move |_| Some(tier))
+            })
             .skip(Skip::new().path("/health"))
             .build()
             .unwrap();
@@ -99,12 +107,20 @@ fn memory_store_counts_each_outcome_per_rule() {
                 200
             );
         }
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(get_status(&client, format!("http://{addr}/tier")).await);
+        }
+        assert_eq!(statuses, [200, 200, 429]);
 
         assert_eq!(metrics.requests("m_api", "allowed"), 3.0);
         assert_eq!(metrics.requests("m_api", "denied"), 2.0);
         assert_eq!(metrics.requests("m_shadow", "allowed"), 1.0);
         assert_eq!(metrics.requests("m_shadow", "shadow_denied"), 2.0);
         assert_eq!(metrics.requests("*", "skipped"), 2.0);
+        // A tier's requests count under its rule.
+        assert_eq!(metrics.requests("m_tier", "allowed"), 2.0);
+        assert_eq!(metrics.requests("m_tier", "denied"), 1.0);
         // The second denial of each rule was answered from the cache of denials; the other six
         // decisions were the memory store's, made at once and not timed (only calls that wait
         // are: see the Redis tests below).
