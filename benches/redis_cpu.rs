@@ -7,12 +7,15 @@
 //! trip's waiting and redis-server's own work (another process) are not counted, and neither is
 //! the time other processes on a shared machine hold the cores.
 //!
-//! Three ways of deciding, each at 1, 8 and 64 requests in flight (tasks on a two-worker tokio
+//! Four ways of deciding, each at 1, 8 and 64 requests in flight (tasks on a two-worker tokio
 //! runtime, each sending its next request when its last one is answered):
 //!
 //! - `bare redis-rs`: one multiplexed connection taken from the pool once per task, and per
 //!   decision `EVALSHA <sha> 1 <key> <limit> <period> <burst> <interval> 1 ""`, the reply read
 //!   as `Vec<i64>`; the keys are written before measuring;
+//! - the same inside `tokio::time::timeout` of 50 ms, as the layer bounds every store call (a
+//!   pending timer makes the runtime park with a timeout, which the kernel arms for each park:
+//!   on this VM that is most of what a timeout costs);
 //! - `RedisStore::check`: tollgate's store through the [`Store`] trait, the call a user's own
 //!   code makes, with the same keys, script and arguments;
 //! - `RateLimitLayer`: a whole request through the layer on that store (the cache of denials,
@@ -49,10 +52,10 @@ const DECISIONS: [usize; 3] = [4_000, 12_000, 20_000];
 const ROUNDS: usize = 5;
 /// Distinct clients, taken in turn.
 const KEYS: usize = 10_000;
-/// A quota no run exhausts, so every decision is an allow that writes.
 /// The service behind the layer: answers at once, so what is measured is the layer and the store.
 type TrivialService = fn(Request<()>) -> std::future::Ready<Result<Response<Body>, Infallible>>;
 
+/// A quota no run exhausts, so every decision is an allow that writes.
 fn quota() -> Quota {
     Quota::per_second(1_000_000).expect("a valid quota")
 }
@@ -136,30 +139,37 @@ async fn run(url: &str) {
     });
     let layered = Arc::new(Layered::new(store.clone(), &clients));
 
+    let timed = Arc::new(Timed(Arc::clone(&bare)));
+
     println!(
         "| requests in flight | bare redis-rs `EVALSHA` | `RedisStore::check` | ratio | \
-         `RateLimitLayer` on `RedisStore` | ratio |"
+         bare, in a 50 ms timeout | `RateLimitLayer` on `RedisStore` | ratio | \
+         ratio to the timed bare |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (&concurrency, &decisions) in CONCURRENCY.iter().zip(&DECISIONS) {
         // One unmeasured run of each first: connections made, caches warm.
         measure(&pool, &bare, concurrency, decisions / 4).await;
         measure(&pool, &checked, concurrency, decisions / 4).await;
+        measure(&pool, &timed, concurrency, decisions / 4).await;
         measure(&pool, &layered, concurrency, decisions / 4).await;
-        let (mut b, mut c, mut l) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut b, mut c, mut t, mut l) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             b.push(measure(&pool, &bare, concurrency, decisions).await);
             c.push(measure(&pool, &checked, concurrency, decisions).await);
+            t.push(measure(&pool, &timed, concurrency, decisions).await);
             l.push(measure(&pool, &layered, concurrency, decisions).await);
         }
-        let (b, c, l) = (median(b), median(c), median(l));
+        let (b, c, t, l) = (median(b), median(c), median(t), median(l));
         println!(
-            "| {concurrency} | {} | {} | {:.2}× | {} | {:.2}× |",
+            "| {concurrency} | {} | {} | {:.2}× | {} | {} | {:.2}× | {:.2}× |",
             b.show(),
             c.show(),
             c.cpu_us / b.cpu_us,
+            t.show(),
             l.show(),
-            l.cpu_us / b.cpu_us
+            l.cpu_us / b.cpu_us,
+            l.cpu_us / t.cpu_us
         );
     }
     println!();
@@ -255,6 +265,16 @@ impl Way for Bare {
     }
 }
 
+/// The floor with the layer's store timeout around it.
+struct Timed(Arc<Bare>);
+
+impl Way for Timed {
+    async fn decide(&self, i: usize, conn: &mut MultiplexedConnection) {
+        let decided = tokio::time::timeout(Duration::from_millis(50), self.0.decide(i, conn));
+        decided.await.expect("within the timeout");
+    }
+}
+
 /// tollgate's store, through the `Store` trait.
 struct Checked {
     store: RedisStore,
@@ -270,11 +290,7 @@ impl Way for Checked {
 }
 
 /// A trivial service behind tollgate's layer on the Redis store.
-type Limited = tollgate::RateLimit<
-    tower::util::ServiceFn<
-        fn(Request<()>) -> std::future::Ready<Result<Response<Body>, Infallible>>,
-    >,
->;
+type Limited = tollgate::RateLimit<tower::util::ServiceFn<TrivialService>>;
 
 struct Layered {
     service: Limited,
