@@ -27,9 +27,22 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> u64 {
-        static WALL: LazyLock<Anchored> = LazyLock::new(Anchored::new);
-        WALL.now()
+        COUNTER.now()
     }
+}
+
+/// The counter every clock of this process reads.
+static COUNTER: LazyLock<Anchored> = LazyLock::new(Anchored::new);
+
+/// Nanoseconds since this process first read a clock here: monotonic, and as cheap as
+/// [`SystemClock`] (no wall clock in it). For timing, and for caches that need no wall time.
+pub(crate) fn monotonic_nanos() -> u64 {
+    COUNTER.counted_nanos()
+}
+
+/// [`monotonic_nanos`] in µs.
+pub(crate) fn monotonic_micros() -> u64 {
+    monotonic_nanos() / 1_000
 }
 
 /// How often (µs of the counter) the counter is anchored to the wall clock again.
@@ -60,8 +73,12 @@ impl Anchored {
         anchored
     }
 
+    fn counted_nanos(&self) -> u64 {
+        self.counter.delta_as_nanos(self.start, self.counter.raw())
+    }
+
     fn now(&self) -> u64 {
-        let counted = self.counter.delta_as_nanos(self.start, self.counter.raw()) / 1_000;
+        let counted = self.counted_nanos() / 1_000;
         if counted >= self.next_anchor.load(Ordering::Relaxed) {
             return self.anchor(counted);
         }

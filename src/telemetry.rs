@@ -112,11 +112,33 @@ pub(crate) fn skipped() {
     .increment(1);
 }
 
-/// Records how long one call to the store took (answered or failed).
-#[cfg(feature = "metrics")]
-pub(crate) fn store_duration(store: &Arc<str>, seconds: f64) {
-    metrics::histogram!("tollgate_store_duration_seconds", "store" => Arc::clone(store))
-        .record(seconds);
+/// A store's key of `tollgate_store_duration_seconds`, made on its first use (as
+/// [`RequestKeys`] are, and for the same reason).
+#[derive(Default)]
+pub(crate) struct DurationKey {
+    #[cfg(feature = "metrics")]
+    key: std::sync::OnceLock<metrics::Key>,
+}
+
+impl DurationKey {
+    /// Records how long one call to the store labelled `store` took (answered or failed).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn record(&self, store: &Arc<str>, seconds: f64) {
+        static METADATA: metrics::Metadata<'static> =
+            metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+        let key = self.key.get_or_init(|| {
+            let labels = vec![metrics::Label::new("store", Arc::clone(store))];
+            metrics::Key::from_parts("tollgate_store_duration_seconds", labels)
+        });
+        metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA))
+            .record(seconds);
+    }
+}
+
+impl std::fmt::Debug for DurationKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurationKey").finish_non_exhaustive()
+    }
 }
 
 /// Sets whether the store's circuit breaker is open (1) or closed (0).

@@ -13,7 +13,7 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use foldhash::quality::RandomState;
 
@@ -63,7 +63,6 @@ pub(crate) struct DenialCache<S> {
     shards: Box<[Mutex<HashMap<u64, Denial, RandomState>>]>,
     per_shard: usize,
     hasher: RandomState,
-    epoch: Instant,
     hits: AtomicU64,
     /// When the latest-ending denial ever cached ends (see `now`). Until then a request may be
     /// covered; after it, none is, and a request skips the lookup.
@@ -102,7 +101,6 @@ impl<S: StoreExt> DenialCache<S> {
                 .collect(),
             per_shard: capacity.div_ceil(SHARDS),
             hasher: RandomState::default(),
-            epoch: Instant::now(),
             hits: AtomicU64::new(0),
             running_until: AtomicU64::new(0),
         }
@@ -125,7 +123,7 @@ impl<S: StoreExt> DenialCache<S> {
     fn now(&self) -> u64 {
         match self.inner.clock() {
             Some(clock) => clock.now(),
-            None => u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX),
+            None => crate::clock::monotonic_micros(),
         }
     }
 

@@ -48,6 +48,9 @@ pub(crate) struct Resilient<S> {
     hook: Option<ErrorHook>,
     /// The `store` label of its metrics.
     label: Arc<str>,
+    /// Its key of `tollgate_store_duration_seconds`.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    duration_key: telemetry::DurationKey,
     /// The breaker state last reported to the `tollgate_circuit_open` gauge: 0 closed,
     /// 1 open, [`NOT_REPORTED`] before the first call.
     reported_open: AtomicU8,
@@ -69,6 +72,7 @@ impl<S: StoreExt> Resilient<S> {
             error_log: QuietLog::new(Duration::from_secs(10)),
             hook: None,
             label,
+            duration_key: telemetry::DurationKey::default(),
             reported_open: AtomicU8::new(NOT_REPORTED),
         }
     }
@@ -124,10 +128,13 @@ impl<S: StoreExt> Resilient<S> {
             return Err(StoreError::CircuitOpen);
         };
         #[cfg(feature = "metrics")]
-        let started = std::time::Instant::now();
+        let started = crate::clock::monotonic_nanos();
         let result = within(self.timeout, make).await;
         #[cfg(feature = "metrics")]
-        telemetry::store_duration(&self.label, started.elapsed().as_secs_f64());
+        {
+            let nanos = crate::clock::monotonic_nanos().saturating_sub(started);
+            (self.duration_key).record(&self.label, nanos as f64 / 1e9);
+        }
         let reached = result
             .as_ref()
             .map_or_else(|e| !e.is_store_failure(), |_| true);

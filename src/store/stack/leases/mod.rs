@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Check, Grant, StoreExt};
 use crate::clock::Clock;
@@ -69,7 +69,6 @@ pub(crate) struct Leases<S> {
 /// What refill and return tasks need.
 struct Shared<S> {
     inner: S,
-    epoch: Instant,
     lifetime: Duration,
 }
 
@@ -78,7 +77,7 @@ impl<S: StoreExt> Shared<S> {
     fn now(&self) -> u64 {
         match self.inner.clock() {
             Some(clock) => clock.now(),
-            None => u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX),
+            None => crate::clock::monotonic_micros(),
         }
     }
 
@@ -101,7 +100,6 @@ impl<S: StoreExt> Leases<S> {
         Self {
             shared: Arc::new(Shared {
                 inner,
-                epoch: Instant::now(),
                 lifetime: DEFAULT_LIFETIME,
             }),
             entries: Mutex::new(HashMap::new()),

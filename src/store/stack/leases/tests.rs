@@ -1,6 +1,7 @@
 //! The leases' own tests, over a memory store that counts its calls.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use super::*;
 use crate::lease::Lease;
