@@ -165,7 +165,9 @@ where
                     count,
                 } => {
                     let mut response = ready!(future.poll(cx))?;
-                    std::mem::take(headers).write_into(response.headers_mut());
+                    if !headers.is_empty() {
+                        std::mem::take(headers).write_into(response.headers_mut());
+                    }
                     // Started here, in the poll that has the response: nothing between the
                     // response and the count can be cancelled.
                     if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {

@@ -94,6 +94,11 @@ pub(crate) struct Headers {
 }
 
 impl Headers {
+    /// Whether there are none (the style `none`, a store that failed open).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.policy.is_none() && self.current.is_none() && self.legacy.is_none()
+    }
+
     /// Sets them on a response, replacing headers of the same name.
     pub(crate) fn write_into(self, h: &mut HeaderMap) {
         self.each(|name, value| {
@@ -214,6 +219,9 @@ pub(crate) fn rate_limit_headers<P: Named>(
     checks: &[(&P, Decision)],
 ) -> Headers {
     let mut h = Headers::default();
+    if style == HeaderStyle::None {
+        return h;
+    }
     let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
         return h;
     };

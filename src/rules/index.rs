@@ -24,12 +24,17 @@ pub(crate) struct RouteIndex {
     prefix: HashMap<String, Vec<usize>, RandomState>,
     /// Routes for any path.
     any: Vec<usize>,
+    /// Whether every route is for any path and any method (e.g. one global rule): each
+    /// request then takes all of them, in order, with nothing to look up.
+    takes_all: bool,
 }
 
 impl RouteIndex {
     pub(crate) fn new<'a>(routes: impl IntoIterator<Item = &'a Route>) -> Self {
         let mut index = Self::default();
+        let mut any_method = true;
         for (position, route) in routes.into_iter().enumerate() {
+            any_method &= route.any_method();
             match route.path() {
                 PathPattern::Any => &mut index.any,
                 PathPattern::Exact(path) => index.exact.entry(path.clone()).or_default(),
@@ -37,6 +42,7 @@ impl RouteIndex {
             }
             .push(position);
         }
+        index.takes_all = any_method && index.exact.is_empty() && index.prefix.is_empty();
         index
     }
 
@@ -55,9 +61,9 @@ impl RouteIndex {
         route: impl Fn(usize) -> &'r Route,
         parts: &Parts,
     ) -> Positions {
-        if self.any.is_empty() && self.exact.is_empty() && self.prefix.is_empty() {
-            // No routes (e.g. no skips): nothing to read of the request.
-            return Positions::new();
+        if self.takes_all {
+            // Also no routes at all (e.g. no skips): nothing to read of the request.
+            return Positions::from_slice(&self.any);
         }
         let mut found = self.by_path(parts.uri.path());
         let head_has_own_route =

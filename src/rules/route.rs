@@ -75,6 +75,11 @@ impl Route {
         &self.path
     }
 
+    /// Whether the route takes every method (it lists none).
+    pub(crate) fn any_method(&self) -> bool {
+        self.methods.is_empty()
+    }
+
     /// Whether the route names `method` itself.
     pub(crate) fn lists(&self, method: &Method) -> bool {
         self.methods.contains(method)
