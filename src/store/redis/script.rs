@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use deadpool_redis::redis::aio::ConnectionLike;
-use deadpool_redis::redis::{self, Script, ToRedisArgs};
+use deadpool_redis::redis::{self, Script};
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -88,11 +88,9 @@ impl Scripts {
             p.burst,
             p.interval,
         ];
-        Call {
-            script: &self.lease,
-            keys: vec![key],
-            args: (&numbers[..], op, a, b, now).to_redis_args(),
-        }
+        let mut command = evalsha(&self.lease, &[key]);
+        command.arg(&numbers[..]).arg(op).arg(a).arg(b).arg(now);
+        Call::new(&self.lease, command)
     }
 
     /// The call that decides one request of `cost` for the state at `key` under `policy`;
@@ -117,20 +115,18 @@ impl Scripts {
             p.interval,
             u64::from(cost.max(1)),
         ];
-        let mut args = (&numbers[..], now).to_redis_args();
+        // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
+        let script = &self.single[algorithm_index(policy.algorithm())];
+        let mut command = evalsha(script, &[key]);
+        command.arg(&numbers[..]).arg(now);
         if dry {
             // ARGV[7]: a dry run, which sets no block.
-            args.push(b"1".to_vec());
+            command.arg("1");
         } else if policy.block_for_us() > 0 {
             // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block.
-            args.extend(("0", policy.block_for_us()).to_redis_args());
+            command.arg("0").arg(policy.block_for_us());
         }
-        Call {
-            // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
-            script: &self.single[algorithm_index(policy.algorithm())],
-            keys: vec![key],
-            args,
-        }
+        Call::new(script, command)
     }
 
     /// The call that decides `checks` (whose state keys are `keys`) in one stacked script.
@@ -156,15 +152,12 @@ impl Scripts {
                 c.policy.block_for_us(),
             ]);
         }
-        let mut args = (now, &numbers[..]).to_redis_args();
+        let mut command = evalsha(&self.stacked, &keys);
+        command.arg(now).arg(&numbers[..]);
         if dry {
-            args.push(b"dry".to_vec());
+            command.arg("dry");
         }
-        Call {
-            script: &self.stacked,
-            keys,
-            args,
-        }
+        Call::new(&self.stacked, command)
     }
 
     /// The call that acts on the state at `key` under `policy` (see `lua/control.lua`).
@@ -189,11 +182,9 @@ impl Scripts {
             p.interval,
             amount,
         ];
-        Call {
-            script: &self.control,
-            keys: vec![key],
-            args: (op, &numbers[..], now).to_redis_args(),
-        }
+        let mut command = evalsha(&self.control, &[key]);
+        command.arg(op).arg(&numbers[..]).arg(now);
+        Call::new(&self.control, command)
     }
 }
 
@@ -218,11 +209,26 @@ impl Control {
 /// One script call, ready to run on any connection.
 pub(crate) struct Call<'a> {
     script: &'a LuaScript,
-    keys: Vec<String>,
-    args: Vec<Vec<u8>>,
+    /// `EVALSHA <sha> <number of keys> <keys…> <arguments…>`, written once: every argument
+    /// goes straight into the command's buffer (a list of byte vectors cost an allocation each).
+    command: redis::Cmd,
 }
 
-impl Call<'_> {
+/// The start of a call of `script` on `keys`: `EVALSHA <sha> <number of keys> <keys…>`.
+fn evalsha(script: &LuaScript, keys: &[String]) -> redis::Cmd {
+    let mut command = redis::cmd("EVALSHA");
+    command.arg(&script.sha).arg(keys.len());
+    for key in keys {
+        command.arg(key.as_str());
+    }
+    command
+}
+
+impl<'a> Call<'a> {
+    fn new(script: &'a LuaScript, command: redis::Cmd) -> Self {
+        Self { script, command }
+    }
+
     /// `EVALSHA`; on `NOSCRIPT` (a restart, failover or `SCRIPT FLUSH` emptied the script
     /// cache of the node that holds the keys), `EVAL` with the source, which runs it and caches
     /// it again in one round trip and, unlike `SCRIPT LOAD` + `EVALSHA`, cannot race with
@@ -231,24 +237,25 @@ impl Call<'_> {
         &self,
         connection: &mut C,
     ) -> redis::RedisResult<Vec<i64>> {
-        let call = |command: &str, script: &str| {
-            let mut cmd = redis::cmd(command);
-            cmd.arg(script)
-                .arg(self.keys.len())
-                .arg(&self.keys)
-                .arg(&self.args);
-            cmd
-        };
-        match call("EVALSHA", &self.script.sha)
-            .query_async(connection)
-            .await
-        {
+        match self.command.query_async(connection).await {
             // Boxed, as it is rare: the common path's future keeps no room for it.
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                Box::pin(call("EVAL", self.script.source).query_async(connection)).await
+                Box::pin(self.eval().query_async(connection)).await
             }
             result => result,
         }
+    }
+
+    /// The same call as `EVAL <source> …`: everything after the SHA as it is.
+    fn eval(&self) -> redis::Cmd {
+        let mut command = redis::cmd("EVAL");
+        command.arg(self.script.source);
+        for arg in self.command.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                command.arg(bytes);
+            }
+        }
+        command
     }
 }
 
