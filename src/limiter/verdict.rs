@@ -253,7 +253,16 @@ impl Limiter {
 }
 
 /// The `rate_limit` debug span of one request's decision, naming its rules.
+///
+/// No span at all (not even a disabled one) unless some subscriber takes debug spans: making,
+/// entering and leaving a disabled span cost a few hundred instructions a request (with
+/// tracing's `log` feature, which axum turns on, each also asks `log` whether to write it).
 fn decision_span(pending: &Pending) -> tracing::Span {
+    use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+    let debug = tracing::Level::DEBUG;
+    if debug > STATIC_MAX_LEVEL || debug > LevelFilter::current() {
+        return tracing::Span::none();
+    }
     let span = tracing::debug_span!(
         target: "tollgate",
         "rate_limit",
