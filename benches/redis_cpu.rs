@@ -1,4 +1,4 @@
-//! Run with `cargo bench --bench redis_cpu` (about a minute). Prints one Markdown table.
+//! Run with `cargo bench --bench redis_cpu` (about half a minute). Prints one Markdown table.
 //!
 //! What a decision on the Redis path costs the app's CPU, against the floor of any Redis rate
 //! limiter: a bare redis-rs client sending the same script with `EVALSHA` through the same

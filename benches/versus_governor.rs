@@ -1,4 +1,4 @@
-//! Run with `cargo bench --bench versus_governor` (about four minutes on 2 idle cores).
+//! Run with `cargo bench --bench versus_governor` (about two minutes on 2 cores).
 //!
 //! tollgate side by side with `governor` and `tower_governor`, like for like, in one run:
 //!
