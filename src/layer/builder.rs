@@ -205,7 +205,7 @@ impl RateLimitLayerBuilder {
     /// nothing, and other instances can only move the end later) and bounded (100,000
     /// denials). A reset, block or refund through [`Control`](super::Control) drops this
     /// instance's cached denial of that client; other instances ask the store again within
-    /// 5 s.
+    /// 5 s. The memory store needs no cache (it answers a denied client as fast) and has none.
     pub fn denial_cache(mut self, enabled: bool) -> Self {
         self.denial_cache = if enabled { DENIAL_CACHE_CAPACITY } else { 0 };
         self

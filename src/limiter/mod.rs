@@ -19,7 +19,7 @@ use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, HeaderStyle};
-use crate::rules::{CompiledRule, RuleSet, RuleSource};
+use crate::rules::{CompiledRule, InForce, RuleSource};
 use crate::store::stack::Stack;
 use crate::store::OnStoreError;
 use crate::telemetry::{self, Outcome};
@@ -75,51 +75,32 @@ pub(crate) struct Limiter {
 }
 
 /// What `call` does with a request before anything async happens.
-pub(crate) enum Plan {
+pub(crate) enum Plan<'a> {
     /// Call the inner service without limiting.
     Pass,
     /// Answer at once (no key, bad cost).
     Respond(Response<Full<Bytes>>),
     /// Ask the store.
-    Check(Pending),
+    Check(Pending<'a>),
 }
 
 /// The limits one request must pass.
-pub(crate) struct Pending {
-    rules: InForce,
+pub(crate) struct Pending<'a> {
+    rules: InForce<'a>,
     /// Most requests meet one rule: no list is allocated for it.
     checks: SmallVec<[Planned; 1]>,
     grpc: bool,
 }
 
-/// The rules a request is planned by. While it is decided in `call`, a guard of the rules in
-/// force (no reference count touched: a count every core writes on every request would move
-/// its cache line between them); owned once the request waits for a store.
-enum InForce {
-    Guarded(arc_swap::Guard<Arc<RuleSet>>),
-    Owned(Arc<RuleSet>),
-}
-
-impl std::ops::Deref for InForce {
-    type Target = RuleSet;
-
-    fn deref(&self) -> &RuleSet {
-        match self {
-            InForce::Guarded(guard) => guard,
-            InForce::Owned(rules) => rules,
-        }
-    }
-}
-
-impl Pending {
+impl Pending<'_> {
     /// The same checks, holding their rules themselves: for a request that waits for a store
-    /// (no guard is held across an await).
-    pub(crate) fn owned(self) -> Self {
-        let rules = match self.rules {
-            InForce::Guarded(guard) => InForce::Owned(arc_swap::Guard::into_inner(guard)),
-            owned => owned,
-        };
-        Self { rules, ..self }
+    /// (no guard or borrow is held across an await).
+    pub(crate) fn owned(self) -> Pending<'static> {
+        Pending {
+            rules: self.rules.owned(),
+            checks: self.checks,
+            grpc: self.grpc,
+        }
     }
 
     /// Whether a rule of this request has `count_status`.
@@ -187,12 +168,12 @@ pub(crate) fn is_grpc(parts: &Parts) -> bool {
 }
 
 impl Limiter {
-    pub(crate) fn plan(&self, parts: &Parts) -> Plan {
+    pub(crate) fn plan(&self, parts: &Parts) -> Plan<'_> {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             telemetry::skipped();
             return Plan::Pass;
         }
-        let rules = self.rules.guard();
+        let rules = self.rules.in_force();
         if rules.skips(parts) {
             telemetry::skipped();
             return Plan::Pass;
@@ -236,7 +217,7 @@ impl Limiter {
             return Plan::Pass;
         }
         Plan::Check(Pending {
-            rules: InForce::Guarded(rules),
+            rules,
             checks,
             grpc,
         })

@@ -15,7 +15,7 @@ use super::count::Counter;
 use super::{Limiter, Pending, Planned};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::response::{self, Headers};
+use crate::response::{self, HeaderStyle, Headers};
 use crate::rules::Mode;
 use crate::store::stack::{Check, StoreExt};
 use crate::store::{OnStoreError, Store};
@@ -38,12 +38,16 @@ pub(crate) enum Verdict {
 impl Limiter {
     /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
-    pub(crate) fn decide_ready(&self, pending: &Pending) -> Option<Verdict> {
+    pub(crate) fn decide_ready(&self, pending: &Pending<'_>) -> Option<Verdict> {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
         if pending.counts_later() {
             return None;
+        }
+        if !traced() {
+            let ready = (self.store).check_ready(&one.key, pending.policy(one), one.cost)?;
+            return Some(self.verdict(pending, [ready]));
         }
         let span = decision_span(pending);
         let ready = span.in_scope(|| {
@@ -55,7 +59,7 @@ impl Limiter {
         Some(verdict)
     }
 
-    pub(crate) async fn decide(self: Arc<Self>, pending: Pending) -> Verdict {
+    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>) -> Verdict {
         let span = decision_span(&pending);
         let counts_later = pending.counts_later();
         let asked = async {
@@ -83,7 +87,7 @@ impl Limiter {
     /// quotas are peeked, consuming nothing (the request is counted once its response is
     /// known). If one of them denies, the other rules are peeked too, so that nothing is
     /// consumed from any; else the other rules are checked, together, as usual.
-    async fn ask_store_peeking(&self, pending: &Pending) -> Verdict {
+    async fn ask_store_peeking(&self, pending: &Pending<'_>) -> Verdict {
         let rules = pending.rules.rules();
         let counted = |c: &Planned| rules[c.rule].count_status.is_some();
         let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
@@ -141,7 +145,7 @@ impl Limiter {
     }
 
     /// Asks the store about every check and turns its answer into a verdict.
-    async fn ask_store(&self, pending: &Pending) -> Verdict {
+    async fn ask_store(&self, pending: &Pending<'_>) -> Verdict {
         let decided = match pending.checks.as_slice() {
             // One limit, the common case: no list of checks to build.
             [one] => self
@@ -185,11 +189,17 @@ impl Limiter {
     }
 
     /// The response (or headers and wait) from the store's decisions, one per check.
-    fn verdict(&self, pending: &Pending, decisions: impl IntoIterator<Item = Decision>) -> Verdict {
+    fn verdict(
+        &self,
+        pending: &Pending<'_>,
+        decisions: impl IntoIterator<Item = Decision>,
+    ) -> Verdict {
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
-        let mut seen: SmallVec<[_; 1]> = SmallVec::with_capacity(pending.checks.len());
+        // What the headers report: nothing to collect when there are none.
+        let headed = self.headers != HeaderStyle::None;
+        let mut seen: SmallVec<[_; 1]> = SmallVec::new();
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
             let decision = match &rule.delay {
@@ -214,9 +224,14 @@ impl Limiter {
                     });
                 }
             }
-            seen.push((pending.policy(planned), decision));
+            if headed {
+                seen.push((pending.policy(planned), decision));
+            }
         }
-        let headers = response::rate_limit_headers(self.headers, &seen);
+        let headers = match headed {
+            true => response::rate_limit_headers(self.headers, &seen),
+            false => Headers::default(),
+        };
         match denial {
             Some(decision) => {
                 Verdict::Respond(Box::new(self.denial(&decision, headers, pending.grpc)))
@@ -252,15 +267,20 @@ impl Limiter {
     }
 }
 
-/// The `rate_limit` debug span of one request's decision, naming its rules.
-///
-/// No span at all (not even a disabled one) unless some subscriber takes debug spans: making,
-/// entering and leaving a disabled span cost a few hundred instructions a request (with
-/// tracing's `log` feature, which axum turns on, each also asks `log` whether to write it).
-fn decision_span(pending: &Pending) -> tracing::Span {
+/// Whether some subscriber may take debug spans: if not, a decision makes no span at all (not
+/// even a disabled one). Making, entering and leaving a disabled span cost a few hundred
+/// instructions a request (with tracing's `log` feature, which axum turns on, each also asks
+/// `log` whether to write it).
+fn traced() -> bool {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     let debug = tracing::Level::DEBUG;
-    if debug > STATIC_MAX_LEVEL || debug > LevelFilter::current() {
+    debug <= STATIC_MAX_LEVEL && debug <= LevelFilter::current()
+}
+
+/// The `rate_limit` debug span of one request's decision, naming its rules (none unless
+/// [`traced`]).
+fn decision_span(pending: &Pending<'_>) -> tracing::Span {
+    if !traced() {
         return tracing::Span::none();
     }
     let span = tracing::debug_span!(

@@ -38,7 +38,7 @@ pub use read::MAX_FILE_BYTES;
 pub(crate) use route::{parse_methods, Route};
 pub(crate) use set::RuleSet;
 pub(crate) use skip::{Skip, SkipSpec};
-pub(crate) use source::RuleSource;
+pub(crate) use source::{InForce, RuleSource};
 
 /// How a rule treats a request over its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -30,7 +30,7 @@ pub(crate) struct RuleSource {
     default_key: Arc<dyn KeyExtractor>,
     default_algorithm: Algorithm,
     file: Option<PathBuf>,
-    current: ArcSwap<RuleSet>,
+    current: Current,
     /// Numbers the reads of the file, so that a read overtaken by a later one is not applied.
     reads: AtomicU64,
     /// What the reads found. Locked only to compare and swap, never across a read of the
@@ -39,6 +39,47 @@ pub(crate) struct RuleSource {
 }
 
 /// What the reads of the rules file found so far.
+/// Where the rules in force are kept.
+enum Current {
+    /// Without a rules file they never change: read with no count or slot touched.
+    Fixed(Arc<RuleSet>),
+    /// From a rules file: replaced whole on reload.
+    Reloaded(ArcSwap<RuleSet>),
+}
+
+/// The rules a request is planned by. While it is decided in `call`, a reference or a guard of
+/// the rules in force (no reference count touched: a count every core writes on every request
+/// would move its cache line between them); owned once the request waits for a store.
+pub(crate) enum InForce<'a> {
+    Fixed(&'a Arc<RuleSet>),
+    Guarded(arc_swap::Guard<Arc<RuleSet>>),
+    Owned(Arc<RuleSet>),
+}
+
+impl InForce<'_> {
+    /// The same rules, held by themselves: for a request that waits for a store (no guard or
+    /// borrow is held across an await).
+    pub(crate) fn owned(self) -> InForce<'static> {
+        match self {
+            InForce::Fixed(rules) => InForce::Owned(Arc::clone(rules)),
+            InForce::Guarded(guard) => InForce::Owned(arc_swap::Guard::into_inner(guard)),
+            InForce::Owned(rules) => InForce::Owned(rules),
+        }
+    }
+}
+
+impl std::ops::Deref for InForce<'_> {
+    type Target = RuleSet;
+
+    fn deref(&self) -> &RuleSet {
+        match self {
+            InForce::Fixed(rules) => rules,
+            InForce::Guarded(guard) => guard,
+            InForce::Owned(rules) => rules,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Seen {
     /// The number of the latest read settled here.
@@ -72,7 +113,7 @@ impl RuleSource {
             default_key,
             default_algorithm,
             file,
-            current: ArcSwap::default(),
+            current: Current::Fixed(Arc::default()),
             reads: AtomicU64::new(0),
             seen: Mutex::default(),
         };
@@ -81,7 +122,10 @@ impl RuleSource {
             None => Vec::new(),
         };
         let first = source.build(source.file.as_ref().map(|_| bytes.as_slice()))?;
-        source.current = ArcSwap::from_pointee(first);
+        source.current = match source.file {
+            Some(_) => Current::Reloaded(ArcSwap::from_pointee(first)),
+            None => Current::Fixed(Arc::new(first)),
+        };
         source.seen = Mutex::new(Seen {
             bytes,
             ..Seen::default()
@@ -101,7 +145,7 @@ impl RuleSource {
             default_key,
             default_algorithm,
             file: None,
-            current: ArcSwap::from_pointee(rules),
+            current: Current::Fixed(Arc::new(rules)),
             reads: AtomicU64::new(0),
             seen: Mutex::default(),
         })
@@ -132,13 +176,19 @@ impl RuleSource {
 
     /// The rules in force.
     pub(crate) fn current(&self) -> Arc<RuleSet> {
-        self.current.load_full()
+        match &self.current {
+            Current::Fixed(rules) => Arc::clone(rules),
+            Current::Reloaded(rules) => rules.load_full(),
+        }
     }
 
     /// The rules in force, for the moment of one request's decision in `call`: cheaper than
-    /// [`current`](Self::current) (see `arc_swap::ArcSwap::load`), not to be held long.
-    pub(crate) fn guard(&self) -> arc_swap::Guard<Arc<RuleSet>> {
-        self.current.load()
+    /// [`current`](Self::current), not to be held long.
+    pub(crate) fn in_force(&self) -> InForce<'_> {
+        match &self.current {
+            Current::Fixed(rules) => InForce::Fixed(rules),
+            Current::Reloaded(rules) => InForce::Guarded(rules.load()),
+        }
     }
 
     /// Reads the rules file now and swaps in its rules; on error the rules in force stay (and
@@ -215,7 +265,11 @@ impl RuleSource {
         let built = self.build(Some(&bytes));
         seen.bytes = bytes;
         seen.bytes_failure = built.as_ref().err().cloned();
-        self.current.store(Arc::new(built?));
+        match &self.current {
+            Current::Reloaded(rules) => rules.store(Arc::new(built?)),
+            // Only a rules file is read again, and its rules are `Reloaded`.
+            Current::Fixed(_) => drop(built?),
+        }
         Ok(())
     }
 
@@ -264,7 +318,7 @@ impl fmt::Debug for RuleSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RuleSource")
             .field("file", &self.file)
-            .field("current", &self.current.load())
+            .field("current", &self.current())
             .finish_non_exhaustive()
     }
 }

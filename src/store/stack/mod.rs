@@ -38,7 +38,14 @@ pub(crate) const DENIAL_CACHE_CAPACITY: usize = 100_000;
 
 /// Stacks the cache of denials (`denial_cache` entries at most, 0 for none), leases and the
 /// failure handling of `failure` on `backend`.
+///
+/// The memory store gets no cache of denials: it answers a denied client as fast as the cache
+/// would (a lookup under a lock), and the cache would cost every allowed request a clock read.
 pub(crate) fn stack(backend: Backend, failure: &StoreFailure, denial_cache: usize) -> Stack {
+    let denial_cache = match backend {
+        Backend::Memory(_) => 0,
+        _ => denial_cache,
+    };
     let resilient = Resilient::new(backend).failure(failure);
     DenialCache::new(Leases::new(resilient), denial_cache)
 }
