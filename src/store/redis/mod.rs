@@ -205,8 +205,11 @@ impl ScriptRunner for RedisStore {
         &self.shared.scripts
     }
 
+    /// Boxed: the connection's call is most of a decision's future (about 900 bytes), and every
+    /// wrapper and the layer would carry it; boxed, the layer's decision future is small
+    /// enough for the allocator's fast path too.
     async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        self.shared.connection.eval(call).await
+        Box::pin(self.shared.connection.eval(call)).await
     }
 }
 
