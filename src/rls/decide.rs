@@ -94,6 +94,11 @@ impl Decider {
     pub(crate) fn circuit_open(&self) -> bool {
         self.stack.resilient().circuit_open()
     }
+
+    /// How many decisions the cache of denials answered without asking the store.
+    pub(crate) fn denial_cache_hits(&self) -> u64 {
+        self.stack.hits()
+    }
 }
 
 impl fmt::Debug for Decider {

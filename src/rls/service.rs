@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use super::stats;
 use crate::error::ConfigError;
 use crate::store::stack::Backend;
 use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
+use crate::Stats;
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), answering
 /// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over
@@ -55,6 +57,8 @@ struct Inner {
     on_error: OnStoreError,
     modes: Modes,
     headers: Option<ResponseHeaders>,
+    /// Requests answered OK although a limit was over (a shadow-mode limit, or `SHADOW_MODE`).
+    shadow_denials: AtomicU64,
 }
 
 impl RateLimitService {
@@ -123,6 +127,11 @@ impl RateLimitService {
         if answer.shadowed {
             stats::global_shadow_mode();
         }
+        let shadow_limit_over = (plan.items.iter().zip(&answer.over))
+            .any(|(item, &over)| matches!(item, Item::Limited(l) if over && l.limit.shadow_mode));
+        if answer.shadowed || shadow_limit_over {
+            inner.shadow_denials.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(answer.response)
     }
 
@@ -139,15 +148,20 @@ impl RateLimitService {
         self.inner.config.current()
     }
 
-    /// How many store calls failed (errors, timeouts, and calls refused while the circuit
-    /// breaker was open).
-    pub fn store_errors(&self) -> u64 {
-        self.inner.decider.errors()
-    }
-
-    /// Whether the circuit breaker is open: the store is failing and not being called.
-    pub fn store_circuit_open(&self) -> bool {
-        self.inner.decider.circuit_open()
+    /// The service's figures now, as a layer's [`Control::stats`](crate::Control::stats) gives
+    /// them: failed store calls (errors, timeouts, calls refused while the circuit breaker was
+    /// open), whether the breaker is open, decisions the cache of denials answered, and
+    /// requests answered OK although a limit was over (a `shadow_mode` limit, or the global
+    /// shadow mode). (With the `metrics` feature the reference's statistics go to your
+    /// metrics recorder.)
+    pub fn stats(&self) -> Stats {
+        let inner = &self.inner;
+        Stats {
+            store_errors: inner.decider.errors(),
+            circuit_open: inner.decider.circuit_open(),
+            denial_cache_hits: inner.decider.denial_cache_hits(),
+            shadow_denials: inner.shadow_denials.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -315,6 +329,7 @@ impl RateLimitServiceBuilder {
                 on_error: self.failure.on_error,
                 modes: self.modes,
                 headers: self.headers,
+                shadow_denials: AtomicU64::new(0),
             }),
         })
     }

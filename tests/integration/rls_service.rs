@@ -293,7 +293,11 @@ descriptors:
 
 #[tokio::test]
 async fn shadow_mode_answers_ok_and_still_counts() {
-    let mut client = service_on(MemoryStore::new(), &[("modes.yaml", MODES)]).await;
+    let service = RateLimitService::builder()
+        .config(config(&[("modes.yaml", MODES)]))
+        .build()
+        .unwrap();
+    let mut client = serve(service.clone()).await;
     let shadow = |client: &mut Client| {
         let mut client = client.clone();
         async move { ask(&mut client, request("modes", &[&[("shadowed", "a")]], 1)).await }
@@ -313,6 +317,8 @@ async fn shadow_mode_answers_ok_and_still_counts() {
     .await;
     assert_eq!(r.overall_code, Code::Ok as i32);
     assert_eq!(r.statuses[1].limit_remaining, 1);
+    // The second and third requests were over the shadow limit.
+    assert_eq!(service.stats().shadow_denials, 2);
 }
 
 #[tokio::test]
@@ -477,7 +483,7 @@ async fn global_shadow_mode_answers_ok_but_reports_the_truth() {
         .shadow_mode(true)
         .build()
         .unwrap();
-    let mut client = serve(service).await;
+    let mut client = serve(service.clone()).await;
     ask(
         &mut client,
         request("basic", &[&[("one_per_minute", "s")]], 1),
@@ -490,6 +496,7 @@ async fn global_shadow_mode_answers_ok_but_reports_the_truth() {
     .await;
     assert_eq!(r.overall_code, Code::Ok as i32);
     assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
+    assert_eq!(service.stats().shadow_denials, 1);
 }
 
 #[tokio::test]
@@ -626,7 +633,13 @@ async fn a_users_store_decides_inside_the_layers_stack() {
         inner: MemoryStore::new(),
         checks: Arc::clone(&checks),
     };
-    let mut client = service_on(store, &[("basic.yaml", BASIC)]).await;
+    let service = RateLimitService::builder()
+        .config(config(&[("basic.yaml", BASIC)]))
+        .store(store)
+        .store_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut client = serve(service.clone()).await;
     let one = || request("basic", &[&[("one_per_minute", "u")]], 1);
     let codes = [
         ask(&mut client, one()).await.overall_code,
@@ -641,6 +654,7 @@ async fn a_users_store_decides_inside_the_layers_stack() {
         assert_eq!(r.statuses[0].limit_remaining, 0);
     }
     assert_eq!(checks.load(Ordering::Relaxed), 2);
+    assert_eq!(service.stats().denial_cache_hits, 5);
     // Two descriptors: the store is asked once for each, in order.
     let two = request("basic", &[&[("key1", "a")], &[("key1_local", "b")]], 1);
     let r = ask(&mut client, two).await;
@@ -665,13 +679,14 @@ async fn store_failure_opens_the_breaker_after_its_failures() {
         .unwrap();
     let one = request("basic", &[&[("key1", "x")]], 1);
     for i in 0..2 {
-        assert!(!service.store_circuit_open(), "closed before failure {i}");
+        assert!(!service.stats().circuit_open, "closed before failure {i}");
         let r = service.decide(&one).await.unwrap();
         assert_eq!(r.overall_code, Code::OverLimit as i32, "fail closed");
     }
-    assert!(service.store_circuit_open());
+    assert!(service.stats().circuit_open);
     // Open: answered by the policy without calling the store, and counted as a failure.
     let r = service.decide(&one).await.unwrap();
     assert_eq!(r.overall_code, Code::OverLimit as i32);
-    assert_eq!(service.store_errors(), 3);
+    let stats = service.stats();
+    assert_eq!((stats.store_errors, stats.denial_cache_hits), (3, 0));
 }
