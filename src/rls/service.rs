@@ -19,9 +19,9 @@ use super::response::{respond, Outcome, ResponseHeaders};
 use super::source::{ConfigDir, ConfigSource};
 use super::stats;
 use crate::error::ConfigError;
+use crate::layer::Stats;
 use crate::store::stack::Backend;
 use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
-use crate::Stats;
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), answering
 /// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over

@@ -425,43 +425,8 @@ impl StoreExt for Custom {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::stack::UserStore;
     use crate::{Algorithm, Quota};
-
-    /// A store of the user's: decides in memory.
-    struct MyStore(MemoryStore);
-
-    impl Store for MyStore {
-        async fn check(
-            &self,
-            key: &str,
-            policy: &Policy,
-            cost: u32,
-        ) -> Result<Decision, StoreError> {
-            self.0.check(key, policy, cost).await
-        }
-
-        async fn peek(
-            &self,
-            key: &str,
-            policy: &Policy,
-            cost: u32,
-        ) -> Result<Decision, StoreError> {
-            self.0.peek(key, policy, cost).await
-        }
-
-        async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-            self.0.reset(key, policy).await
-        }
-
-        async fn block(
-            &self,
-            key: &str,
-            policy: &Policy,
-            for_: Duration,
-        ) -> Result<(), StoreError> {
-            self.0.block(key, policy, for_).await
-        }
-    }
 
     #[test]
     fn built_in_stores_are_called_directly_and_others_are_labelled_by_their_type() {
@@ -474,15 +439,15 @@ mod tests {
             assert!(matches!(redis, Backend::Redis(_)));
             assert_eq!(&*redis.label(), "redis");
         }
-        let mine = Backend::of(MyStore(MemoryStore::new()));
+        let mine = Backend::of(UserStore::new());
         assert!(matches!(mine, Backend::Custom(_)));
-        assert_eq!(&*mine.label(), "my");
-        assert_eq!(format!("{mine:?}"), "Custom(\"my\")");
+        assert_eq!(&*mine.label(), "user");
+        assert_eq!(format!("{mine:?}"), "Custom(\"user\")");
     }
 
     #[tokio::test]
     async fn a_users_store_gets_exact_defaults() {
-        let store = Backend::of(MyStore(MemoryStore::new()));
+        let store = Backend::of(UserStore::new());
         let policy = Policy::new("p", Quota::per_minute(3).unwrap(), Algorithm::Gcra).unwrap();
         // Nothing at once: the store is asked.
         assert!(store.check_ready("k", &policy, 1).is_none());

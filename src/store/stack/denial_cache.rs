@@ -371,6 +371,7 @@ impl<S: fmt::Debug> fmt::Debug for DenialCache<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::stack::UserStore;
     use crate::store::MemoryStore;
     use crate::Algorithm;
 
@@ -403,47 +404,9 @@ mod tests {
         assert_eq!(cache.hits(), 1);
     }
 
-    /// A store that decides only asynchronously, as Redis does.
-    struct Remote(MemoryStore);
-
-    impl Store for Remote {
-        async fn check(
-            &self,
-            key: &str,
-            policy: &Policy,
-            cost: u32,
-        ) -> Result<Decision, StoreError> {
-            Ok(self.0.check_now(key, policy, cost))
-        }
-
-        async fn peek(
-            &self,
-            key: &str,
-            policy: &Policy,
-            cost: u32,
-        ) -> Result<Decision, StoreError> {
-            self.0.peek(key, policy, cost).await
-        }
-
-        async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-            self.0.reset(key, policy).await
-        }
-
-        async fn block(
-            &self,
-            key: &str,
-            policy: &Policy,
-            for_: Duration,
-        ) -> Result<(), StoreError> {
-            self.0.block(key, policy, for_).await
-        }
-    }
-
-    impl StoreExt for Remote {}
-
     #[tokio::test]
     async fn a_cached_denial_is_answered_at_once_over_a_store_that_cannot_be() {
-        let cache = DenialCache::new(Remote(MemoryStore::new()), 100);
+        let cache = DenialCache::new(UserStore::new(), 100);
         let policy = policy("1/min");
         assert!(cache.check_ready("k", &policy, 1).is_none());
         assert!(cache.check("k", &policy, 1).await.unwrap().allowed);

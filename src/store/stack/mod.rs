@@ -22,6 +22,8 @@ mod denial_cache;
 mod grant;
 mod leases;
 mod resilient;
+#[cfg(test)]
+mod user_store;
 
 pub(crate) use backend::Backend;
 pub(crate) use breaker::{Breaker, BreakerSettings, Change};
@@ -29,6 +31,8 @@ pub(crate) use denial_cache::DenialCache;
 pub(crate) use grant::Grant;
 pub(crate) use leases::Leases;
 pub(crate) use resilient::Resilient;
+#[cfg(test)]
+pub(crate) use user_store::UserStore;
 
 /// The whole stack over a backend, as the limiter (and the `rls` service) holds it.
 pub(crate) type Stack = DenialCache<Leases<Resilient<Backend>>>;
