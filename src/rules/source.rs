@@ -38,7 +38,6 @@ pub(crate) struct RuleSource {
     seen: Mutex<Seen>,
 }
 
-/// What the reads of the rules file found so far.
 /// Where the rules in force are kept.
 enum Current {
     /// Without a rules file they never change: read with no count or slot touched.
@@ -80,6 +79,7 @@ impl std::ops::Deref for InForce<'_> {
     }
 }
 
+/// What the reads of the rules file found so far.
 #[derive(Default)]
 struct Seen {
     /// The number of the latest read settled here.
