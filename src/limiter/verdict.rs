@@ -45,17 +45,14 @@ impl Limiter {
         if pending.counts_later() {
             return None;
         }
-        if !traced() {
-            let ready = (self.store).check_ready(&one.key, pending.policy(one), one.cost)?;
-            return Some(self.verdict(pending, [ready]));
-        }
         let span = decision_span(pending);
-        let ready = span.in_scope(|| {
-            self.store
-                .check_ready(&one.key, pending.policy(one), one.cost)
-        })?;
+        let check = || (self.store).check_ready(&one.key, pending.policy(one), one.cost);
+        let ready = match &span {
+            None => check(),
+            Some(span) => span.in_scope(check),
+        }?;
         let verdict = self.verdict(pending, [ready]);
-        record_outcome(&span, &verdict);
+        record_outcome(span.as_ref(), &verdict);
         Some(verdict)
     }
 
@@ -71,13 +68,13 @@ impl Limiter {
                 self.ask_store(&pending).await
             }
         };
-        let verdict = match span.is_none() {
-            true => asked.await,
+        let verdict = match &span {
+            None => asked.await,
             // Boxed: only for a debug subscriber, and the span would make every request's
             // future larger.
-            false => Box::pin(asked).instrument(span.clone()).await,
+            Some(span) => Box::pin(asked).instrument(span.clone()).await,
         };
-        record_outcome(&span, &verdict);
+        record_outcome(span.as_ref(), &verdict);
         match verdict {
             Verdict::Proceed { headers, wait, .. } if counts_later => Verdict::Proceed {
                 headers,
@@ -273,21 +270,16 @@ impl Limiter {
     }
 }
 
-/// Whether some subscriber may take debug spans: if not, a decision makes no span at all (not
-/// even a disabled one). Making, entering and leaving a disabled span cost a few hundred
-/// instructions a request (with tracing's `log` feature, which axum turns on, each also asks
-/// `log` whether to write it).
-fn traced() -> bool {
+/// The `rate_limit` debug span of one request's decision, naming its rules.
+///
+/// None unless some subscriber may take debug spans, so that nothing is made, entered or left:
+/// a disabled span costs a few hundred instructions a request (with tracing's `log` feature,
+/// which axum turns on, each step also asks `log` whether to write it).
+fn decision_span(pending: &Pending<'_>) -> Option<tracing::Span> {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     let debug = tracing::Level::DEBUG;
-    debug <= STATIC_MAX_LEVEL && debug <= LevelFilter::current()
-}
-
-/// The `rate_limit` debug span of one request's decision, naming its rules (none unless
-/// [`traced`]).
-fn decision_span(pending: &Pending<'_>) -> tracing::Span {
-    if !traced() {
-        return tracing::Span::none();
+    if debug > STATIC_MAX_LEVEL || debug > LevelFilter::current() {
+        return None;
     }
     let span = tracing::debug_span!(
         target: "tollgate",
@@ -304,14 +296,14 @@ fn decision_span(pending: &Pending<'_>) -> tracing::Span {
             .collect();
         span.record("rules", names.join(",").as_str());
     }
-    span
+    Some(span)
 }
 
 /// Records the decision's outcome on its span, and logs it at debug level.
-fn record_outcome(span: &tracing::Span, verdict: &Verdict) {
-    if span.is_disabled() {
+fn record_outcome(span: Option<&tracing::Span>, verdict: &Verdict) {
+    let Some(span) = span.filter(|span| !span.is_disabled()) else {
         return;
-    }
+    };
     let outcome = match verdict {
         Verdict::Proceed { .. } => "proceed",
         Verdict::Respond(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
