@@ -194,7 +194,7 @@ impl RateLimitLayerBuilder {
     /// [`StoreFailure::timeout`]. The in-memory store never waits, so it never starts this
     /// timer.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
-        self.failure = std::mem::take(&mut self.failure).timeout(timeout);
+        self.failure = self.failure.timeout(timeout);
         self
     }
 

@@ -171,7 +171,7 @@ fn limited(
     let cost = u64::from(l.cost);
     let remaining = match (l.cost, d.allowed) {
         // A look, as a request of cost 1: what it had before.
-        (0, true) => d.remaining + 1,
+        (0, true) => d.remaining.saturating_add(1),
         (0, false) => d.remaining,
         (_, true) if refused => d.remaining.saturating_add(cost),
         (_, true) => d.remaining,

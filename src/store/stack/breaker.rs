@@ -201,7 +201,8 @@ impl Breaker {
         // ±20% jitter from a hash of the clock: cheap, and different on every instance.
         let spread = backoff / 5;
         let noise = self.jitter.hash_one(now) % (2 * spread + 1);
-        let wait = backoff - spread + noise;
+        // Saturating: a back-off as long as `Duration::MAX` stays as long, not wrapped.
+        let wait = (backoff - spread).saturating_add(noise);
         self.probe_at
             .store(now.saturating_add(wait), Ordering::Release);
         self.state.store(OPEN, Ordering::Release);
@@ -284,6 +285,18 @@ mod tests {
         assert!(!b.is_open());
         assert!(!b.attempt().expect("closed").probe);
         assert_eq!(b.attempt().unwrap().record(true), Change::None);
+    }
+
+    #[test]
+    fn a_back_off_as_long_as_duration_max_keeps_the_circuit_open() {
+        let (b, clock) = breaker(
+            BreakerSettings::default()
+                .failures(1)
+                .open_for(Duration::MAX, Duration::MAX),
+        );
+        assert!(fail_once(&b));
+        clock.advance(Duration::from_secs(365 * 24 * 3600));
+        assert!(b.attempt().is_none());
     }
 
     #[test]
