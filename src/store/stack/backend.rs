@@ -141,10 +141,7 @@ impl StoreExt for Backend {
     /// The store's own label: `memory`, `redis`, `redis_cluster`, `redis_sentinel`, or a
     /// user's store's short type name.
     fn label(&self) -> Arc<str> {
-        match self {
-            Backend::Custom(custom) => Arc::clone(&custom.label),
-            other => dispatch!(other, store => store.label()),
-        }
+        dispatch!(self, store => store.label())
     }
 }
 
@@ -213,7 +210,7 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A store of a type the layer does not name, its futures boxed.
 pub(crate) struct Custom {
-    store: Arc<dyn DynStore>,
+    store: Box<dyn DynStore>,
     /// The `store` label of its metrics, from its type's name.
     label: Arc<str>,
 }
@@ -222,7 +219,7 @@ impl Custom {
     fn new<S: StoreExt>(store: S) -> Self {
         Self {
             label: store.label(),
-            store: Arc::new(store),
+            store: Box::new(store),
         }
     }
 }
@@ -419,6 +416,11 @@ impl StoreExt for Custom {
 
     fn clock(&self) -> Option<&dyn Clock> {
         self.store.dyn_clock()
+    }
+
+    /// The user's store's type name, taken when it was wrapped.
+    fn label(&self) -> Arc<str> {
+        Arc::clone(&self.label)
     }
 }
 
