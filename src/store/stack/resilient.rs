@@ -202,6 +202,22 @@ impl<S: StoreExt> Resilient<S> {
         }
         self.fallback.as_ref()
     }
+
+    /// After a call failed with `error` (counted, logged, reported: [`failed`](Self::failed)),
+    /// the fallback's `answer`, or the error when there is no fallback.
+    fn fall_back<T>(
+        &self,
+        error: StoreError,
+        answer: impl FnOnce(&MemoryStore) -> T,
+    ) -> Result<T, StoreError> {
+        match self.failed(&error) {
+            Some(fallback) => {
+                telemetry::fallback_decision();
+                Ok(answer(fallback))
+            }
+            None => Err(error),
+        }
+    }
 }
 
 /// What the layer does meanwhile, in a log line.
@@ -233,31 +249,15 @@ where
 
 impl<S: StoreExt> Store for Resilient<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        match self.call(|| self.inner.check(key, policy, cost)).await {
-            Ok(decision) => Ok(decision),
-            Err(error) => match self.failed(&error) {
-                Some(fallback) => {
-                    telemetry::fallback_decision();
-                    Ok(fallback.check_now(key, policy, cost))
-                }
-                None => Err(error),
-            },
-        }
+        (self.call(|| self.inner.check(key, policy, cost)).await)
+            .or_else(|error| self.fall_back(error, |f| f.check_now(key, policy, cost)))
     }
 
     /// As [`check`](Self::check): within the timeout, not while the circuit is open, and
     /// with the fallback's peek while the store is away.
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        match self.call(|| self.inner.peek(key, policy, cost)).await {
-            Ok(decision) => Ok(decision),
-            Err(error) => match self.failed(&error) {
-                Some(fallback) => {
-                    telemetry::fallback_decision();
-                    Ok(fallback.peek_now(key, policy, cost))
-                }
-                None => Err(error),
-            },
-        }
+        (self.call(|| self.inner.peek(key, policy, cost)).await)
+            .or_else(|error| self.fall_back(error, |f| f.peek_now(key, policy, cost)))
     }
 
     /// Resets the fallback's state too, so that it holds no stale denial for the next outage;
@@ -286,16 +286,8 @@ impl<S: StoreExt> Store for Resilient<S> {
 
 impl<S: StoreExt> StoreExt for Resilient<S> {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match self.call(|| self.inner.check_many(checks)).await {
-            Ok(decisions) => Ok(decisions),
-            Err(error) => match self.failed(&error) {
-                Some(fallback) => {
-                    telemetry::fallback_decision();
-                    Ok(fallback.check_many_now(checks))
-                }
-                None => Err(error),
-            },
-        }
+        (self.call(|| self.inner.check_many(checks)).await)
+            .or_else(|error| self.fall_back(error, |f| f.check_many_now(checks)))
     }
 
     fn clock(&self) -> Option<&dyn Clock> {
@@ -324,20 +316,15 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        match self
+        (self
             .call(|| self.inner.acquire(key, policy, min, max))
-            .await
-        {
-            Ok(grant) => Ok(grant),
-            Err(error) => match self.failed(&error) {
-                Some(fallback) => {
-                    telemetry::fallback_decision();
-                    let grant = fallback.acquire_now(key, policy, min, max);
-                    Ok(Grant::new(grant.granted, grant.decision, 0))
-                }
-                None => Err(error),
-            },
-        }
+            .await)
+            .or_else(|error| {
+                self.fall_back(error, |f| {
+                    let grant = f.acquire_now(key, policy, min, max);
+                    Grant::new(grant.granted, grant.decision, 0)
+                })
+            })
     }
 
     /// Refunds the fallback too (what it counted during an outage).
