@@ -108,6 +108,7 @@ pub mod rules;
 mod service;
 pub mod store;
 mod telemetry;
+mod watch;
 
 pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, SystemClock};

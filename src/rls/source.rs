@@ -5,16 +5,13 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
 use super::config::RlsConfig;
 use super::stats;
 use crate::error::{ConfigError, ConfigErrorKind};
-
-/// How often the directory is looked at: changes apply within this (plus the read).
-const POLL_INTERVAL: Duration = Duration::from_millis(500);
+use crate::watch;
 
 /// A directory of configuration files and how to read it.
 #[derive(Debug, Clone)]
@@ -62,17 +59,7 @@ impl ConfigSource {
         if self.dir.is_none() {
             return;
         }
-        let source = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("tollgate-rls-config".into())
-            .spawn(move || loop {
-                std::thread::sleep(POLL_INTERVAL);
-                let Some(source) = source.upgrade() else {
-                    return;
-                };
-                source.poll();
-            });
-        if let Err(e) = spawned {
+        if let Err(e) = watch::poll_until_dropped(self, "tollgate-rls-config", Self::poll) {
             tracing::error!(target: "tollgate::rls", "cannot watch the configuration for changes: {e}");
         }
     }

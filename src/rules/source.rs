@@ -7,7 +7,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -17,9 +16,7 @@ use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
 use crate::telemetry;
-
-/// How often the file is looked at: changes apply within this (plus the read).
-const POLL_INTERVAL: Duration = Duration::from_millis(500);
+use crate::watch;
 
 /// The rules in force and everything they are built from.
 pub(crate) struct RuleSource {
@@ -159,17 +156,7 @@ impl RuleSource {
         if self.file.is_none() {
             return;
         }
-        let source = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("tollgate-rules-reload".into())
-            .spawn(move || loop {
-                std::thread::sleep(POLL_INTERVAL);
-                let Some(source) = source.upgrade() else {
-                    return;
-                };
-                source.poll();
-            });
-        if let Err(e) = spawned {
+        if let Err(e) = watch::poll_until_dropped(self, "tollgate-rules-reload", Self::poll) {
             tracing::error!(target: "tollgate", "cannot watch the rules file for changes: {e}");
         }
     }
