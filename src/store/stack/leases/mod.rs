@@ -92,6 +92,30 @@ impl<S: StoreExt> Shared<S> {
         telemetry::lease_tokens_returned(entry.policy.name(), taken);
         telemetry::lease_tokens_expired(entry.policy.name(), unused - taken);
     }
+
+    /// Returns the unused units of lease `generation` of `entry` when it expires, unless a
+    /// request has already done so.
+    fn expire_later(self: &Arc<Self>, entry: &Arc<Entry>, generation: u64, after: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (shared, entry) = (Arc::clone(self), Arc::clone(entry));
+        runtime.spawn(async move {
+            tokio::time::sleep(after).await;
+            let expired = {
+                let mut state = entry.lock();
+                if state.generation != generation {
+                    return;
+                }
+                // Expired by the timer, whatever the clock says (a manual clock in tests).
+                let now = state.expires_at;
+                state.take_expired(now)
+            };
+            if let Some((unused, grant)) = expired {
+                shared.give_back(&entry, unused, grant).await;
+            }
+        });
+    }
 }
 
 impl<S: StoreExt> Leases<S> {
@@ -189,30 +213,6 @@ impl<S: StoreExt> Leases<S> {
         entry.lock().spend(cost, now)
     }
 
-    /// Returns the unused units of lease `generation` of `entry` when it expires, unless a
-    /// request has already done so.
-    fn expire_later(&self, entry: &Arc<Entry>, generation: u64, after: Duration) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (shared, entry) = (Arc::clone(&self.shared), Arc::clone(entry));
-        runtime.spawn(async move {
-            tokio::time::sleep(after).await;
-            let expired = {
-                let mut state = entry.lock();
-                if state.generation != generation {
-                    return;
-                }
-                // Expired by the timer, whatever the clock says (a manual clock in tests).
-                let now = state.expires_at;
-                state.take_expired(now)
-            };
-            if let Some((unused, grant)) = expired {
-                shared.give_back(&entry, unused, grant).await;
-            }
-        });
-    }
-
     /// Asks the store for a lease for a request of `cost` and spends `cost` from it; the
     /// caller holds `entry.refill`, which the refill keeps until it has stored the lease.
     async fn refill(
@@ -236,10 +236,13 @@ impl<S: StoreExt> Leases<S> {
                 .await;
             let stored = task_entry.store(grant, cost, max, sent_at, lifetime);
             drop(guard);
+            if let Ok((_, Some(generation), expires_in)) = &stored {
+                shared.expire_later(&task_entry, *generation, *expires_in);
+            }
             stored
         };
         // Spawned, so that a request dropped meanwhile loses nothing: the task stores the
-        // lease for the next requests.
+        // lease for the next requests, and has its unused units given back when it expires.
         let stored = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime
                 .spawn(task)
@@ -247,11 +250,7 @@ impl<S: StoreExt> Leases<S> {
                 .map_err(|e| StoreError::backend(format!("lease refill task failed: {e}")))?,
             Err(_) => task.await,
         };
-        let (decision, generation, expires_in) = stored?;
-        if let Some(generation) = generation {
-            self.expire_later(entry, generation, expires_in);
-        }
-        Ok(decision)
+        stored.map(|(decision, _, _)| decision)
     }
 
     /// How long a lease of `policy` lasts at most: never longer than its period.

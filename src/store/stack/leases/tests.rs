@@ -189,6 +189,27 @@ async fn a_spawned_timer_gives_units_back_when_traffic_stops() {
 }
 
 #[tokio::test]
+async fn a_lease_whose_request_was_dropped_still_gives_its_units_back_when_traffic_stops() {
+    let clock = ManualClock::new(1_000_000_000);
+    let mut store = Counted::new(&clock);
+    store.slow = Duration::from_millis(30);
+    let leases = Leases::new(store.clone());
+    let policy = leased(
+        Quota::new(10, Duration::from_millis(100)).unwrap(),
+        Lease::tokens(5),
+    );
+    // Dropped while its refill is out; no request for the key comes after it.
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(5), leases.check("k", &policy, 1)).await;
+    assert!(dropped.is_err());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    settle().await;
+    assert_eq!(store.releases.load(Ordering::SeqCst), 1);
+    // The manual clock did not move: the 4 units the dropped request did not spend came back.
+    assert_eq!(store.inner.check_now("k", &policy, 1).remaining, 8);
+}
+
+#[tokio::test]
 async fn concurrent_requests_share_one_refill() {
     let clock = ManualClock::new(1_000_000_000);
     let mut store = Counted::new(&clock);
