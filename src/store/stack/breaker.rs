@@ -166,7 +166,7 @@ impl Breaker {
                 doubled.min(micros(self.settings.max_open)),
                 Ordering::Release,
             );
-            self.open_for(self.backoff.load(Ordering::Acquire));
+            self.reopen_after_probe(self.backoff.load(Ordering::Acquire));
             return false;
         }
         // Counted once per incident: the first of the calls started before it moves it on.
@@ -189,14 +189,21 @@ impl Breaker {
                 .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            self.open_for(self.backoff.load(Ordering::Acquire));
+            self.schedule_probe(self.backoff.load(Ordering::Acquire));
             return true;
         }
         false
     }
 
-    /// Opens the circuit until `backoff` µs (±20% jitter) from now.
-    fn open_for(&self, backoff: u64) {
+    /// Opens the circuit again after a probe that failed or was abandoned, until `backoff` µs
+    /// from now; not if an ordinary call's success closed it meanwhile.
+    fn reopen_after_probe(&self, backoff: u64) {
+        self.schedule_probe(backoff);
+        let _ = (self.state).compare_exchange(PROBING, OPEN, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Sets the time of the next probe to `backoff` µs (±20% jitter) from now.
+    fn schedule_probe(&self, backoff: u64) {
         let now = self.clock.now();
         // ±20% jitter from a hash of the clock: cheap, and different on every instance.
         let spread = backoff / 5;
@@ -205,7 +212,6 @@ impl Breaker {
         let wait = (backoff - spread).saturating_add(noise);
         self.probe_at
             .store(now.saturating_add(wait), Ordering::Release);
-        self.state.store(OPEN, Ordering::Release);
     }
 }
 
@@ -231,7 +237,7 @@ impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if self.probe && !self.settled {
             // The probe was abandoned: open again with no wait, so the next request probes.
-            self.breaker.open_for(0);
+            self.breaker.reopen_after_probe(0);
         }
     }
 }
@@ -297,6 +303,27 @@ mod tests {
         assert!(fail_once(&b));
         clock.advance(Duration::from_secs(365 * 24 * 3600));
         assert!(b.attempt().is_none());
+    }
+
+    #[test]
+    fn a_probe_failed_or_dropped_after_a_success_closed_the_circuit_leaves_it_closed() {
+        let (b, _) = breaker(
+            BreakerSettings::default()
+                .failures(1)
+                .open_for(Duration::ZERO, Duration::ZERO),
+        );
+        // Started while closed, answered while the probe is out.
+        let (early, later) = (b.attempt().unwrap(), b.attempt().unwrap());
+        assert!(fail_once(&b));
+        let probe = b.attempt().expect("probe");
+        assert_eq!(early.record(true), Change::Closed);
+        drop(probe);
+        assert!(!b.is_open());
+        assert!(fail_once(&b));
+        let probe = b.attempt().expect("probe");
+        assert_eq!(later.record(true), Change::Closed);
+        assert_eq!(probe.record(false), Change::None);
+        assert!(!b.is_open());
     }
 
     #[test]
