@@ -18,14 +18,6 @@ async fn serve(layer: RateLimitLayer) -> SocketAddr {
     .await
 }
 
-fn rules_file(test: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(support::unique_prefix(test));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("rules.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// The statuses of `n` GETs of /api with `headers`.
 async fn statuses(addr: SocketAddr, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
     let mut out = Vec::new();
@@ -48,7 +40,7 @@ async fn statuses(addr: SocketAddr, headers: &[(&str, &str)], n: usize) -> Vec<u
 
 #[tokio::test]
 async fn skip_keys_in_the_rules_file_match_the_default_key() {
-    let file = rules_file(
+    let file = support::rules_file(
         "skip-keys",
         "[defaults]\nkey = \"header:x-api-key\"\n\n\
          [[skip]]\nkeys = [\"internal-batch\", \"internal-cron\"]\n\n\
@@ -69,7 +61,7 @@ async fn skip_keys_in_the_rules_file_match_the_default_key() {
 
 #[tokio::test]
 async fn skip_cidrs_in_the_rules_file_match_the_peer_address() {
-    let skipped = rules_file(
+    let skipped = support::rules_file(
         "skip-cidrs",
         "[defaults]\nkey = \"global\"\n\n[[skip]]\ncidrs = [\"127.0.0.0/8\"]\n\n\
          [[rule]]\nname = \"api\"\nquota = \"2/min\"\n",
@@ -77,7 +69,7 @@ async fn skip_cidrs_in_the_rules_file_match_the_peer_address() {
     let addr = serve(RateLimitLayer::from_rules_file(skipped).unwrap()).await;
     assert_eq!(statuses(addr, &[], 5).await, [200; 5]);
 
-    let elsewhere = rules_file(
+    let elsewhere = support::rules_file(
         "skip-cidrs",
         "[defaults]\nkey = \"global\"\n\n[[skip]]\ncidrs = [\"10.0.0.0/8\", \"::1/128\"]\n\n\
          [[rule]]\nname = \"api\"\nquota = \"2/min\"\n",
@@ -88,7 +80,7 @@ async fn skip_cidrs_in_the_rules_file_match_the_peer_address() {
 
 #[tokio::test]
 async fn skip_cidrs_match_the_client_address_through_trusted_proxies() {
-    let file = rules_file(
+    let file = support::rules_file(
         "skip-client-cidrs",
         "[defaults]\nkey = \"client_ip\"\ntrusted_proxies = [\"127.0.0.1\"]\n\n\
          [[skip]]\npath = \"/api\"\ncidrs = [\"203.0.113.0/24\"]\n\n\
@@ -156,7 +148,7 @@ fn an_empty_allow_list_is_a_clear_error() {
         .build()
         .unwrap_err();
     assert_eq!(e.to_string(), "skip: no keys given; list at least one");
-    let file = rules_file(
+    let file = support::rules_file(
         "skip-empty",
         "[[skip]]\ncidrs = []\n\n[[rule]]\nname = \"api\"\nquota = \"2/min\"\n",
     );
@@ -167,7 +159,7 @@ fn an_empty_allow_list_is_a_clear_error() {
         e.contains("rules.toml:2:9: skip #1: cidrs: empty list"),
         "{e}"
     );
-    let file = rules_file(
+    let file = support::rules_file(
         "skip-bad-cidr",
         "[[skip]]\ncidrs = [\"10.0.0.0/33\"]\n\n[[rule]]\nname = \"api\"\nquota = \"2/min\"\n",
     );

@@ -378,8 +378,7 @@ fn write(path: &std::path::Path, text: &str) {
 
 #[tokio::test]
 async fn a_rules_file_is_reloaded_and_a_broken_one_is_ignored() {
-    let dir = std::env::temp_dir().join(support::unique_prefix("rules"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::temp_dir("rules");
     let path = dir.join("rules.toml");
     let rules = |quota: &str| {
         format!(
@@ -421,22 +420,13 @@ async fn a_rules_file_is_reloaded_and_a_broken_one_is_ignored() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A rules file in a directory of its own.
-fn rules_file(test: &str, text: &[u8]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(support::unique_prefix(test));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("rules.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 fn api_rule(quota: &str) -> String {
     format!("[defaults]\nkey = \"global\"\n\n[[rule]]\nname = \"api\"\npath = \"/api/*\"\nquota = \"{quota}\"\n")
 }
 
 #[tokio::test]
 async fn reload_rules_applies_a_changed_file_at_once() {
-    let path = rules_file("reload-now", api_rule("2/min").as_bytes());
+    let path = support::rules_file("reload-now", api_rule("2/min"));
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
     let handle = layer.clone();
     let addr = serve(layer).await;
@@ -458,7 +448,7 @@ async fn reload_rules_applies_a_changed_file_at_once() {
 #[tokio::test]
 async fn a_rules_file_without_rules_is_refused_at_start_up() {
     for text in ["", "# nothing here yet\n", "[[skip]]\npath = \"/health\"\n"] {
-        let path = rules_file("no-rules", text.as_bytes());
+        let path = support::rules_file("no-rules", text);
         let e = RateLimitLayer::from_rules_file(&path).unwrap_err();
         assert_eq!(e.kind(), tollgate::ConfigErrorKind::RulesFile);
         let message = e.to_string();
@@ -472,7 +462,7 @@ async fn a_rules_file_without_rules_is_refused_at_start_up() {
 
 #[tokio::test]
 async fn an_empty_or_non_utf8_file_at_reload_keeps_the_limits() {
-    let path = rules_file("emptied", api_rule("2/min").as_bytes());
+    let path = support::rules_file("emptied", api_rule("2/min"));
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
     let handle = layer.clone();
     let addr = serve(layer).await;
@@ -540,8 +530,7 @@ async fn a_get_rule_counts_head_requests_unless_head_has_its_own() {
 
 #[tokio::test]
 async fn a_bad_rules_file_is_a_config_error_naming_the_field() {
-    let dir = std::env::temp_dir().join(support::unique_prefix("bad-rules"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::temp_dir("bad-rules");
     let path = dir.join("rules.toml");
     for (text, expected) in [
         (

@@ -10,7 +10,7 @@
 use crate::support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
@@ -52,13 +52,6 @@ fn reload_failures() -> f64 {
 
 const GOOD: &str =
     "[defaults]\nkey = \"global\"\n\n[[rule]]\nname = \"api\"\npath = \"/api\"\nquota = \"2/min\"\n";
-
-/// A directory of its own holding `rules.toml` with `text`.
-fn rules_file(test: &str, text: &str) -> PathBuf {
-    let path = support::temp_dir(test).join("rules.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 /// Serves `layer` over `/api`: the address.
 async fn serve(layer: RateLimitLayer) -> SocketAddr {
@@ -114,7 +107,7 @@ fn a_named_pipe_in_place_of_the_rules_file_never_blocks_a_reload() {
 async fn a_named_pipe() {
     let failures = recorder();
     let log = Log::process_wide(tracing::Level::INFO);
-    let path = rules_file("fifo", GOOD);
+    let path = support::rules_file("fifo", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
     let control = layer.control();
     let addr = serve(layer).await;
@@ -168,7 +161,7 @@ async fn a_named_pipe() {
 
 #[tokio::test]
 async fn a_device_a_socket_or_a_directory_is_refused_at_start_up() {
-    let dir = rules_file("device", GOOD);
+    let dir = support::rules_file("device", GOOD);
     let link = dir.with_file_name("null.toml");
     std::os::unix::fs::symlink("/dev/null", &link).unwrap();
     let e = RateLimitLayer::from_rules_file(&link).unwrap_err();
@@ -223,7 +216,7 @@ fn too_large(path: &Path) -> String {
 #[tokio::test]
 async fn a_rules_file_over_the_size_limit_is_refused() {
     assert_eq!(MAX_FILE_BYTES, 4 * 1024 * 1024);
-    let path = rules_file("large", GOOD);
+    let path = support::rules_file("large", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
     let control = layer.control();
     let addr = serve(layer).await;
@@ -268,7 +261,7 @@ fn each_failed_reload_is_logged_once_and_counted_and_recovery_is_logged() {
 async fn failures_and_recovery() {
     let failures = recorder();
     let log = Log::process_wide(tracing::Level::INFO);
-    let path = rules_file("failures", GOOD);
+    let path = support::rules_file("failures", GOOD);
     let layer = RateLimitLayer::from_rules_file(&path).unwrap();
     let control = layer.control();
     let addr = serve(layer).await;

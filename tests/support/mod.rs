@@ -536,6 +536,13 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `text` in a file `rules.toml` of a temporary directory of its own.
+pub fn rules_file(test: &str, text: impl AsRef<[u8]>) -> std::path::PathBuf {
+    let path = temp_dir(test).join("rules.toml");
+    std::fs::write(&path, text).expect("the rules file written");
+    path
+}
+
 /// A master, its replica and one sentinel (quorum 1, `down-after-milliseconds 1000`)
 /// watching it as `tollgate`, on loopback; stopped when dropped.
 pub struct RedisSentinel {
