@@ -128,10 +128,10 @@ where
         }
     }
 
-    pub(crate) fn respond(response: Response<Full<Bytes>>) -> Self {
+    pub(crate) fn respond(response: Box<Response<Full<Bytes>>>) -> Self {
         Self {
             state: State::Respond {
-                response: Some(Box::new(response)),
+                response: Some(response),
             },
         }
     }

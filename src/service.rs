@@ -8,7 +8,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use crate::future::{take_ready, ResponseFuture};
-use crate::limiter::{Limiter, Plan};
+use crate::limiter::{is_grpc, Limiter, Plan};
 use crate::response::ResponseBody;
 
 /// Rate-limits an inner service; made by [`RateLimitLayer`](crate::RateLimitLayer).
@@ -61,22 +61,24 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
         let plan = self.limiter.plan(&parts);
-        let request = Request::from_parts(parts, body);
+        if let Plan::Check(pending) = &plan {
+            // Decided at once (the memory store, a cached denial, a lease in hand).
+            if let Some(verdict) = self.limiter.decide_ready(pending, || is_grpc(&parts)) {
+                let request = Request::from_parts(parts, body);
+                return ResponseFuture::decided(verdict, &mut self.inner, request);
+            }
+        }
         match plan {
-            Plan::Pass => ResponseFuture::inner(self.inner.call(request)),
+            Plan::Pass => ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body))),
             Plan::Respond(response) => ResponseFuture::respond(response),
-            Plan::Check(pending) => match self.limiter.decide_ready(&pending) {
-                // Decided at once (the memory store, a cached denial, a lease in hand).
-                Some(verdict) => ResponseFuture::decided(verdict, &mut self.inner, request),
-                None => {
-                    // The inner service is called after the decision: take the one
-                    // `poll_ready` made ready, and leave a clone for the next request.
-                    let inner = take_ready(&mut self.inner);
-                    let pending = pending.owned();
-                    let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending));
-                    ResponseFuture::checking(deciding, inner, request)
-                }
-            },
+            Plan::Check(pending) => {
+                // The inner service is called after the decision: take the one
+                // `poll_ready` made ready, and leave a clone for the next request.
+                let inner = take_ready(&mut self.inner);
+                let (pending, grpc) = (pending.owned(), is_grpc(&parts));
+                let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending, grpc));
+                ResponseFuture::checking(deciding, inner, Request::from_parts(parts, body))
+            }
         }
     }
 }

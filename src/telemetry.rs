@@ -49,6 +49,7 @@ pub(crate) trait Metered {
 /// policy (see [`RequestKeys`]): counting builds no list of labels and hashes nothing. The
 /// recorder is still asked on every count, so one installed after the first request counts too.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+#[inline]
 pub(crate) fn request(policy: &impl Metered, outcome: Outcome) {
     #[cfg(feature = "metrics")]
     {
@@ -75,6 +76,7 @@ const OUTCOMES: usize = 5;
 impl RequestKeys {
     /// The key of `outcome`'s count under the rule named `rule` (whose keys these are).
     #[cfg(feature = "metrics")]
+    #[inline]
     fn key(&self, rule: &Arc<str>, outcome: Outcome) -> &metrics::Key {
         let index = (outcome as usize).min(OUTCOMES - 1);
         self.keys[index].get_or_init(|| {

@@ -12,6 +12,7 @@ const MAX_PLAIN_LEN: usize = 64;
 /// (longer, control bytes, non-ASCII, braces that would break Redis Cluster hash tags) becomes
 /// `#` and the first 16 bytes of its SHA-256 in lowercase hex, 33 bytes in all. Keys starting
 /// with `#` are digested too, so a client cannot send a key that equals another's digest.
+#[inline]
 pub(crate) fn sanitize(key: String) -> String {
     // One pass without early exits (keys are short, and nearly all plain): the compiler
     // checks several bytes at a time.
@@ -21,6 +22,12 @@ pub(crate) fn sanitize(key: String) -> String {
     if plain {
         return key;
     }
+    digest(&key)
+}
+
+/// `#` and the first 16 bytes of `key`'s SHA-256 in lowercase hex.
+#[cold]
+fn digest(key: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha256::digest(key.as_bytes());
     let mut out = String::with_capacity(33);

@@ -78,8 +78,9 @@ pub(crate) struct Limiter {
 pub(crate) enum Plan<'a> {
     /// Call the inner service without limiting.
     Pass,
-    /// Answer at once (no key, bad cost).
-    Respond(Response<Full<Bytes>>),
+    /// Answer at once (no key, bad cost). Boxed, as rare: every plan would have room for a
+    /// whole response.
+    Respond(Box<Response<Full<Bytes>>>),
     /// Ask the store.
     Check(Pending<'a>),
 }
@@ -89,7 +90,6 @@ pub(crate) struct Pending<'a> {
     rules: InForce<'a>,
     /// Most requests meet one rule: no list is allocated for it.
     checks: SmallVec<[Planned; 1]>,
-    grpc: bool,
 }
 
 impl Pending<'_> {
@@ -99,11 +99,11 @@ impl Pending<'_> {
         Pending {
             rules: self.rules.owned(),
             checks: self.checks,
-            grpc: self.grpc,
         }
     }
 
     /// Whether a rule of this request has `count_status`.
+    #[inline]
     fn counts_later(&self) -> bool {
         let rules = self.rules.rules();
         self.checks
@@ -159,7 +159,8 @@ struct Planned {
     tier: Option<Box<(Policy, Quota)>>,
 }
 
-/// Whether a request is gRPC (`content-type: application/grpc…`).
+/// Whether a request is gRPC (`content-type: application/grpc…`): asked only when the
+/// limiter answers the request itself, as most requests are passed on.
 pub(crate) fn is_grpc(parts: &Parts) -> bool {
     parts
         .headers
@@ -174,11 +175,26 @@ impl Limiter {
             return Plan::Pass;
         }
         let rules = self.rules.in_force();
+        if let Some(rule) = rules.sole() {
+            // The usual setup: the one check is planned at once. A request without a key
+            // is the general path's to answer.
+            if let Some(key) = rule.key.extract(parts) {
+                let sole = Planned {
+                    rule: 0,
+                    key: key::sanitize(key),
+                    cost: 1,
+                    tier: None,
+                };
+                return Plan::Check(Pending {
+                    rules,
+                    checks: SmallVec::from_buf([sole]),
+                });
+            }
+        }
         if rules.skips(parts) {
             telemetry::skipped();
             return Plan::Pass;
         }
-        let grpc = is_grpc(parts);
         let mut checks = SmallVec::new();
         for (index, rule) in rules.matching(parts) {
             let (key, tier) = match rule.key.extract(parts) {
@@ -198,13 +214,18 @@ impl Limiter {
                             "Bad Request: no client key for rate limiting: expected {}",
                             rule.key.describe()
                         );
-                        return Plan::Respond(response::bad_request(grpc, &message));
+                        return Plan::Respond(Box::new(response::bad_request(
+                            is_grpc(parts),
+                            &message,
+                        )));
                     }
                 },
             };
             let cost = match rule.cost.of(parts, rule.max_cost) {
                 Ok(cost) => cost,
-                Err(message) => return Plan::Respond(response::bad_request(grpc, &message)),
+                Err(message) => {
+                    return Plan::Respond(Box::new(response::bad_request(is_grpc(parts), &message)))
+                }
             };
             checks.push(Planned {
                 rule: index,
@@ -216,11 +237,7 @@ impl Limiter {
         if checks.is_empty() {
             return Plan::Pass;
         }
-        Plan::Check(Pending {
-            rules,
-            checks,
-            grpc,
-        })
+        Plan::Check(Pending { rules, checks })
     }
 
     /// The policy and quota of `key`'s tier under `rule`, if the rule has tiers; `None`: the

@@ -38,7 +38,12 @@ pub(crate) enum Verdict {
 impl Limiter {
     /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
-    pub(crate) fn decide_ready(&self, pending: &Pending<'_>) -> Option<Verdict> {
+    /// `grpc` tells whether the request is gRPC, asked only if it is answered here.
+    pub(crate) fn decide_ready(
+        &self,
+        pending: &Pending<'_>,
+        grpc: impl FnOnce() -> bool,
+    ) -> Option<Verdict> {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
@@ -50,22 +55,23 @@ impl Limiter {
         let ready = match &span {
             None => check(),
             Some(span) => span.in_scope(check),
-        }?;
-        let verdict = self.verdict(pending, [ready]);
+        };
+        let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?), grpc);
         record_outcome(span.as_ref(), &verdict);
         Some(verdict)
     }
 
-    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>) -> Verdict {
+    /// The verdict of a request that waits for the store; `grpc`: whether it is gRPC.
+    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>, grpc: bool) -> Verdict {
         let span = decision_span(&pending);
         let counts_later = pending.counts_later();
         let asked = async {
             if counts_later {
                 // Boxed: rules with `count_status` are few, and the peeks and checks they
                 // wait on would otherwise make every request's future larger.
-                Box::pin(self.ask_store_peeking(&pending)).await
+                Box::pin(self.ask_store_peeking(&pending, grpc)).await
             } else {
-                self.ask_store(&pending).await
+                self.ask_store(&pending, grpc).await
             }
         };
         let verdict = match &span {
@@ -89,7 +95,7 @@ impl Limiter {
     /// quotas are peeked, consuming nothing (the request is counted once its response is
     /// known). If one of them denies, the other rules are peeked too, so that nothing is
     /// consumed from any; else the other rules are checked, together, as usual.
-    async fn ask_store_peeking(&self, pending: &Pending<'_>) -> Verdict {
+    async fn ask_store_peeking(&self, pending: &Pending<'_>, grpc: bool) -> Verdict {
         let rules = pending.rules.rules();
         let counted = |c: &Planned| rules[c.rule].count_status.is_some();
         let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
@@ -126,15 +132,16 @@ impl Limiter {
         }
         .await;
         match decided {
-            Ok(()) => self.verdict(pending, decisions.into_iter().flatten()),
+            Ok(()) => {
+                let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
+                self.verdict(pending, &decisions, || grpc)
+            }
             Err(_) => {
                 for check in &pending.checks {
                     telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
                 }
                 match self.on_store_error {
-                    OnStoreError::Deny => {
-                        Verdict::Respond(Box::new(response::unavailable(pending.grpc)))
-                    }
+                    OnStoreError::Deny => Verdict::Respond(Box::new(response::unavailable(grpc))),
                     // Fail open, without numbers; the response may still be counted.
                     _ => Verdict::Proceed {
                         headers: Headers::default(),
@@ -147,7 +154,7 @@ impl Limiter {
     }
 
     /// Asks the store about every check and turns its answer into a verdict.
-    async fn ask_store(&self, pending: &Pending<'_>) -> Verdict {
+    async fn ask_store(&self, pending: &Pending<'_>, grpc: bool) -> Verdict {
         let decided = match pending.checks.as_slice() {
             // One limit, the common case: no list of checks to build. The stack's future is
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
@@ -155,7 +162,7 @@ impl Limiter {
             // is not.
             [one] => Box::pin(self.store.check(&one.key, pending.policy(one), one.cost))
                 .await
-                .map(|decision| self.verdict(pending, [decision])),
+                .map(|decision| self.verdict(pending, std::slice::from_ref(&decision), || grpc)),
             many => {
                 let rules = pending.rules.rules();
                 let checks: Vec<Check<'_>> = many
@@ -168,7 +175,7 @@ impl Limiter {
                     })
                     .collect();
                 let decided = Box::pin(self.store.check_many(&checks)).await;
-                decided.map(|decisions| self.verdict(pending, decisions))
+                decided.map(|decisions| self.verdict(pending, &decisions, || grpc))
             }
         };
         if decided.is_err() {
@@ -180,7 +187,7 @@ impl Limiter {
         match decided {
             Ok(verdict) => verdict,
             Err(_) if self.on_store_error == OnStoreError::Deny => {
-                Verdict::Respond(Box::new(response::unavailable(pending.grpc)))
+                Verdict::Respond(Box::new(response::unavailable(grpc)))
             }
             // Fail open, without rate-limit numbers the limiter does not know.
             Err(_) => Verdict::Proceed {
@@ -191,11 +198,13 @@ impl Limiter {
         }
     }
 
-    /// The response (or headers and wait) from the store's decisions, one per check.
+    /// The response (or headers and wait) from the store's decisions, one per check; `grpc`
+    /// is asked only for a denial.
     fn verdict(
         &self,
         pending: &Pending<'_>,
-        decisions: impl IntoIterator<Item = Decision>,
+        decisions: &[Decision],
+        grpc: impl FnOnce() -> bool,
     ) -> Verdict {
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
@@ -205,11 +214,13 @@ impl Limiter {
         let mut seen: SmallVec<[_; 1]> = SmallVec::new();
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
+            let released;
             let decision = match &rule.delay {
                 Some(queue) => {
-                    let (delay, own) = queue.release(&pending.quota(planned), decision);
+                    let (delay, own) = queue.release(&pending.quota(planned), *decision);
                     wait = wait.max(delay);
-                    own
+                    released = own;
+                    &released
                 }
                 None => decision,
             };
@@ -222,13 +233,13 @@ impl Limiter {
                 } else {
                     telemetry::request(&rule.policy, Outcome::Denied);
                     denial = Some(match denial {
-                        Some(worst) if later(&worst, &decision) => worst,
-                        _ => decision,
+                        Some(worst) if later(&worst, decision) => worst,
+                        _ => *decision,
                     });
                 }
             }
             if headed {
-                seen.push((pending.policy(planned), decision));
+                seen.push((pending.policy(planned), *decision));
             }
         }
         let headers = match headed {
@@ -236,9 +247,7 @@ impl Limiter {
             false => Headers::default(),
         };
         match denial {
-            Some(decision) => {
-                Verdict::Respond(Box::new(self.denial(&decision, headers, pending.grpc)))
-            }
+            Some(decision) => Verdict::Respond(Box::new(self.denial(&decision, headers, grpc()))),
             None => Verdict::Proceed {
                 headers,
                 wait,
@@ -275,12 +284,19 @@ impl Limiter {
 /// None unless some subscriber may take debug spans, so that nothing is made, entered or left:
 /// a disabled span costs a few hundred instructions a request (with tracing's `log` feature,
 /// which axum turns on, each step also asks `log` whether to write it).
+#[inline]
 fn decision_span(pending: &Pending<'_>) -> Option<tracing::Span> {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     let debug = tracing::Level::DEBUG;
     if debug > STATIC_MAX_LEVEL || debug > LevelFilter::current() {
         return None;
     }
+    Some(new_decision_span(pending))
+}
+
+/// [`decision_span`], made.
+#[cold]
+fn new_decision_span(pending: &Pending<'_>) -> tracing::Span {
     let span = tracing::debug_span!(
         target: "tollgate",
         "rate_limit",
@@ -296,10 +312,11 @@ fn decision_span(pending: &Pending<'_>) -> Option<tracing::Span> {
             .collect();
         span.record("rules", names.join(",").as_str());
     }
-    Some(span)
+    span
 }
 
 /// Records the decision's outcome on its span, and logs it at debug level.
+#[inline]
 fn record_outcome(span: Option<&tracing::Span>, verdict: &Verdict) {
     let Some(span) = span.filter(|span| !span.is_disabled()) else {
         return;

@@ -81,22 +81,25 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 
 /// The rate-limit headers of one response. They are made when the store answers, before
 /// there is a response, and go straight into the response's own map once there is one.
-/// Each is kept in its own place (88 bytes in all, moved with the request's future), the
-/// legacy three boxed.
+/// Boxed, and nothing when there are none: a request's future carries them from the decision
+/// to the response, and is moved on the way (a box costs less than moving five values).
 #[derive(Debug, Default)]
-pub(crate) struct Headers {
+pub(crate) struct Headers(Option<Box<Values>>);
+
+#[derive(Debug, Default)]
+struct Values {
     /// `RateLimit-Policy`.
     policy: Option<HeaderValue>,
     /// `RateLimit`.
     current: Option<HeaderValue>,
     /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
-    legacy: Option<Box<[HeaderValue; 3]>>,
+    legacy: Option<[HeaderValue; 3]>,
 }
 
 impl Headers {
     /// Whether there are none (the style `none`, a store that failed open).
     pub(crate) fn is_empty(&self) -> bool {
-        self.policy.is_none() && self.current.is_none() && self.legacy.is_none()
+        self.0.is_none()
     }
 
     /// Sets them on a response, replacing headers of the same name.
@@ -115,14 +118,22 @@ impl Headers {
 
     /// Each header, in order: `RateLimit-Policy`, `RateLimit`, then the legacy three.
     fn each(self, mut f: impl FnMut(&HeaderName, HeaderValue)) {
-        if let Some(value) = self.policy {
+        let Some(values) = self.0 else {
+            return;
+        };
+        let Values {
+            policy,
+            current,
+            legacy,
+        } = *values;
+        if let Some(value) = policy {
             f(&RATELIMIT_POLICY, value);
         }
-        if let Some(value) = self.current {
+        if let Some(value) = current {
             f(&RATELIMIT, value);
         }
-        if let Some(legacy) = self.legacy {
-            let [limit, remaining, reset] = *legacy;
+        if let Some(legacy) = legacy {
+            let [limit, remaining, reset] = legacy;
             f(&X_LIMIT, limit);
             f(&X_REMAINING, remaining);
             f(&X_RESET, reset);
@@ -169,6 +180,7 @@ impl Short {
         }
     }
 
+    #[inline]
     fn text(&mut self, text: &str) -> &mut Self {
         let end = self.len + text.len();
         // Never short of room (see `ROOM`); a text that did not fit would be left out.
@@ -179,6 +191,7 @@ impl Short {
         self
     }
 
+    #[inline]
     fn number(&mut self, n: u64) -> &mut Self {
         self.text(itoa::Buffer::new().format(n))
     }
@@ -218,13 +231,13 @@ pub(crate) fn rate_limit_headers<P: Named>(
     style: HeaderStyle,
     checks: &[(&P, Decision)],
 ) -> Headers {
-    let mut h = Headers::default();
     if style == HeaderStyle::None {
-        return h;
+        return Headers::default();
     }
     let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
-        return h;
+        return Headers::default();
     };
+    let mut h = Box::<Values>::default();
     let (policy, decision) = tightest;
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         h.policy = match checks {
@@ -256,10 +269,10 @@ pub(crate) fn rate_limit_headers<P: Named>(
             number(reset),
         );
         if let (Some(limit), Some(remaining), Some(reset)) = legacy {
-            h.legacy = Some(Box::new([limit, remaining, reset]));
+            h.legacy = Some([limit, remaining, reset]);
         }
     }
-    h
+    Headers(Some(h))
 }
 
 fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {

@@ -46,6 +46,11 @@ impl RouteIndex {
         index
     }
 
+    /// Whether every route takes every request (any path, any method).
+    pub(crate) fn takes_all(&self) -> bool {
+        self.takes_all
+    }
+
     /// The positions, in order, of the routes in `routes` that take the request (see [`Route`]
     /// for HEAD).
     #[cfg(test)]

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use http::request::Parts;
 
 use super::index::RouteIndex;
-use super::{CompiledRule, Skip};
+use super::{CompiledRule, Cost, Skip};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// Every rule of a layer and the routes it never limits; swapped whole on reload.
@@ -15,6 +15,8 @@ pub(crate) struct RuleSet {
     skips: Vec<Skip>,
     rule_index: RouteIndex,
     skip_index: RouteIndex,
+    /// Whether the set is one rule that every request meets as it is (see [`sole`](Self::sole)).
+    sole: bool,
 }
 
 impl RuleSet {
@@ -30,22 +32,41 @@ impl RuleSet {
                 ),
             ));
         }
-        Ok(Self {
-            rule_index: RouteIndex::new(rules.iter().map(|r| &r.route)),
-            skip_index: RouteIndex::new(skips.iter().map(|s| &s.route)),
-            rules,
-            skips,
-        })
+        Ok(Self::indexed(rules, skips))
     }
 
     /// One rule and no skip: no name to repeat, so it cannot fail.
     pub(crate) fn one(rule: CompiledRule) -> Self {
+        Self::indexed(vec![rule], Vec::new())
+    }
+
+    /// The set with its routes indexed.
+    fn indexed(rules: Vec<CompiledRule>, skips: Vec<Skip>) -> Self {
+        let rule_index = RouteIndex::new(rules.iter().map(|r| &r.route));
+        let sole = match rules.as_slice() {
+            [rule] => {
+                skips.is_empty()
+                    && rule_index.takes_all()
+                    && matches!(rule.cost, Cost::One)
+                    && rule.quota_for.is_none()
+            }
+            _ => false,
+        };
         Self {
-            rule_index: RouteIndex::new([&rule.route]),
-            skip_index: RouteIndex::new([]),
-            rules: vec![rule],
-            skips: Vec::new(),
+            rule_index,
+            skip_index: RouteIndex::new(skips.iter().map(|s| &s.route)),
+            rules,
+            skips,
+            sole,
         }
+    }
+
+    /// The rule, when the set is one rule for every request (any path and method, no skips)
+    /// at cost 1 and without tiers: the usual setup of a layer, whose requests need no
+    /// route matched, tier looked up or cost read.
+    #[inline]
+    pub(crate) fn sole(&self) -> Option<&CompiledRule> {
+        self.rules.first().filter(|_| self.sole)
     }
 
     /// The rules, in order.
@@ -69,5 +90,60 @@ impl RuleSet {
             .matching_by(|position| &self.rules[position].route, parts)
             .into_iter()
             .map(|position| (position, &self.rules[position]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use http::{HeaderName, Method};
+
+    use super::*;
+    use crate::rules::Route;
+    use crate::{key, Algorithm, Policy, Quota};
+
+    fn rule(name: &str) -> CompiledRule {
+        let quota = Quota::per_minute(10).unwrap();
+        let policy = Policy::new(name, quota, Algorithm::Gcra).unwrap();
+        CompiledRule::everything(policy, quota, Arc::new(key::Global))
+    }
+
+    #[test]
+    fn one_rule_for_every_request_at_cost_one_is_sole() {
+        assert!(RuleSet::one(rule("a")).sole().is_some());
+        let all_methods_all_paths = Route::new(Vec::new(), Some("/*")).unwrap();
+        let mut any = rule("a");
+        any.route = all_methods_all_paths;
+        assert!(RuleSet::new(vec![any], Vec::new())
+            .unwrap()
+            .sole()
+            .is_some());
+    }
+
+    #[test]
+    fn anything_a_request_must_be_matched_or_read_for_is_not_sole() {
+        let two = RuleSet::new(vec![rule("a"), rule("b")], Vec::new()).unwrap();
+        assert!(two.sole().is_none());
+
+        let mut login = rule("a");
+        login.route = Route::new(Vec::new(), Some("/login")).unwrap();
+        assert!(RuleSet::one(login).sole().is_none());
+
+        let mut posts = rule("a");
+        posts.route = Route::new(vec![Method::POST], None).unwrap();
+        assert!(RuleSet::one(posts).sole().is_none());
+
+        let health = Skip::route(Route::new(Vec::new(), Some("/health")).unwrap());
+        let skipping = RuleSet::new(vec![rule("a")], vec![health]).unwrap();
+        assert!(skipping.sole().is_none());
+
+        let mut costly = rule("a");
+        costly.cost = Cost::Header(HeaderName::from_static("x-cost"));
+        assert!(RuleSet::one(costly).sole().is_none());
+
+        let mut tiered = rule("a");
+        tiered.quota_for = Some(Arc::new(|_: &str| None));
+        assert!(RuleSet::one(tiered).sole().is_none());
     }
 }

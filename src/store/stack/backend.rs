@@ -130,6 +130,7 @@ impl StoreExt for Backend {
         dispatch!(self, store => store.release(key, policy, unused, grant).await)
     }
 
+    #[inline]
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
         dispatch!(self, store => store.check_ready(key, policy, cost))
     }

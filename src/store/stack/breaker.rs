@@ -138,6 +138,7 @@ impl Breaker {
         })
     }
 
+    #[inline]
     pub(crate) fn is_open(&self) -> bool {
         self.state.load(Ordering::Acquire) != CLOSED
     }

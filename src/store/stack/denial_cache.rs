@@ -306,6 +306,7 @@ impl<S: StoreExt> Store for DenialCache<S> {
 impl<S: StoreExt> StoreExt for DenialCache<S> {
     /// A cached denial, or the store's decision at once (remembered as [`check`](Self::check)
     /// remembers it).
+    #[inline]
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
         if self.per_shard == 0 {
             return self.inner.check_ready(key, policy, cost);

@@ -297,13 +297,17 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
     /// The inner store's decision at once, while the circuit is closed (an open circuit, its
     /// probe and the fallback are [`check`](Self::check)'s). Not timed: it takes well under a
     /// microsecond, and `tollgate_store_duration_seconds` is for calls that wait.
+    #[inline]
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
         if self.breaker.is_open() {
             return None;
         }
-        let decision = self.inner.check_ready(key, policy, cost)?;
-        self.report_circuit();
-        Some(decision)
+        // Returned as the inner store made it: unwrapping and wrapping it again would copy it.
+        let decision = self.inner.check_ready(key, policy, cost);
+        if decision.is_some() {
+            self.report_circuit();
+        }
+        decision
     }
 
     /// Leases through the timeout and breaker; on failure, by the policy like a check (the

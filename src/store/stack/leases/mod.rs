@@ -355,6 +355,7 @@ impl<S: StoreExt> StoreExt for Leases<S> {
     /// A leased request spent from the lease in hand (or answered by the refusal it holds);
     /// a request that is not leased, the store's decision at once. An empty or expired lease
     /// is [`check`](Self::check)'s to refill or give back.
+    #[inline]
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
