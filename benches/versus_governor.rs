@@ -22,6 +22,12 @@
 //! the machine in the same state, so the overhead does not move the way a difference of two
 //! separately measured medians does.
 //!
+//! A shared machine also runs faster or slower from one row to the next (other tenants' load,
+//! clock speed), and a difference of two times moves with it: each sample's overhead is given
+//! at the speed of one reference, the floor's time measured once before the first row (the
+//! overhead is scaled by the reference over the floor's time in that sample). The rows then
+//! compare like with like, whichever of them ran while the machine was slow.
+//!
 //! tollgate sends rate-limit headers on every response by default; `tower_governor` only with
 //! `use_headers()`. Both kinds are measured on each side: `tollgate` (IETF headers) against
 //! `tower_governor_headers`, and `tollgate_no_headers` against `tower_governor`.
@@ -246,13 +252,32 @@ fn bench_floor(
     });
 }
 
+/// The floor's CPU time per request, the median of 101 rounds: the speed every overhead is
+/// given at (see the file's documentation).
+fn floor_reference(runtime: &Runtime, keys: &[HeaderValue]) -> Duration {
+    let floor = trivial_service();
+    let mut next = 0;
+    let mut rounds: Vec<Duration> = (0..101)
+        .map(|_| {
+            runtime.block_on(async {
+                let start = thread_cpu();
+                send(&floor, keys, &mut next, 16 * BLOCK).await;
+                (thread_cpu() - start) / (16 * BLOCK as u32)
+            })
+        })
+        .collect();
+    rounds.sort();
+    rounds[rounds.len() / 2]
+}
+
 /// Measures what `svc` adds to one request over the trivial service, with the next of `keys`
 /// each: the requests go in blocks of [`BLOCK`], alternately through `svc` and through the
 /// trivial service alone (the same requests), and the time of the second is taken from the
-/// time of the first.
+/// time of the first, at the `reference` floor's speed.
 fn bench_overhead<S>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     runtime: &Runtime,
+    reference: Duration,
     id: String,
     svc: &S,
     keys: &[HeaderValue],
@@ -276,7 +301,10 @@ fn bench_overhead<S>(
                     bare += thread_cpu() - middle;
                     left -= n;
                 }
-                limited.saturating_sub(bare)
+                // At the reference's speed: scaled by what the floor took now against it.
+                let floor = bare.as_secs_f64() / iters as f64;
+                let speed = reference.as_secs_f64() / floor.max(f64::MIN_POSITIVE);
+                limited.saturating_sub(bare).mul_f64(speed)
             })
         })
     });
@@ -287,6 +315,7 @@ fn bench_overhead<S>(
 fn layer_cases<S, B>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     runtime: &Runtime,
+    reference: Duration,
     name: &str,
     limited: impl Fn(Quota) -> S,
     keys: &[HeaderValue],
@@ -300,7 +329,14 @@ fn layer_cases<S, B>(
     };
 
     let one_key = limited(generous());
-    bench_overhead(group, runtime, format!("one_key/{name}"), &one_key, &hot);
+    bench_overhead(
+        group,
+        runtime,
+        reference,
+        format!("one_key/{name}"),
+        &one_key,
+        &hot,
+    );
     assert_eq!(status(&one_key, &hot[0]), StatusCode::OK, "still allowed");
     drop(one_key);
 
@@ -308,7 +344,14 @@ fn layer_cases<S, B>(
     for key in keys {
         assert_eq!(status(&many, key), StatusCode::OK);
     }
-    bench_overhead(group, runtime, format!("1M_keys/{name}"), &many, keys);
+    bench_overhead(
+        group,
+        runtime,
+        reference,
+        format!("1M_keys/{name}"),
+        &many,
+        keys,
+    );
     for key in &keys[..100] {
         assert_eq!(status(&many, key), StatusCode::OK, "still allowed");
     }
@@ -317,7 +360,14 @@ fn layer_cases<S, B>(
     let denying = limited(stingy());
     assert_eq!(status(&denying, &hot[0]), StatusCode::OK);
     assert_eq!(status(&denying, &hot[0]), StatusCode::TOO_MANY_REQUESTS);
-    bench_overhead(group, runtime, format!("denied/{name}"), &denying, &hot);
+    bench_overhead(
+        group,
+        runtime,
+        reference,
+        format!("denied/{name}"),
+        &denying,
+        &hot,
+    );
 }
 
 fn layer(c: &mut Criterion) {
@@ -333,6 +383,7 @@ fn layer(c: &mut Criterion) {
 
     let hot = [HeaderValue::from_static("bench-client")];
     bench_floor(&mut group, &runtime, "one_key/none", &hot);
+    let reference = floor_reference(&runtime, &hot);
 
     let tollgate = |headers: HeaderStyle| {
         move |quota: Quota| {
@@ -348,6 +399,7 @@ fn layer(c: &mut Criterion) {
     layer_cases(
         &mut group,
         &runtime,
+        reference,
         "tollgate",
         tollgate(HeaderStyle::Ietf),
         &keys,
@@ -355,6 +407,7 @@ fn layer(c: &mut Criterion) {
     layer_cases(
         &mut group,
         &runtime,
+        reference,
         "tollgate_no_headers",
         tollgate(HeaderStyle::None),
         &keys,
@@ -369,7 +422,14 @@ fn layer(c: &mut Criterion) {
             .unwrap();
         GovernorLayer::new(config).layer(trivial_service())
     };
-    layer_cases(&mut group, &runtime, "tower_governor", governor, &keys);
+    layer_cases(
+        &mut group,
+        &runtime,
+        reference,
+        "tower_governor",
+        governor,
+        &keys,
+    );
     let governor_with_headers = |quota: Quota| {
         let config = GovernorConfigBuilder::default()
             .period(quota.period() / quota.limit())
@@ -383,6 +443,7 @@ fn layer(c: &mut Criterion) {
     layer_cases(
         &mut group,
         &runtime,
+        reference,
         "tower_governor_headers",
         governor_with_headers,
         &keys,
