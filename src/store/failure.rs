@@ -129,7 +129,9 @@ impl StoreFailure {
 
     /// How many consecutive failures open the circuit breaker (default 5, at least 1). The
     /// calls in flight when a failure is seen (e.g. every call on a connection that broke)
-    /// count as one.
+    /// count as one. A call whose client gave up on it (hung up, or a gRPC deadline shorter
+    /// than the timeout) after waiting 10 ms, or half the timeout if that is less, is a
+    /// failure too: a hung store opens the circuit even when no call lives to time out.
     pub fn open_after(mut self, failures: u32) -> Self {
         self.breaker = self.breaker.failures(failures);
         self

@@ -234,6 +234,60 @@ async fn a_probe_dropped_by_its_client_does_not_keep_the_circuit_open() {
     assert_eq!(r.status, 200);
 }
 
+/// Clients that give up sooner than the store's timeout (a deadline of 30 ms against a store
+/// timeout of 500 ms, as an Envoy filter's against a slower setting): with Redis hung no call
+/// ever times out, but each one given up after waiting fails, so the circuit opens and later
+/// requests are answered at once instead of each waiting out its client's deadline.
+#[tokio::test]
+async fn calls_given_up_by_their_clients_open_the_circuit_while_redis_hangs() {
+    let redis = RedisServer::start();
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_hour(1000).unwrap())
+        .key(key::Global)
+        .store(RedisStore::from_url(&redis.url()).unwrap())
+        .store_failure(
+            StoreFailure::new(OnStoreError::Allow)
+                .timeout(Duration::from_millis(500))
+                .open_after(3)
+                .open_for(Duration::from_secs(30), Duration::from_secs(30)),
+        )
+        .build()
+        .unwrap();
+    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let send = || service.clone().oneshot(http::Request::new(()));
+    let deadline = Duration::from_millis(30);
+    assert!(send().await.unwrap().headers().contains_key("ratelimit"));
+    redis.pause();
+    for _ in 0..3 {
+        let given_up = tokio::time::timeout(deadline, send()).await;
+        assert!(
+            given_up.is_err(),
+            "Redis is hung: the call should still wait"
+        );
+    }
+    let stats = layer.control().stats();
+    assert!(
+        stats.circuit_open,
+        "three calls given up should open the circuit"
+    );
+    assert_eq!(stats.store_errors, 3);
+    // Open: answered at once, through and without numbers (on_store_error allow).
+    let started = Instant::now();
+    let response = tokio::time::timeout(deadline, send())
+        .await
+        .expect("answered within the client's deadline")
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(!response.headers().contains_key("ratelimit"));
+    assert!(
+        started.elapsed() < Duration::from_millis(20),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
 /// Many decisions in flight on the store's one multiplexed connection when it is killed: they
 /// fail together, and count as one failure, not enough to open the circuit. (Called through
 /// the service, without HTTP, so that enough calls are in flight at once.)

@@ -21,20 +21,27 @@ use crate::clock::Clock;
 /// seen (e.g. every call on one connection that broke) fail together and count once; the
 /// next failure counts only for a call started after it. So one dropped connection is one
 /// failure, not as many as were in flight.
+///
+/// A call its caller gave up on (a client that hung up, a gRPC deadline) after waiting at
+/// least `given_up_after` fails too: with deadlines shorter than the store's timeout, a hung
+/// store would otherwise never fail a call, and every request would wait out its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BreakerSettings {
     failures: u32,
     min_open: Duration,
     max_open: Duration,
+    given_up_after: Duration,
 }
 
 impl Default for BreakerSettings {
-    /// Opens after 5 consecutive failures; probes after 1 s, backing off up to 30 s.
+    /// Opens after 5 consecutive failures; probes after 1 s, backing off up to 30 s; a call
+    /// given up after 10 ms is a failure.
     fn default() -> Self {
         Self {
             failures: 5,
             min_open: Duration::from_secs(1),
             max_open: Duration::from_secs(30),
+            given_up_after: Duration::from_millis(10),
         }
     }
 }
@@ -52,6 +59,15 @@ impl BreakerSettings {
     pub(crate) fn open_for(mut self, min: Duration, max: Duration) -> Self {
         self.min_open = min;
         self.max_open = max.max(min);
+        self
+    }
+
+    /// For calls bounded by `timeout`: a call given up on after half of it is a failure, if
+    /// that is sooner than `given_up_after` (a store that answers in time answers well within
+    /// either).
+    #[must_use]
+    pub(crate) fn for_timeout(mut self, timeout: Duration) -> Self {
+        self.given_up_after = self.given_up_after.min(timeout / 2);
         self
     }
 }
@@ -88,16 +104,18 @@ pub(crate) enum Change {
     Closed,
 }
 
-/// Leave to call the store, taken before the call and settled by [`record`](Self::record).
+/// Leave to call the store, taken before the call and settled by [`record`](Self::record), or
+/// by [`give_up`](Self::give_up) when its caller gave up on it.
 ///
-/// Dropping it unsettled (the request's future was dropped mid-call: a client that hung up, a
-/// gRPC deadline) hands a probe back, so the next request probes: the breaker is never left
-/// waiting for an answer that will not come.
+/// Dropping it unsettled gives it up too: the breaker is never left waiting for an answer that
+/// will not come.
 #[must_use]
 pub(crate) struct Attempt<'a> {
     breaker: &'a Breaker,
     probe: bool,
     incident: u64,
+    /// When the call began, in the clock's µs.
+    started: u64,
     settled: bool,
 }
 
@@ -134,6 +152,7 @@ impl Breaker {
             breaker: self,
             probe,
             incident: self.incident.load(Ordering::Acquire),
+            started: self.clock.now(),
             settled: false,
         })
     }
@@ -232,13 +251,36 @@ impl Attempt<'_> {
             (true, true) => Change::Closed,
         }
     }
+
+    /// Settles a call its caller gave up on (the request's future was dropped mid-call). A
+    /// probe is handed back: the circuit opens again with no wait, so the next request probes.
+    /// An ordinary call that had waited `given_up_after` fails; one given up sooner changes
+    /// nothing. `None`: not a failure.
+    pub(crate) fn give_up(mut self) -> Option<Change> {
+        self.give_up_in_place()
+    }
+
+    fn give_up_in_place(&mut self) -> Option<Change> {
+        self.settled = true;
+        if self.probe {
+            self.breaker.reopen_after_probe(0);
+            return None;
+        }
+        let waited = self.breaker.clock.now().saturating_sub(self.started);
+        if waited < micros(self.breaker.settings.given_up_after) {
+            return None;
+        }
+        Some(match self.breaker.failed(self) {
+            true => Change::Opened,
+            false => Change::None,
+        })
+    }
 }
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        if self.probe && !self.settled {
-            // The probe was abandoned: open again with no wait, so the next request probes.
-            self.breaker.reopen_after_probe(0);
+        if !self.settled {
+            let _ = self.give_up_in_place();
         }
     }
 }
@@ -391,10 +433,40 @@ mod tests {
     }
 
     #[test]
-    fn an_unsettled_ordinary_call_changes_nothing() {
-        let (b, _) = breaker(BreakerSettings::default().failures(1));
+    fn an_ordinary_call_given_up_soon_changes_nothing() {
+        let (b, clock) = breaker(BreakerSettings::default().failures(1));
+        let call = b.attempt().unwrap();
+        clock.advance(Duration::from_millis(9));
+        assert_eq!(call.give_up(), None);
         drop(b.attempt().unwrap());
         assert!(!b.is_open());
         assert!(b.attempt().is_some());
+    }
+
+    #[test]
+    fn an_ordinary_call_given_up_after_waiting_is_a_failure() {
+        let (b, clock) = breaker(BreakerSettings::default().failures(2));
+        let call = b.attempt().unwrap();
+        clock.advance(Duration::from_millis(10));
+        assert_eq!(call.give_up(), Some(Change::None));
+        assert!(!b.is_open());
+        // Dropped unsettled, it is given up the same way: the second failure opens.
+        let call = b.attempt().unwrap();
+        clock.advance(Duration::from_millis(30));
+        drop(call);
+        assert!(b.is_open());
+    }
+
+    #[test]
+    fn calls_given_up_together_are_one_failure() {
+        let (b, clock) = breaker(BreakerSettings::default().failures(2));
+        let (one, two) = (b.attempt().unwrap(), b.attempt().unwrap());
+        clock.advance(Duration::from_millis(20));
+        assert_eq!(one.give_up(), Some(Change::None));
+        assert_eq!(two.give_up(), Some(Change::None));
+        assert!(!b.is_open());
+        let three = b.attempt().unwrap();
+        clock.advance(Duration::from_millis(20));
+        assert_eq!(three.give_up(), Some(Change::Opened));
     }
 }

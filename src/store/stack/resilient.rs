@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use super::breaker::Attempt;
 use super::{Breaker, BreakerSettings, Change, Check, Grant, StoreExt};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
@@ -83,7 +84,8 @@ impl<S: StoreExt> Resilient<S> {
         self.timeout = failure.timeout;
         self.on_error = failure.on_error;
         self.fallback = (self.on_error == OnStoreError::FallbackToMemory).then(MemoryStore::new);
-        self.breaker = Breaker::new(failure.breaker, Arc::new(SystemClock));
+        let settings = failure.breaker.for_timeout(failure.timeout);
+        self.breaker = Breaker::new(settings, Arc::new(SystemClock));
         self.hook = failure.hook.clone();
         self
     }
@@ -91,7 +93,8 @@ impl<S: StoreExt> Resilient<S> {
     /// The breaker of `failure` reading its time from `clock` (a `ManualClock` in tests).
     #[cfg(test)]
     pub(crate) fn breaker_clock(mut self, failure: &StoreFailure, clock: impl Clock) -> Self {
-        self.breaker = Breaker::new(failure.breaker, Arc::new(clock));
+        let settings = failure.breaker.for_timeout(failure.timeout);
+        self.breaker = Breaker::new(settings, Arc::new(clock));
         self
     }
 
@@ -113,8 +116,7 @@ impl<S: StoreExt> Resilient<S> {
     }
 
     /// Calls the inner store unless the circuit is open, within the timeout, and records
-    /// the outcome. The breaker's attempt is settled or, if this future is dropped first,
-    /// hands its probe back when dropped.
+    /// the outcome. If this future is dropped first, the call is given up ([`Call`]).
     ///
     /// The call is made here, by `make`, rather than passed in made: a future passed to an
     /// `async fn` is kept in each future it passes through, and a store's future (a Redis
@@ -127,6 +129,11 @@ impl<S: StoreExt> Resilient<S> {
             self.report_circuit();
             return Err(StoreError::CircuitOpen);
         };
+        // Settled below; if this future is dropped first, the call is given up.
+        let call = Call {
+            resilient: self,
+            attempt: Some(attempt),
+        };
         #[cfg(feature = "metrics")]
         let started = crate::clock::monotonic_nanos();
         let result = within(self.timeout, make).await;
@@ -138,18 +145,10 @@ impl<S: StoreExt> Resilient<S> {
         let reached = result
             .as_ref()
             .map_or_else(|e| !e.is_store_failure(), |_| true);
-        match (attempt.record(reached), &result) {
+        match (call.record(reached), &result) {
+            // This failure is counted by `failed` next, and is not one made while open.
             (Change::Opened, Err(error)) => {
-                // This failure is counted by `failed` next, and is not one made while open.
-                let failed_so_far = self.errors.load(Ordering::Relaxed) + 1;
-                self.errors_at_open.store(failed_so_far, Ordering::Relaxed);
-                tracing::warn!(
-                    target: "tollgate",
-                    "rate limit store {} keeps failing, circuit breaker open ({error}); {}, \
-                     probing the store again after a back-off",
-                    self.label,
-                    answering_by(self.on_error)
-                );
+                self.opened(self.errors.load(Ordering::Relaxed) + 1, error)
             }
             (Change::Closed, _) => {
                 let failed = (self.errors.load(Ordering::Relaxed))
@@ -165,6 +164,18 @@ impl<S: StoreExt> Resilient<S> {
         }
         self.report_circuit();
         result
+    }
+
+    /// Logs that the circuit opened because of `why`, with `failed_so_far` calls failed.
+    fn opened(&self, failed_so_far: u64, why: &dyn fmt::Display) {
+        self.errors_at_open.store(failed_so_far, Ordering::Relaxed);
+        tracing::warn!(
+            target: "tollgate",
+            "rate limit store {} keeps failing, circuit breaker open ({why}); {}, probing the \
+             store again after a back-off",
+            self.label,
+            answering_by(self.on_error)
+        );
     }
 
     /// Sets the `tollgate_circuit_open` gauge when the breaker's state changed since the
@@ -217,6 +228,37 @@ impl<S: StoreExt> Resilient<S> {
             }
             None => Err(error),
         }
+    }
+}
+
+/// A store call under way: given up (see [`Attempt::give_up`]) if it is dropped before it is
+/// settled. A call given up after waiting is counted as failed, and may open the circuit.
+struct Call<'a, S: StoreExt> {
+    resilient: &'a Resilient<S>,
+    attempt: Option<Attempt<'a>>,
+}
+
+impl<S: StoreExt> Call<'_, S> {
+    /// Settles the call: `reached` when the store answered.
+    fn record(mut self, reached: bool) -> Change {
+        (self.attempt.take()).map_or(Change::None, |attempt| attempt.record(reached))
+    }
+}
+
+impl<S: StoreExt> Drop for Call<'_, S> {
+    fn drop(&mut self) {
+        let Some(attempt) = self.attempt.take() else {
+            return;
+        };
+        let resilient = self.resilient;
+        let Some(change) = attempt.give_up() else {
+            return;
+        };
+        let failed_so_far = resilient.errors.fetch_add(1, Ordering::Relaxed) + 1;
+        if change == Change::Opened {
+            resilient.opened(failed_so_far, &"its calls were given up by their clients");
+        }
+        resilient.report_circuit();
     }
 }
 
