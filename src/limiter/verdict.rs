@@ -136,20 +136,7 @@ impl Limiter {
                 let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
                 self.verdict(pending, &decisions, || grpc)
             }
-            Err(_) => {
-                for check in &pending.checks {
-                    telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
-                }
-                match self.on_store_error {
-                    OnStoreError::Deny => Verdict::Respond(Box::new(response::unavailable(grpc))),
-                    // Fail open, without numbers; the response may still be counted.
-                    _ => Verdict::Proceed {
-                        headers: Headers::default(),
-                        wait: Duration::ZERO,
-                        count: None,
-                    },
-                }
-            }
+            Err(_) => self.unanswered(pending, grpc),
         }
     }
 
@@ -178,19 +165,21 @@ impl Limiter {
                 decided.map(|decisions| self.verdict(pending, &decisions, || grpc))
             }
         };
-        if decided.is_err() {
-            let rules = pending.rules.rules();
-            for check in &pending.checks {
-                telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
-            }
+        decided.unwrap_or_else(|_| self.unanswered(pending, grpc))
+    }
+
+    /// The verdict when the store could not decide (its failure is counted, logged and
+    /// handled by the store stack): a 503 when failing closed, else through, without the
+    /// rate-limit numbers the limiter does not know (a `count_status` rule may still count
+    /// the response).
+    fn unanswered(&self, pending: &Pending<'_>, grpc: bool) -> Verdict {
+        let rules = pending.rules.rules();
+        for check in &pending.checks {
+            telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
         }
-        match decided {
-            Ok(verdict) => verdict,
-            Err(_) if self.on_store_error == OnStoreError::Deny => {
-                Verdict::Respond(Box::new(response::unavailable(grpc)))
-            }
-            // Fail open, without rate-limit numbers the limiter does not know.
-            Err(_) => Verdict::Proceed {
+        match self.on_store_error {
+            OnStoreError::Deny => Verdict::Respond(Box::new(response::unavailable(grpc))),
+            _ => Verdict::Proceed {
                 headers: Headers::default(),
                 wait: Duration::ZERO,
                 count: None,
