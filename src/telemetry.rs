@@ -33,6 +33,11 @@ impl Outcome {
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) const NO_RULE: &str = "*";
 
+/// Where tollgate's counters and histograms are registered from, for the recorder.
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
 /// A policy as `tollgate_requests_total` counts it: the `rule` label, and the keys made of it
 /// (see [`RequestKeys`]).
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -53,8 +58,6 @@ pub(crate) trait Metered {
 pub(crate) fn request(policy: &impl Metered, outcome: Outcome) {
     #[cfg(feature = "metrics")]
     {
-        static METADATA: metrics::Metadata<'static> =
-            metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
         let key = policy.request_keys().key(policy.rule(), outcome);
         metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
     }
@@ -126,8 +129,6 @@ impl DurationKey {
     /// Records how long one call to the store labelled `store` took (answered or failed).
     #[cfg(feature = "metrics")]
     pub(crate) fn record(&self, store: &Arc<str>, seconds: f64) {
-        static METADATA: metrics::Metadata<'static> =
-            metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
         let key = self.key.get_or_init(|| {
             let labels = vec![metrics::Label::new("store", Arc::clone(store))];
             metrics::Key::from_parts("tollgate_store_duration_seconds", labels)
