@@ -29,9 +29,7 @@ fn limited<S: Store>(
         .store_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    layer.layer(tower::service_fn(|_: Request<()>| async {
-        Ok::<_, Infallible>(Response::new(String::new()))
-    }))
+    layer.layer(crate::ok_service())
 }
 
 /// Calls the service and drops the response future without polling it.

@@ -253,9 +253,7 @@ async fn calls_given_up_by_their_clients_open_the_circuit_while_redis_hangs() {
         )
         .build()
         .unwrap();
-    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
-        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-    }));
+    let service = layer.layer(crate::ok_service());
     let send = || service.clone().oneshot(http::Request::new(()));
     let deadline = Duration::from_millis(30);
     assert!(send().await.unwrap().headers().contains_key("ratelimit"));
@@ -303,9 +301,7 @@ async fn one_killed_connection_under_load_costs_almost_nothing() {
         .store_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
-        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-    }));
+    let service = layer.layer(crate::ok_service());
     let started = Instant::now();
     let run_for = Duration::from_millis(3_000);
     let concurrency = 32;

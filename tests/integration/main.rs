@@ -8,6 +8,20 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+/// A handler that answers every request `200` with an empty body: what a layer wraps in the
+/// suites that call the service directly, without HTTP. (Here, not in `tests/support/`, which
+/// tollgate-rls's tests include too, without `http` and `tower`.)
+fn ok_service() -> impl tower::Service<
+    ::http::Request<()>,
+    Response = ::http::Response<String>,
+    Error = std::convert::Infallible,
+    Future: Send,
+> + Clone {
+    tower::service_fn(|_: ::http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(::http::Response::new(String::new()))
+    })
+}
+
 mod allow_list;
 mod client_control;
 mod concurrency;

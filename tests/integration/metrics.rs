@@ -253,9 +253,7 @@ async fn decisions_traced() {
         .rule(Rule::new("t_api", Quota::per_minute(5).unwrap()).path("/api"))
         .build()
         .unwrap();
-    let service = layer.layer(tower::service_fn(|_: http::Request<()>| async {
-        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-    }));
+    let service = layer.layer(crate::ok_service());
     let request = || http::Request::get("/api").body(()).unwrap();
     let first = service.clone().oneshot(request()).await.unwrap();
     let second = service.clone().oneshot(request()).await.unwrap();
