@@ -116,17 +116,6 @@ impl<S: StoreExt> DenialCache<S> {
         &self.inner
     }
 
-    /// The store's time when it reads a clock here (so a [`ManualClock`] drives the cache
-    /// too), else a monotonic clock of this process; µs either way.
-    ///
-    /// [`ManualClock`]: crate::ManualClock
-    fn now(&self) -> u64 {
-        match self.inner.clock() {
-            Some(clock) => clock.now(),
-            None => crate::clock::monotonic_micros(),
-        }
-    }
-
     fn shard(&self, hash: u64) -> MutexGuard<'_, HashMap<u64, Denial, RandomState>> {
         // The modulo keeps the index in range.
         let shard = &self.shards[(hash % SHARDS as u64) as usize];
@@ -169,7 +158,7 @@ impl<S: StoreExt> DenialCache<S> {
     /// The cached denial answering a request about to be sent to the store, or what
     /// remembering the store's answer needs.
     fn cached(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, Miss> {
-        let sent_at = self.now();
+        let sent_at = self.inner.now_us();
         // Once every cached denial has ended (always, while nothing is denied), no request is
         // covered and an allowed one has no denial to drop: no hashing, no lock. A denial
         // cached meanwhile by another request is kept; it stays exact, since this request can
@@ -222,7 +211,7 @@ impl<S: StoreExt> DenialCache<S> {
         };
         let until = sent_at.saturating_add(u64::try_from(retry_after.as_micros()).unwrap_or(0));
         if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
-            let now = self.now();
+            let now = self.inner.now_us();
             shard.retain(|_, d| d.expires > now);
             if shard.len() >= self.per_shard {
                 return;
@@ -266,7 +255,7 @@ impl<S: StoreExt> Store for DenialCache<S> {
         if self.per_shard == 0 {
             return self.inner.peek(key, policy, cost).await;
         }
-        let sent_at = self.now();
+        let sent_at = self.inner.now_us();
         let hash = self.hash(policy, key);
         if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
             self.hits.fetch_add(1, Ordering::Relaxed);

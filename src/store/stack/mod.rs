@@ -199,6 +199,16 @@ pub(crate) trait StoreExt: Store {
         None
     }
 
+    /// The time wrappers keep their state by, in µs: this store's [`clock`](Self::clock)
+    /// when it has one here (so a `ManualClock` drives them too), else a monotonic clock of
+    /// this process.
+    fn now_us(&self) -> u64 {
+        match self.clock() {
+            Some(clock) => clock.now(),
+            None => crate::clock::monotonic_micros(),
+        }
+    }
+
     /// The `store` label of this store's metrics: its type's short name by default
     /// (`MemoryStore` → `memory`).
     fn label(&self) -> Arc<str>

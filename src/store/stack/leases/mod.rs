@@ -73,14 +73,6 @@ struct Shared<S> {
 }
 
 impl<S: StoreExt> Shared<S> {
-    /// The inner store's time when it reads a clock here, else a monotonic µs clock.
-    fn now(&self) -> u64 {
-        match self.inner.clock() {
-            Some(clock) => clock.now(),
-            None => crate::clock::monotonic_micros(),
-        }
-    }
-
     /// Gives `unused` units of `grant` back, counting what came back and what did not.
     async fn give_back(&self, entry: &Entry, unused: u32, grant: Grant) {
         let taken = self
@@ -187,7 +179,7 @@ impl<S: StoreExt> Leases<S> {
     /// Spends from the lease in hand; first gives an expired lease's unused units back, and
     /// waits for that, so that a refill after it can get them again.
     async fn spend(&self, entry: &Arc<Entry>, cost: u32, count_demand: bool) -> Spend {
-        let now = self.shared.now();
+        let now = self.shared.inner.now_us();
         let (spent, expired) = {
             let mut state = entry.lock();
             if count_demand {
@@ -209,7 +201,7 @@ impl<S: StoreExt> Leases<S> {
             Err(_) => give_back.await,
         }
         // The lease was expired: nothing was spent from it.
-        let now = self.shared.now();
+        let now = self.shared.inner.now_us();
         entry.lock().spend(cost, now)
     }
 
@@ -221,7 +213,7 @@ impl<S: StoreExt> Leases<S> {
         guard: tokio::sync::OwnedMutexGuard<()>,
         cost: u32,
     ) -> Result<Decision, StoreError> {
-        let sent_at = self.shared.now();
+        let sent_at = self.shared.inner.now_us();
         let (min, max) =
             entry
                 .lock()
@@ -302,7 +294,7 @@ impl<S: StoreExt> Store for Leases<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
-            true => self.entry(key, policy, self.shared.now()),
+            true => self.entry(key, policy, self.shared.inner.now_us()),
             false => None,
         };
         match entry {
@@ -360,7 +352,7 @@ impl<S: StoreExt> StoreExt for Leases<S> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
             true => {
-                let now = self.shared.now();
+                let now = self.shared.inner.now_us();
                 self.entry(key, policy, now).map(|entry| (entry, now))
             }
             false => None,
