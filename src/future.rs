@@ -1,5 +1,6 @@
-//! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service →
-//! (counting, for a rule's `count_status`) | answering at once.
+//! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service (its
+//! response passed on, or given headers) → (counting, for a rule's `count_status`) | answering
+//! at once.
 
 use std::fmt;
 use std::future::Future;
@@ -50,6 +51,12 @@ pin_project! {
         /// rare state, and the largest.
         Waiting {
             delayed: Pin<Box<Delayed<Svc, ReqBody>>>,
+        },
+        /// The inner service is answering, and its response is passed on as it is (no
+        /// headers to add, nothing to count): the usual request without rate-limit headers.
+        Passing {
+            #[pin]
+            future: Svc::Future,
         },
         /// The inner service is answering; the headers are added to its response.
         Inner {
@@ -104,15 +111,7 @@ where
         Svc: Clone,
     {
         let state = match verdict {
-            Verdict::Proceed {
-                headers,
-                wait,
-                count,
-            } if wait.is_zero() => State::Inner {
-                future: ready.call(request),
-                headers,
-                count,
-            },
+            Verdict::Proceed(headers) => answering(ready.call(request), headers, None),
             verdict => after(verdict, Some((take_ready(ready), request))),
         };
         Self { state }
@@ -120,11 +119,7 @@ where
 
     pub(crate) fn inner(future: Svc::Future) -> Self {
         Self {
-            state: State::Inner {
-                future,
-                headers: Headers::default(),
-                count: None,
-            },
+            state: State::Passing { future },
         }
     }
 
@@ -158,6 +153,11 @@ where
                     let (headers, count) = (std::mem::take(delayed.headers), delayed.count.take());
                     let next = call(delayed.inner.take(), headers, count);
                     this.state.set(next);
+                }
+                StateProj::Passing { future } => {
+                    return future
+                        .poll(cx)
+                        .map_ok(|response| response.map(ResponseBody::inner));
                 }
                 StateProj::Inner {
                     future,
@@ -212,21 +212,14 @@ where
     Svc: Service<Request<ReqBody>>,
 {
     match verdict {
-        Verdict::Proceed {
-            headers,
-            wait,
-            count,
-        } if wait.is_zero() => call(inner, headers, count),
-        Verdict::Proceed {
-            headers,
-            wait,
-            count,
-        } => State::Waiting {
+        Verdict::Proceed(headers) => call(inner, headers, None),
+        Verdict::Later(later) if later.wait.is_zero() => call(inner, later.headers, later.count),
+        Verdict::Later(later) => State::Waiting {
             delayed: Box::pin(Delayed {
-                sleep: tokio::time::sleep(wait),
+                sleep: tokio::time::sleep(later.wait),
                 inner,
-                headers,
-                count,
+                headers: later.headers,
+                count: later.count,
             }),
         },
         Verdict::Respond(response) => State::Respond {
@@ -237,22 +230,39 @@ where
 
 /// The state that calls the ready inner service with the request.
 fn call<Svc, ReqBody>(
-    inner: Option<(Svc, Request<ReqBody>)>,
+    ready: Option<(Svc, Request<ReqBody>)>,
     headers: Headers,
     count: Option<Counter>,
 ) -> State<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,
 {
-    match inner {
-        Some((mut svc, request)) => State::Inner {
-            future: svc.call(request),
-            headers,
-            count,
-        },
+    match ready {
+        Some((mut svc, request)) => answering(svc.call(request), headers, count),
         // Polled again after completion: answer with an empty 500 rather than panic
         // (futures must not be polled after completion anyway).
         None => State::Respond { response: None },
+    }
+}
+
+/// The state of the inner service answering: its response passed on as it is, or with
+/// headers added and counted.
+#[inline]
+fn answering<Svc, ReqBody>(
+    future: Svc::Future,
+    headers: Headers,
+    count: Option<Counter>,
+) -> State<Svc, ReqBody>
+where
+    Svc: Service<Request<ReqBody>>,
+{
+    match headers.is_empty() && count.is_none() {
+        true => State::Passing { future },
+        false => State::Inner {
+            future,
+            headers,
+            count,
+        },
     }
 }
 

@@ -22,17 +22,42 @@ use crate::store::{OnStoreError, Store};
 use crate::telemetry::{self, Outcome};
 
 /// The outcome of asking the store.
+///
+/// A tag and a pointer, so that it is passed in registers: a larger verdict goes through
+/// memory, written field by field and read back whole at once, which stalls the processor for
+/// longer than the rest of a decision in memory takes.
 pub(crate) enum Verdict {
-    /// After `wait` (delay mode), call the inner service and add `headers` to its response;
-    /// then `count` it under the rules with `count_status` that list its status.
-    Proceed {
-        headers: Headers,
-        wait: Duration,
-        count: Option<Counter>,
-    },
-    /// Answer with this response instead. Boxed: a verdict is moved a few times, and most
-    /// are to proceed.
+    /// Call the inner service now, and add these headers to its response: most requests.
+    Proceed(Headers),
+    /// Call the inner service after a wait (delay mode), or count its response later (rules
+    /// with `count_status`). Boxed, as rare.
+    Later(Box<Later>),
+    /// Answer with this response instead. Boxed, as rare.
     Respond(Box<Response<Full<Bytes>>>),
+}
+
+/// A verdict to proceed with more to it than headers.
+pub(crate) struct Later {
+    /// Added to the inner service's response.
+    pub(crate) headers: Headers,
+    /// How long to wait before calling the inner service (delay mode; zero otherwise).
+    pub(crate) wait: Duration,
+    /// Counts the response under the rules with `count_status` that list its status.
+    pub(crate) count: Option<Counter>,
+}
+
+impl Verdict {
+    /// Proceed after `wait`, adding `headers`.
+    fn proceed(headers: Headers, wait: Duration) -> Self {
+        match wait.is_zero() {
+            true => Verdict::Proceed(headers),
+            false => Verdict::Later(Box::new(Later {
+                headers,
+                wait,
+                count: None,
+            })),
+        }
+    }
 }
 
 impl Limiter {
@@ -81,12 +106,20 @@ impl Limiter {
             Some(span) => Box::pin(asked).instrument(span.clone()).await,
         };
         record_outcome(span.as_ref(), &verdict);
+        if !counts_later {
+            return verdict;
+        }
+        let count = Some(Counter::new(Arc::clone(&self), pending.counted()));
         match verdict {
-            Verdict::Proceed { headers, wait, .. } if counts_later => Verdict::Proceed {
+            Verdict::Proceed(headers) => Verdict::Later(Box::new(Later {
                 headers,
-                wait,
-                count: Some(Counter::new(Arc::clone(&self), pending.counted())),
-            },
+                wait: Duration::ZERO,
+                count,
+            })),
+            Verdict::Later(mut later) => {
+                later.count = count;
+                Verdict::Later(later)
+            }
             verdict => verdict,
         }
     }
@@ -179,11 +212,7 @@ impl Limiter {
         }
         match self.on_store_error {
             OnStoreError::Deny => Verdict::Respond(Box::new(response::unavailable(grpc))),
-            _ => Verdict::Proceed {
-                headers: Headers::default(),
-                wait: Duration::ZERO,
-                count: None,
-            },
+            _ => Verdict::Proceed(Headers::default()),
         }
     }
 
@@ -237,11 +266,7 @@ impl Limiter {
         };
         match denial {
             Some(decision) => Verdict::Respond(Box::new(self.denial(&decision, headers, grpc()))),
-            None => Verdict::Proceed {
-                headers,
-                wait,
-                count: None,
-            },
+            None => Verdict::proceed(headers, wait),
         }
     }
 
@@ -311,7 +336,7 @@ fn record_outcome(span: Option<&tracing::Span>, verdict: &Verdict) {
         return;
     };
     let outcome = match verdict {
-        Verdict::Proceed { .. } => "proceed",
+        Verdict::Proceed(_) | Verdict::Later(_) => "proceed",
         Verdict::Respond(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
             "denied"
         }
@@ -327,5 +352,19 @@ fn later(a: &Decision, b: &Decision) -> bool {
         (None, _) => true,
         (Some(_), None) => false,
         (Some(x), Some(y)) => x >= y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every request's verdict goes from the decision to the service: in two registers, not
+    /// through memory (see [`Verdict`]).
+    #[test]
+    fn a_verdict_is_a_tag_and_a_pointer() {
+        let two_words = 2 * std::mem::size_of::<usize>();
+        assert_eq!(std::mem::size_of::<Verdict>(), two_words);
+        assert_eq!(std::mem::size_of::<Option<Verdict>>(), two_words);
     }
 }
