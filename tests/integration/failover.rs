@@ -3,11 +3,15 @@
 use crate::support;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
 use support::RedisServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tollgate::store::{RedisStore, StoreFailure};
 use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
@@ -283,6 +287,102 @@ async fn calls_given_up_by_their_clients_open_the_circuit_while_redis_hangs() {
         started.elapsed() < Duration::from_millis(20),
         "took {:?}",
         started.elapsed()
+    );
+}
+
+/// A TCP proxy whose connections can be frozen: a frozen connection stays open and forwards
+/// nothing more, as one whose peer went away without a reset (a host gone, a firewall that
+/// forgot it). Connections opened after the freeze forward as usual.
+struct FreezingProxy {
+    port: u16,
+    accepted: Arc<AtomicU64>,
+    /// Connections numbered below this are frozen.
+    frozen_below: Arc<AtomicU64>,
+}
+
+impl FreezingProxy {
+    async fn start(to: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (accepted, frozen_below) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (counted, frozen) = (Arc::clone(&accepted), Arc::clone(&frozen_below));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else {
+                    continue;
+                };
+                let number = counted.fetch_add(1, Ordering::SeqCst);
+                let ((from_client, to_client), (from_server, to_server)) =
+                    (client.into_split(), server.into_split());
+                tokio::spawn(forward(from_client, to_server, number, Arc::clone(&frozen)));
+                tokio::spawn(forward(from_server, to_client, number, Arc::clone(&frozen)));
+            }
+        });
+        Self {
+            port,
+            accepted,
+            frozen_below,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Freezes every connection open now.
+    fn freeze(&self) {
+        let open = self.accepted.load(Ordering::SeqCst);
+        self.frozen_below.store(open, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either end closes, or forever holds both open, forwarding
+/// nothing, once connection `number` is frozen.
+async fn forward(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    number: u64,
+    frozen_below: Arc<AtomicU64>,
+) {
+    let mut buffer = vec![0; 16 * 1024];
+    loop {
+        let read = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        if number < frozen_below.load(Ordering::SeqCst) {
+            let _held_open = (from, to);
+            return std::future::pending().await;
+        }
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The store's connection hangs, without a reset, while Redis itself is fine: its calls time
+/// out, the store drops it, and a probe gets through on a new connection. (Kept, every probe
+/// would wait on the hung connection until the operating system gave up on it, many minutes.)
+#[tokio::test]
+async fn a_connection_that_hangs_without_a_reset_is_replaced() {
+    let redis = RedisServer::start();
+    let proxy = FreezingProxy::start(redis.port).await;
+    let addr = app(
+        &proxy.url(),
+        Quota::per_minute(1000).unwrap(),
+        OnStoreError::Allow,
+    )
+    .await;
+    assert!(get_once(addr).await.limited);
+    proxy.freeze();
+    let r = get_once(addr).await;
+    assert_eq!((r.status, r.limited), (200, false), "the connection hangs");
+    assert!(r.took < Duration::from_millis(250), "waited {:?}", r.took);
+    let r = until_limiting(addr, Duration::from_secs(3)).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        proxy.accepted.load(Ordering::SeqCst) >= 2,
+        "limiting resumed on a new connection"
     );
 }
 

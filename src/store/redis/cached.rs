@@ -15,7 +15,7 @@ type Connecting<'a, C> = Pin<Box<dyn Future<Output = Result<C, StoreError>> + Se
 /// A multiplexed connection (standalone, Sentinel's master, or a cluster connection) kept
 /// between decisions: checking a connection out of a deadpool pool costs a `PING` round trip,
 /// which would double the cost of a decision. Forgotten after an error that may have broken
-/// it, so the next decision takes a fresh one.
+/// it, or a call on it that was given up, so the next decision takes a fresh one.
 pub(crate) struct CachedConnection<C> {
     kept: Mutex<Option<C>>,
     /// Held while taking a connection, so that the requests that find none (at start, after
@@ -64,10 +64,17 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
         };
         call.run(&mut connection).await.map_err(|e| {
             if script::breaks_connection(&e) {
-                *self.lock() = None;
+                self.forget();
             }
             script::store_error(e)
         })
+    }
+
+    /// Drops the kept connection, so that the next call takes one from the pool: for a call on
+    /// it that was given up, which may be waiting on a connection that will never answer.
+    /// Calls already under way on it keep their clone.
+    pub(crate) fn forget(&self) {
+        *self.lock() = None;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<C>> {

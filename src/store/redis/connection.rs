@@ -229,6 +229,19 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Drops the kept connection (see [`CachedConnection::forget`]).
+    pub(crate) fn forget(&self) {
+        match self {
+            Self::Standalone { cached, .. } => cached.forget(),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel { cached, .. } => cached.forget(),
+            #[cfg(feature = "cluster")]
+            Self::Cluster { cached, .. } => cached.forget(),
+        }
+    }
+}
+
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

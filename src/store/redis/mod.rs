@@ -274,6 +274,12 @@ impl StoreExt for RedisStore {
         calls::release(self, key, policy, unused, grant).await
     }
 
+    /// The kept connection is dropped: the next call takes one from the pool, whose check
+    /// (a `PING`) drops a connection that does not answer and opens a new one.
+    fn abandoned(&self) {
+        self.shared.connection.forget();
+    }
+
     fn clock(&self) -> Option<&dyn Clock> {
         self.clock.as_deref()
     }

@@ -139,6 +139,10 @@ impl StoreExt for Backend {
         dispatch!(self, store => store.clock())
     }
 
+    fn abandoned(&self) {
+        dispatch!(self, store => store.abandoned())
+    }
+
     /// The store's own label: `memory`, `redis`, `redis_cluster`, `redis_sentinel`, or a
     /// user's store's short type name.
     fn label(&self) -> Arc<str> {

@@ -199,6 +199,13 @@ pub(crate) trait StoreExt: Store {
         None
     }
 
+    /// Told that a call to this store was given up: it timed out, or its client gave up
+    /// after waiting (both count as failures). A store that keeps a connection between calls
+    /// drops it here: a connection whose peer went away without a reset (a host gone, a
+    /// firewall that forgot it) never fails by itself, and every later call would wait on it.
+    /// The default does nothing.
+    fn abandoned(&self) {}
+
     /// The time wrappers keep their state by, in µs: this store's [`clock`](Self::clock)
     /// when it has one here (so a `ManualClock` drives them too), else a monotonic clock of
     /// this process.

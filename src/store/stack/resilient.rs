@@ -142,6 +142,9 @@ impl<S: StoreExt> Resilient<S> {
             let nanos = crate::clock::monotonic_nanos().saturating_sub(started);
             (self.duration_key).record(&self.label, nanos as f64 / 1e9);
         }
+        if let Err(StoreError::Timeout) = result {
+            self.inner.abandoned();
+        }
         let reached = result
             .as_ref()
             .map_or_else(|e| !e.is_store_failure(), |_| true);
@@ -254,6 +257,7 @@ impl<S: StoreExt> Drop for Call<'_, S> {
         let Some(change) = attempt.give_up() else {
             return;
         };
+        resilient.inner.abandoned();
         let failed_so_far = resilient.errors.fetch_add(1, Ordering::Relaxed) + 1;
         if change == Change::Opened {
             resilient.opened(failed_so_far, &"its calls were given up by their clients");
@@ -426,6 +430,8 @@ mod tests {
     struct Flaky {
         mode: AtomicU8,
         memory: MemoryStore,
+        /// How many calls it was told were given up.
+        abandoned: AtomicU64,
     }
 
     impl Flaky {
@@ -477,6 +483,10 @@ mod tests {
             let answering = self.mode.load(Ordering::SeqCst) == ANSWER;
             answering.then(|| self.memory.check_now(key, policy, cost))
         }
+
+        fn abandoned(&self) {
+            self.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn policy() -> Policy {
@@ -513,6 +523,41 @@ mod tests {
         store.get_ref().set(ANSWER);
         assert!(store.check("k", &policy, 1).await.unwrap().allowed);
         assert!(!store.circuit_open());
+    }
+
+    /// The store is told of a call that timed out, or that its client gave up on after
+    /// waiting (so a Redis store drops a connection that may hang); not of a call that failed
+    /// (its own error says what broke), nor of one given up at once.
+    #[tokio::test]
+    async fn calls_that_timed_out_or_were_given_up_after_waiting_are_abandoned() {
+        let clock = ManualClock::new(1_000_000);
+        let failure = StoreFailure::new(OnStoreError::Allow)
+            .timeout(Duration::from_millis(20))
+            .open_after(100);
+        let store = Resilient::new(Flaky::default())
+            .failure(&failure)
+            .breaker_clock(&failure, clock.clone());
+        let policy = policy();
+        let abandoned = || store.get_ref().abandoned.load(Ordering::SeqCst);
+        store.get_ref().set(FAIL);
+        assert!(store.check("k", &policy, 1).await.is_err());
+        assert_eq!(abandoned(), 0, "failed");
+        store.get_ref().set(HANG);
+        let timed_out = store.check("k", &policy, 1).await;
+        assert!(
+            matches!(timed_out, Err(StoreError::Timeout)),
+            "{timed_out:?}"
+        );
+        assert_eq!(abandoned(), 1, "timed out");
+        // Given up (dropped) after the breaker's clock moved by `waited`.
+        for (waited, expected) in [(Duration::ZERO, 1), (Duration::from_millis(15), 2)] {
+            let mut call = Box::pin(store.check("k", &policy, 1));
+            let polled = tokio::time::timeout(Duration::from_millis(1), &mut call).await;
+            assert!(polled.is_err(), "hangs");
+            clock.advance(waited);
+            drop(call);
+            assert_eq!(abandoned(), expected, "given up after {waited:?}");
+        }
     }
 
     #[tokio::test]
