@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use foldhash::quality::RandomState;
 
-use super::{Check, Grant, StoreExt};
+use super::{Check, Grant, OnDrop, StoreExt};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
@@ -270,12 +270,12 @@ impl<S: StoreExt> Store for DenialCache<S> {
         Ok(decision)
     }
 
-    /// Resets the client in the store, then drops this instance's cached denial of it. Other
+    /// Resets the client in the store, then drops this instance's cached denial of it, also
+    /// when the call is dropped first (the reset may have reached the store). Other
     /// instances' caches keep theirs until it ends (its `Retry-After`, or 5 s, at most).
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        let result = self.inner.reset(key, policy).await;
-        self.forget(policy, key);
-        result
+        let _forget = OnDrop(|| self.forget(policy, key));
+        self.inner.reset(key, policy).await
     }
 
     /// Blocks the client in the store and drops this instance's cached denial of it: the
@@ -286,9 +286,8 @@ impl<S: StoreExt> Store for DenialCache<S> {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        let result = self.inner.block(key, policy, duration).await;
-        self.forget(policy, key);
-        result
+        let _forget = OnDrop(|| self.forget(policy, key));
+        self.inner.block(key, policy, duration).await
     }
 }
 
@@ -319,9 +318,8 @@ impl<S: StoreExt> StoreExt for DenialCache<S> {
     /// Refunds the client in the store, then drops this instance's cached denial of it, as
     /// [`reset`](Self::reset) does.
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        let result = self.inner.refund(key, policy, n).await;
-        self.forget(policy, key);
-        result
+        let _forget = OnDrop(|| self.forget(policy, key));
+        self.inner.refund(key, policy, n).await
     }
 
     fn clock(&self) -> Option<&dyn crate::clock::Clock> {
@@ -367,6 +365,64 @@ mod tests {
 
     fn policy(quota: &str) -> Policy {
         Policy::new("p", quota.parse().unwrap(), Algorithm::Gcra).unwrap()
+    }
+
+    /// A store whose `reset` never finishes, as on a hung Redis.
+    struct ResetHangs(MemoryStore);
+
+    impl Store for ResetHangs {
+        async fn check(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            self.0.check(key, policy, cost).await
+        }
+
+        async fn peek(
+            &self,
+            key: &str,
+            policy: &Policy,
+            cost: u32,
+        ) -> Result<Decision, StoreError> {
+            self.0.peek(key, policy, cost).await
+        }
+
+        async fn reset(&self, _: &str, _: &Policy) -> Result<(), StoreError> {
+            std::future::pending().await
+        }
+
+        async fn block(
+            &self,
+            key: &str,
+            policy: &Policy,
+            for_: Duration,
+        ) -> Result<(), StoreError> {
+            self.0.block(key, policy, for_).await
+        }
+    }
+
+    impl StoreExt for ResetHangs {}
+
+    /// A reset whose caller hangs up mid-call (an admin request dropped) may have reset the
+    /// client in the store: the cached denial goes either way.
+    #[tokio::test]
+    async fn a_reset_dropped_mid_call_still_drops_the_cached_denial() {
+        let cache = DenialCache::new(ResetHangs(MemoryStore::new()), 100);
+        let policy = policy("1/min");
+        assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);
+        assert!(
+            cache.check_ready("k", &policy, 1).is_some(),
+            "denial cached"
+        );
+        let reset = tokio::time::timeout(Duration::from_millis(1), cache.reset("k", &policy));
+        assert!(reset.await.is_err(), "the reset hangs");
+        assert!(
+            cache.check_ready("k", &policy, 1).is_none(),
+            "no denial cached"
+        );
     }
 
     #[tokio::test]

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Check, Grant, StoreExt};
+use super::{Check, Grant, OnDrop, StoreExt};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
@@ -310,12 +310,12 @@ impl<S: StoreExt> Store for Leases<S> {
         self.shared.inner.peek(key, policy, cost).await
     }
 
-    /// Resets the client in the store, and drops this instance's lease of it (a refill
-    /// already in flight may still store one lease, taken before the reset).
+    /// Resets the client in the store, and drops this instance's lease of it, also when the
+    /// call is dropped first (a refill already in flight may still store one lease, taken
+    /// before the reset).
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        let result = self.shared.inner.reset(key, policy).await;
-        self.forget(key, policy, false);
-        result
+        let _forget = OnDrop(|| self.forget(key, policy, false));
+        self.shared.inner.reset(key, policy).await
     }
 
     /// Blocks the client in the store, and drops this instance's lease of it, as
@@ -326,9 +326,8 @@ impl<S: StoreExt> Store for Leases<S> {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        let result = self.shared.inner.block(key, policy, duration).await;
-        self.forget(key, policy, false);
-        result
+        let _forget = OnDrop(|| self.forget(key, policy, false));
+        self.shared.inner.block(key, policy, duration).await
     }
 }
 
@@ -401,9 +400,8 @@ impl<S: StoreExt> StoreExt for Leases<S> {
     /// Refunds the client in the store, and drops this instance's refusal to lease to it
     /// (the lease in hand stays).
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        let result = self.shared.inner.refund(key, policy, n).await;
-        self.forget(key, policy, true);
-        result
+        let _forget = OnDrop(|| self.forget(key, policy, true));
+        self.shared.inner.refund(key, policy, n).await
     }
 }
 
