@@ -15,6 +15,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::limiter::count::{Counter, Counting};
+use crate::limiter::give_back::GiveBack;
 use crate::limiter::Verdict;
 use crate::response::Headers;
 use crate::response::ResponseBody;
@@ -80,13 +81,15 @@ pin_project! {
 }
 
 pin_project! {
-    /// A request admitted in delay mode, waiting for its slot.
+    /// A request admitted in delay mode, waiting for its slot (given back if it is dropped
+    /// first).
     struct Delayed<Svc, ReqBody> {
         #[pin]
         sleep: Sleep,
         inner: Option<(Svc, Request<ReqBody>)>,
         headers: Headers,
         count: Option<Counter>,
+        give_back: GiveBack,
     }
 }
 
@@ -150,6 +153,7 @@ where
                 StateProj::Waiting { delayed } => {
                     let delayed = delayed.as_mut().project();
                     ready!(delayed.sleep.poll(cx));
+                    delayed.give_back.keep();
                     let (headers, count) = (std::mem::take(delayed.headers), delayed.count.take());
                     let next = call(delayed.inner.take(), headers, count);
                     this.state.set(next);
@@ -220,6 +224,7 @@ where
                 inner,
                 headers: later.headers,
                 count: later.count,
+                give_back: later.give_back,
             }),
         },
         Verdict::Respond(response) => State::Respond {

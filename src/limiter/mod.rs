@@ -24,8 +24,10 @@ use crate::store::stack::Stack;
 use crate::store::OnStoreError;
 use crate::telemetry::{self, Outcome};
 use count::Counted;
+use give_back::Place;
 
 pub(crate) mod count;
+pub(crate) mod give_back;
 mod verdict;
 
 pub(crate) use verdict::Verdict;
@@ -127,6 +129,19 @@ impl Pending<'_> {
                     policy,
                     cost: c.cost,
                 })
+            })
+            .collect()
+    }
+
+    /// The places this request takes in its delay-mode rules' queues.
+    fn delay_places(&self) -> Vec<Place> {
+        let rules = self.rules.rules();
+        (self.checks.iter())
+            .filter(|c| rules[c.rule].delay.is_some())
+            .map(|c| Place {
+                key: c.key.clone(),
+                policy: self.policy(c).clone(),
+                cost: c.cost,
             })
             .collect()
     }

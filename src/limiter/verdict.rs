@@ -12,6 +12,7 @@ use smallvec::SmallVec;
 use tracing::Instrument;
 
 use super::count::Counter;
+use super::give_back::GiveBack;
 use super::{Limiter, Pending, Planned};
 use crate::decision::Decision;
 use crate::error::StoreError;
@@ -44,6 +45,9 @@ pub(crate) struct Later {
     pub(crate) wait: Duration,
     /// Counts the response under the rules with `count_status` that list its status.
     pub(crate) count: Option<Counter>,
+    /// The places the request holds in delay queues, given back if it is dropped while it
+    /// waits.
+    pub(crate) give_back: GiveBack,
 }
 
 impl Verdict {
@@ -55,6 +59,7 @@ impl Verdict {
                 headers,
                 wait,
                 count: None,
+                give_back: GiveBack::default(),
             })),
         }
     }
@@ -65,7 +70,7 @@ impl Limiter {
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
     /// `grpc` tells whether the request is gRPC, asked only if it is answered here.
     pub(crate) fn decide_ready(
-        &self,
+        self: &Arc<Self>,
         pending: &Pending<'_>,
         grpc: impl FnOnce() -> bool,
     ) -> Option<Verdict> {
@@ -83,7 +88,7 @@ impl Limiter {
         };
         let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?), grpc);
         record_outcome(span.as_ref(), &verdict);
-        Some(verdict)
+        Some(self.queued(pending, verdict))
     }
 
     /// The verdict of a request that waits for the store; `grpc`: whether it is gRPC.
@@ -106,6 +111,7 @@ impl Limiter {
             Some(span) => Box::pin(asked).instrument(span.clone()).await,
         };
         record_outcome(span.as_ref(), &verdict);
+        let verdict = self.queued(&pending, verdict);
         if !counts_later {
             return verdict;
         }
@@ -115,6 +121,7 @@ impl Limiter {
                 headers,
                 wait: Duration::ZERO,
                 count,
+                give_back: GiveBack::default(),
             })),
             Verdict::Later(mut later) => {
                 later.count = count;
@@ -122,6 +129,18 @@ impl Limiter {
             }
             verdict => verdict,
         }
+    }
+
+    /// A verdict to wait (delay mode) takes along the places the request holds in the delay
+    /// queues, to give them back if the request is dropped while it waits.
+    #[inline]
+    fn queued(self: &Arc<Self>, pending: &Pending<'_>, mut verdict: Verdict) -> Verdict {
+        if let Verdict::Later(later) = &mut verdict {
+            if !later.wait.is_zero() {
+                later.give_back = GiveBack::new(Arc::clone(self), pending.delay_places());
+            }
+        }
+        verdict
     }
 
     /// [`ask_store`](Self::ask_store) for a request under rules with `count_status`: their

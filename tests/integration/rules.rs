@@ -14,6 +14,7 @@ use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
     key, Algorithm, ManualClock, Quota, RateLimitLayer, RateLimitLayerBuilder, Skip, Store,
 };
+use tower::{Layer, ServiceExt};
 
 fn routes() -> Router {
     Router::new()
@@ -341,6 +342,49 @@ async fn delay_mode_queues_requests_at_a_steady_rate() {
     for pair in times.windows(2) {
         assert!(pair[1] - pair[0] >= Duration::from_millis(350), "{times:?}");
     }
+}
+
+/// A request dropped while it waits for its slot (its client hung up) gives the slot back: the
+/// next request takes it, instead of queueing behind one that will never go.
+async fn a_request_dropped_while_it_waits_gives_its_slot_back(store: impl Store) {
+    let layer = RateLimitLayer::builder()
+        .key(key::Global)
+        .store(store)
+        .rule(
+            Rule::new("export", "2/s; burst=1".parse().unwrap())
+                .mode(Mode::Delay)
+                .max_delay(Duration::from_secs(3)),
+        )
+        .build()
+        .unwrap();
+    let service = layer.layer(crate::ok_service());
+    let send = || service.clone().oneshot(http::Request::new(()));
+    let started = Instant::now();
+    assert_eq!(send().await.unwrap().status(), 200, "slot 0, at once");
+    let dropped = tokio::time::timeout(Duration::from_millis(100), send()).await;
+    assert!(
+        dropped.is_err(),
+        "slot 1 (at 500 ms) is waited for, and given up"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(send().await.unwrap().status(), 200);
+    // Slot 1 again, at 500 ms; kept, the dropped request would have pushed it to slot 2 (1 s).
+    let done = started.elapsed();
+    assert!(done >= Duration::from_millis(450), "done at {done:?}");
+    assert!(done < Duration::from_millis(800), "done at {done:?}");
+}
+
+#[tokio::test]
+async fn a_request_dropped_while_it_waits_gives_its_slot_back_in_memory() {
+    a_request_dropped_while_it_waits_gives_its_slot_back(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn a_request_dropped_while_it_waits_gives_its_slot_back_in_redis() {
+    let store = RedisStore::from_url(&support::shared_redis_url())
+        .unwrap()
+        .prefix(support::unique_prefix("delay_give_back"));
+    a_request_dropped_while_it_waits_gives_its_slot_back(store).await;
 }
 
 #[tokio::test]
