@@ -367,49 +367,11 @@ mod tests {
         Policy::new("p", quota.parse().unwrap(), Algorithm::Gcra).unwrap()
     }
 
-    /// A store whose `reset` never finishes, as on a hung Redis.
-    struct ResetHangs(MemoryStore);
-
-    impl Store for ResetHangs {
-        async fn check(
-            &self,
-            key: &str,
-            policy: &Policy,
-            cost: u32,
-        ) -> Result<Decision, StoreError> {
-            self.0.check(key, policy, cost).await
-        }
-
-        async fn peek(
-            &self,
-            key: &str,
-            policy: &Policy,
-            cost: u32,
-        ) -> Result<Decision, StoreError> {
-            self.0.peek(key, policy, cost).await
-        }
-
-        async fn reset(&self, _: &str, _: &Policy) -> Result<(), StoreError> {
-            std::future::pending().await
-        }
-
-        async fn block(
-            &self,
-            key: &str,
-            policy: &Policy,
-            for_: Duration,
-        ) -> Result<(), StoreError> {
-            self.0.block(key, policy, for_).await
-        }
-    }
-
-    impl StoreExt for ResetHangs {}
-
     /// A reset whose caller hangs up mid-call (an admin request dropped) may have reset the
     /// client in the store: the cached denial goes either way.
     #[tokio::test]
     async fn a_reset_dropped_mid_call_still_drops_the_cached_denial() {
-        let cache = DenialCache::new(ResetHangs(MemoryStore::new()), 100);
+        let cache = DenialCache::new(UserStore::with_hanging_reset(), 100);
         let policy = policy("1/min");
         assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
         assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);

@@ -10,29 +10,47 @@ use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::{MemoryStore, Store};
 
-pub(crate) struct UserStore(pub(crate) MemoryStore);
+pub(crate) struct UserStore {
+    memory: MemoryStore,
+    /// Whether `reset` never finishes, as on a hung Redis.
+    reset_hangs: bool,
+}
 
 impl UserStore {
     pub(crate) fn new() -> Self {
-        Self(MemoryStore::new())
+        Self {
+            memory: MemoryStore::new(),
+            reset_hangs: false,
+        }
+    }
+
+    /// A store whose `reset` never finishes, as on a hung Redis.
+    pub(crate) fn with_hanging_reset() -> Self {
+        Self {
+            reset_hangs: true,
+            ..Self::new()
+        }
     }
 }
 
 impl Store for UserStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.0.check(key, policy, cost).await
+        self.memory.check(key, policy, cost).await
     }
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.0.peek(key, policy, cost).await
+        self.memory.peek(key, policy, cost).await
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.0.reset(key, policy).await
+        if self.reset_hangs {
+            std::future::pending::<()>().await;
+        }
+        self.memory.reset(key, policy).await
     }
 
     async fn block(&self, key: &str, policy: &Policy, for_: Duration) -> Result<(), StoreError> {
-        self.0.block(key, policy, for_).await
+        self.memory.block(key, policy, for_).await
     }
 }
 
