@@ -50,21 +50,6 @@ pub(crate) struct Later {
     pub(crate) give_back: GiveBack,
 }
 
-impl Verdict {
-    /// Proceed after `wait`, adding `headers`.
-    fn proceed(headers: Headers, wait: Duration) -> Self {
-        match wait.is_zero() {
-            true => Verdict::Proceed(headers),
-            false => Verdict::Later(Box::new(Later {
-                headers,
-                wait,
-                count: None,
-                give_back: GiveBack::default(),
-            })),
-        }
-    }
-}
-
 impl Limiter {
     /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
@@ -88,7 +73,7 @@ impl Limiter {
         };
         let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?), grpc);
         record_outcome(span.as_ref(), &verdict);
-        Some(self.queued(pending, verdict))
+        Some(verdict)
     }
 
     /// The verdict of a request that waits for the store; `grpc`: whether it is gRPC.
@@ -111,7 +96,6 @@ impl Limiter {
             Some(span) => Box::pin(asked).instrument(span.clone()).await,
         };
         record_outcome(span.as_ref(), &verdict);
-        let verdict = self.queued(&pending, verdict);
         if !counts_later {
             return verdict;
         }
@@ -131,23 +115,11 @@ impl Limiter {
         }
     }
 
-    /// A verdict to wait (delay mode) takes along the places the request holds in the delay
-    /// queues, to give them back if the request is dropped while it waits.
-    #[inline]
-    fn queued(self: &Arc<Self>, pending: &Pending<'_>, mut verdict: Verdict) -> Verdict {
-        if let Verdict::Later(later) = &mut verdict {
-            if !later.wait.is_zero() {
-                later.give_back = GiveBack::new(Arc::clone(self), pending.delay_places());
-            }
-        }
-        verdict
-    }
-
     /// [`ask_store`](Self::ask_store) for a request under rules with `count_status`: their
     /// quotas are peeked, consuming nothing (the request is counted once its response is
     /// known). If one of them denies, the other rules are peeked too, so that nothing is
     /// consumed from any; else the other rules are checked, together, as usual.
-    async fn ask_store_peeking(&self, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    async fn ask_store_peeking(self: &Arc<Self>, pending: &Pending<'_>, grpc: bool) -> Verdict {
         let rules = pending.rules.rules();
         let counted = |c: &Planned| rules[c.rule].count_status.is_some();
         let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
@@ -193,7 +165,7 @@ impl Limiter {
     }
 
     /// Asks the store about every check and turns its answer into a verdict.
-    async fn ask_store(&self, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>, grpc: bool) -> Verdict {
         let decided = match pending.checks.as_slice() {
             // One limit, the common case: no list of checks to build. The stack's future is
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
@@ -236,9 +208,10 @@ impl Limiter {
     }
 
     /// The response (or headers and wait) from the store's decisions, one per check; `grpc`
-    /// is asked only for a denial.
+    /// is asked only for a denial. A request that waits (delay mode) takes along its places
+    /// in the delay queues, given back if it is dropped while it waits.
     fn verdict(
-        &self,
+        self: &Arc<Self>,
         pending: &Pending<'_>,
         decisions: &[Decision],
         grpc: impl FnOnce() -> bool,
@@ -285,7 +258,13 @@ impl Limiter {
         };
         match denial {
             Some(decision) => Verdict::Respond(Box::new(self.denial(&decision, headers, grpc()))),
-            None => Verdict::proceed(headers, wait),
+            None if wait.is_zero() => Verdict::Proceed(headers),
+            None => Verdict::Later(Box::new(Later {
+                headers,
+                wait,
+                count: None,
+                give_back: GiveBack::new(Arc::clone(self), pending.delay_places()),
+            })),
         }
     }
 
