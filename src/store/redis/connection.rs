@@ -227,9 +227,7 @@ impl Connection {
             }
         }
     }
-}
 
-impl Connection {
     /// Drops the kept connection (see [`CachedConnection::forget`]).
     pub(crate) fn forget(&self) {
         match self {

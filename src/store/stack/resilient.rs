@@ -84,8 +84,7 @@ impl<S: StoreExt> Resilient<S> {
         self.timeout = failure.timeout;
         self.on_error = failure.on_error;
         self.fallback = (self.on_error == OnStoreError::FallbackToMemory).then(MemoryStore::new);
-        let settings = failure.breaker.for_timeout(failure.timeout);
-        self.breaker = Breaker::new(settings, Arc::new(SystemClock));
+        self.breaker = breaker(failure, Arc::new(SystemClock));
         self.hook = failure.hook.clone();
         self
     }
@@ -93,8 +92,7 @@ impl<S: StoreExt> Resilient<S> {
     /// The breaker of `failure` reading its time from `clock` (a `ManualClock` in tests).
     #[cfg(test)]
     pub(crate) fn breaker_clock(mut self, failure: &StoreFailure, clock: impl Clock) -> Self {
-        let settings = failure.breaker.for_timeout(failure.timeout);
-        self.breaker = Breaker::new(settings, Arc::new(clock));
+        self.breaker = breaker(failure, Arc::new(clock));
         self
     }
 
@@ -264,6 +262,11 @@ impl<S: StoreExt> Drop for Call<'_, S> {
         }
         resilient.report_circuit();
     }
+}
+
+/// The breaker of `failure`'s settings, for calls bounded by its timeout, reading `clock`.
+fn breaker(failure: &StoreFailure, clock: Arc<dyn Clock>) -> Breaker {
+    Breaker::new(failure.breaker.for_timeout(failure.timeout), clock)
 }
 
 /// What the layer does meanwhile, in a log line.
