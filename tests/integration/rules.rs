@@ -306,16 +306,18 @@ async fn skipped_requests_are_never_limited() {
     );
 }
 
+/// A rule of 2/s, burst 1, in delay mode: slots every 500 ms, for waits up to `max_delay`.
+fn export_in_delay_mode(max_delay: Duration) -> Rule {
+    Rule::new("export", "2/s; burst=1".parse().unwrap())
+        .mode(Mode::Delay)
+        .max_delay(max_delay)
+}
+
 #[tokio::test]
 async fn delay_mode_queues_requests_at_a_steady_rate() {
     let layer = RateLimitLayer::builder()
         .key(key::Global)
-        .rule(
-            Rule::new("export", "2/s; burst=1".parse().unwrap())
-                .path("/api/export")
-                .mode(Mode::Delay)
-                .max_delay(Duration::from_secs(3)),
-        )
+        .rule(export_in_delay_mode(Duration::from_secs(3)).path("/api/export"))
         .build()
         .unwrap();
     let addr = serve(layer).await;
@@ -350,11 +352,7 @@ async fn a_request_dropped_while_it_waits_gives_its_slot_back(store: impl Store)
     let layer = RateLimitLayer::builder()
         .key(key::Global)
         .store(store)
-        .rule(
-            Rule::new("export", "2/s; burst=1".parse().unwrap())
-                .mode(Mode::Delay)
-                .max_delay(Duration::from_secs(3)),
-        )
+        .rule(export_in_delay_mode(Duration::from_secs(3)))
         .build()
         .unwrap();
     let service = layer.layer(crate::ok_service());
@@ -391,11 +389,7 @@ async fn a_request_dropped_while_it_waits_gives_its_slot_back_in_redis() {
 async fn delay_mode_denies_what_would_wait_longer_than_max_delay() {
     let layer = RateLimitLayer::builder()
         .key(key::Global)
-        .rule(
-            Rule::new("export", "2/s; burst=1".parse().unwrap())
-                .mode(Mode::Delay)
-                .max_delay(Duration::from_millis(1000)),
-        )
+        .rule(export_in_delay_mode(Duration::from_millis(1000)))
         .build()
         .unwrap();
     let addr = serve(layer).await;
