@@ -15,6 +15,7 @@ use crate::store::Store;
 mod client_key;
 mod lease;
 mod shard;
+mod slot_table;
 mod stacked;
 mod table;
 
@@ -135,7 +136,7 @@ impl MemoryStore {
     fn reset_now(&self, key: &str, policy: &Policy) {
         let (hash, shard) = self.locate(key);
         if let Some(table) = lock(shard).find_mut(policy) {
-            table.remove(key, hash);
+            table.remove(key, hash, &self.inner.hasher);
         }
     }
 

@@ -124,7 +124,7 @@ impl Shard {
     fn sweep(&mut self, now: u64, hasher: &KeyHasher) {
         let mut last_expiry = None;
         for table in &mut self.tables {
-            last_expiry = last_expiry.max(table.sweep(now));
+            last_expiry = last_expiry.max(table.sweep(now, hasher));
             // `retain` alone keeps a table at its peak size after a flood.
             table.shrink_if_roomy(hasher);
         }

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use foldhash::quality::RandomState;
-use hashbrown::HashTable;
 
 use super::client_key::ClientKey;
+use super::slot_table::{Slot, SlotTable};
 use crate::algorithm::{self, Algorithm, Gcra, Params, State};
 use crate::decision::Decision;
 use crate::quota::Policy;
@@ -24,16 +24,6 @@ impl KeyHasher {
     pub(super) fn hash(&self, key: &[u8]) -> u64 {
         std::hash::BuildHasher::hash_one(&self.0, key)
     }
-
-    fn of<K>(&self) -> impl Fn(&Slot<K>) -> u64 + '_ {
-        |slot| self.hash(slot.key.as_bytes())
-    }
-}
-
-/// One client's state in a table.
-struct Slot<K> {
-    key: ClientKey,
-    kept: K,
 }
 
 /// The clients of one policy (name and algorithm) in one shard.
@@ -43,15 +33,15 @@ pub(super) struct PolicyTable {
     slots: Slots,
     /// Blocked clients (`Policy::block_for`, `Store::block`) and until when (µs). A client's
     /// state is new when its block ends, so a blocked client has no slot meanwhile.
-    blocks: HashTable<Slot<u64>>,
+    blocks: SlotTable<u64>,
 }
 
 /// The slots of a table, as small as its algorithm's state.
 enum Slots {
     /// GCRA and the leaky bucket (which runs GCRA's engine): the TAT alone.
-    Gcra(HashTable<Slot<Gcra>>),
+    Gcra(SlotTable<Gcra>),
     /// Every other algorithm: its state and when it expires.
-    Other(HashTable<Slot<Tracked>>),
+    Other(SlotTable<Tracked>),
 }
 
 /// Runs `$body` on the typed table inside `$slots`, whichever it is.
@@ -151,10 +141,10 @@ impl PolicyTable {
             name: Arc::clone(policy.shared_name()),
             algorithm,
             slots: match algorithm {
-                Algorithm::Gcra | Algorithm::LeakyBucket => Slots::Gcra(HashTable::new()),
-                _ => Slots::Other(HashTable::new()),
+                Algorithm::Gcra | Algorithm::LeakyBucket => Slots::Gcra(SlotTable::default()),
+                _ => Slots::Other(SlotTable::default()),
             },
-            blocks: HashTable::new(),
+            blocks: SlotTable::default(),
         }
     }
 
@@ -178,8 +168,8 @@ impl PolicyTable {
 
     /// Whether `key` has a slot or a block here.
     pub(super) fn contains(&self, key: &str, hash: u64) -> bool {
-        each!(&self.slots, t => t.find(hash, |s| s.key.is(key)).is_some())
-            || self.blocks.find(hash, |s| s.key.is(key)).is_some()
+        each!(&self.slots, t => t.find(hash, key).is_some())
+            || self.blocks.find(hash, key).is_some()
     }
 
     /// Until when `key` is blocked at `now`, if it is.
@@ -187,7 +177,7 @@ impl PolicyTable {
         if self.blocks.is_empty() {
             return None;
         }
-        let until = self.blocks.find(hash, |s| s.key.is(key))?.kept;
+        let until = self.blocks.find(hash, key)?.kept;
         (until > now).then_some(until)
     }
 
@@ -222,7 +212,7 @@ impl PolicyTable {
     pub(super) fn live_state(&self, key: &str, hash: u64, now: u64) -> Option<State> {
         let algorithm = self.algorithm;
         each!(&self.slots, t => t
-            .find(hash, |s| s.key.is(key))
+            .find(hash, key)
             .filter(|s| s.kept.expiry() > now)
             .map(|s| s.kept.state(algorithm)))
     }
@@ -247,7 +237,7 @@ impl PolicyTable {
         }
         let algorithm = self.algorithm;
         each!(&mut self.slots, t => {
-            let slot = t.find_mut(hash, |s| s.key.is(key))?;
+            let slot = t.find_mut(hash, key)?;
             if slot.kept.expiry() <= now {
                 return None;
             }
@@ -269,7 +259,7 @@ impl PolicyTable {
         hasher: &KeyHasher,
         f: impl FnOnce(&mut State) -> (R, bool),
     ) -> R {
-        let tracked = each!(&self.slots, t => t.find(hash, |s| s.key.is(key)).is_some());
+        let tracked = each!(&self.slots, t => t.find(hash, key).is_some());
         let live = self.live_state(key, hash, now);
         let mut state = live.unwrap_or_else(|| State::new(self.algorithm));
         let (result, keep) = f(&mut state);
@@ -281,19 +271,19 @@ impl PolicyTable {
 
     /// Blocks `key` until `until`: its state is forgotten (it starts afresh after the block).
     pub(super) fn block(&mut self, key: &str, hash: u64, until: u64, hasher: &KeyHasher) {
-        each!(&mut self.slots, t => remove_from(t, key, hash));
+        each!(&mut self.slots, t => t.remove(hash, key, hasher));
         store_in(&mut self.blocks, key, hash, until, hasher);
     }
 
     /// Forgets `key`'s state and block.
-    pub(super) fn remove(&mut self, key: &str, hash: u64) {
-        each!(&mut self.slots, t => remove_from(t, key, hash));
-        remove_from(&mut self.blocks, key, hash);
+    pub(super) fn remove(&mut self, key: &str, hash: u64, hasher: &KeyHasher) {
+        each!(&mut self.slots, t => t.remove(hash, key, hasher));
+        self.blocks.remove(hash, key, hasher);
     }
 
     /// Forgets every state and block that has expired at `now`; returns when the last one
     /// kept expires.
-    pub(super) fn sweep(&mut self, now: u64) -> Option<u64> {
+    pub(super) fn sweep(&mut self, now: u64, hasher: &KeyHasher) -> Option<u64> {
         let mut last = None;
         let mut live = |expires_at: u64| {
             let live = expires_at > now;
@@ -302,8 +292,8 @@ impl PolicyTable {
             }
             live
         };
-        each!(&mut self.slots, t => t.retain(|s| live(s.kept.expiry())));
-        self.blocks.retain(|s| live(s.kept));
+        each!(&mut self.slots, t => t.retain(|s| live(s.kept.expiry()), hasher));
+        self.blocks.retain(|s| live(s.kept), hasher);
         last
     }
 
@@ -315,7 +305,7 @@ impl PolicyTable {
 
     /// Forgets one client, any; whether there was one.
     pub(super) fn evict_one(&mut self, hasher: &KeyHasher) -> bool {
-        each!(&mut self.slots, t => evict_one(t, hasher)) || evict_one(&mut self.blocks, hasher)
+        each!(&mut self.slots, t => t.remove_any(hasher)) || self.blocks.remove_any(hasher)
     }
 }
 
@@ -328,7 +318,7 @@ pub(super) const MIN_SHRINK_CAPACITY: usize = 1_024;
 /// [`PolicyTable::check`] in a typed table.
 #[allow(clippy::too_many_arguments)]
 fn check_in<K: Kept>(
-    t: &mut HashTable<Slot<K>>,
+    t: &mut SlotTable<K>,
     key: &str,
     hash: u64,
     algorithm: Algorithm,
@@ -337,7 +327,7 @@ fn check_in<K: Kept>(
     cost: u64,
     hasher: &KeyHasher,
 ) -> Decision {
-    if let Some(slot) = t.find_mut(hash, |s| s.key.is(key)) {
+    if let Some(slot) = t.find_mut(hash, key) {
         // Expired state decides like a new one, and becomes one.
         if slot.kept.expiry() <= now {
             slot.kept = K::fresh(algorithm);
@@ -351,46 +341,29 @@ fn check_in<K: Kept>(
             key: ClientKey::new(key),
             kept,
         };
-        t.insert_unique(hash, slot, hasher.of());
+        t.insert(hash, slot, hasher);
     }
     decision
 }
 
-fn store_in<K>(t: &mut HashTable<Slot<K>>, key: &str, hash: u64, kept: K, hasher: &KeyHasher) {
-    match t.find_mut(hash, |s| s.key.is(key)) {
+fn store_in<K>(t: &mut SlotTable<K>, key: &str, hash: u64, kept: K, hasher: &KeyHasher) {
+    match t.find_mut(hash, key) {
         Some(slot) => slot.kept = kept,
         None => {
             let slot = Slot {
                 key: ClientKey::new(key),
                 kept,
             };
-            t.insert_unique(hash, slot, hasher.of());
+            t.insert(hash, slot, hasher);
         }
     }
 }
 
-fn remove_from<K>(t: &mut HashTable<Slot<K>>, key: &str, hash: u64) {
-    if let Ok(found) = t.find_entry(hash, |s| s.key.is(key)) {
-        found.remove();
-    }
-}
-
-fn shrink_if_roomy<K>(t: &mut HashTable<Slot<K>>, hasher: &KeyHasher) {
+fn shrink_if_roomy<K>(t: &mut SlotTable<K>, hasher: &KeyHasher) {
     let room = t.capacity();
     if room > MIN_SHRINK_CAPACITY && room > SHRINK_WHEN_ROOM_PER_KEY * t.len() {
-        t.shrink_to(2 * t.len(), hasher.of());
+        t.shrink_to(2 * t.len(), hasher);
     }
-}
-
-fn evict_one<K>(t: &mut HashTable<Slot<K>>, hasher: &KeyHasher) -> bool {
-    let Some(victim) = t.iter().next().map(|s| s.key.clone()) else {
-        return false;
-    };
-    let hash = hasher.hash(victim.as_bytes());
-    if let Ok(found) = t.find_entry(hash, |s| s.key.as_bytes() == victim.as_bytes()) {
-        found.remove();
-    }
-    true
 }
 
 /// When a decision starts a block under `policy` (one with `block_for`, denying what a wait

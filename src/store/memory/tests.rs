@@ -143,7 +143,7 @@ fn a_roomy_table_shrinks_to_twice_its_keys_and_then_holds_its_size() {
     for i in 0..1_000 {
         check(&mut table, &i.to_string(), 2 * S - 1);
     }
-    assert_eq!(table.sweep(2 * S), Some(3 * S));
+    assert_eq!(table.sweep(2 * S, &hasher), Some(3 * S));
     assert_eq!(table.len(), 1_000);
     table.shrink_if_roomy(&hasher);
     let shrunk = table.capacity();
