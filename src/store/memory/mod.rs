@@ -67,6 +67,7 @@ impl MemoryStore {
     /// A store that reads time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
+        // A power of two (see `shard_index`).
         let shards = (parallelism * 4).next_power_of_two().max(16);
         Self {
             inner: Arc::new(Inner {
@@ -168,8 +169,9 @@ impl MemoryStore {
     /// Makes room for `key` in a full shard that does not hold it yet (when `max_keys` is
     /// set).
     fn make_room_for(&self, shard: &mut Shard, policy: &Policy, key: &str, hash: u64, now: u64) {
-        let max = self.inner.max_keys_per_shard;
-        shard.make_room_for(max, policy, key, hash, now, &self.inner.hasher);
+        if let Some(max) = self.inner.max_keys_per_shard {
+            shard.make_room_for(max, policy, key, hash, now, &self.inner.hasher);
+        }
     }
 
     /// The hash of `key` and the shard that holds it.
@@ -178,10 +180,10 @@ impl MemoryStore {
         (hash, &self.inner.shards[self.shard_index(hash)])
     }
 
-    /// The shard of a key by its hash: from the hash's upper half, since a table's own buckets
-    /// are picked by its lowest bits (and its tags by the top 7).
+    /// The shard of a key by its hash: from the hash's upper half, since a table's own cells
+    /// are picked by its lowest bits. The shards are a power of two: a mask, not a division.
     fn shard_index(&self, hash: u64) -> usize {
-        (hash >> 32) as usize % self.inner.shards.len()
+        (hash >> 32) as usize & (self.inner.shards.len() - 1)
     }
 }
 

@@ -99,14 +99,14 @@ impl Shard {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn make_room_for(
         &mut self,
-        max: Option<usize>,
+        max: usize,
         policy: &Policy,
         key: &str,
         hash: u64,
         now: u64,
         hasher: &KeyHasher,
     ) {
-        let full = max.is_some_and(|max| self.len() >= max);
+        let full = self.len() >= max;
         if !full || self.find(policy).is_some_and(|t| t.contains(key, hash)) {
             return;
         }

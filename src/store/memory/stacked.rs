@@ -120,7 +120,9 @@ impl MemoryStore {
                     continue;
                 };
                 if let Some((_, shard)) = guards.iter_mut().find(|(s, _)| *s == shard_index) {
-                    shard.make_room_for(max, check.policy, check.key, hash, now, hasher);
+                    if let Some(max) = max {
+                        shard.make_room_for(max, check.policy, check.key, hash, now, hasher);
+                    }
                     (shard.table(check.policy)).block(check.key, hash, until, hasher);
                 }
                 let cost = u64::from(check.cost);
@@ -133,7 +135,9 @@ impl MemoryStore {
         pending.retain(|q| q.tracked || q.allowed);
         for q in pending {
             if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == q.shard) {
-                shard.make_room_for(max, q.policy, q.key, q.hash, now, hasher);
+                if let Some(max) = max {
+                    shard.make_room_for(max, q.policy, q.key, q.hash, now, hasher);
+                }
                 if let Some(table) = shard.table_at(q.table) {
                     table.store(q.key, q.hash, q.state, q.params, hasher);
                 }
