@@ -261,13 +261,14 @@ fn answering<Svc, ReqBody>(
 where
     Svc: Service<Request<ReqBody>>,
 {
-    match headers.is_empty() && count.is_none() {
-        true => State::Passing { future },
-        false => State::Inner {
+    if headers.is_empty() && count.is_none() {
+        State::Passing { future }
+    } else {
+        State::Inner {
             future,
             headers,
             count,
-        },
+        }
     }
 }
 

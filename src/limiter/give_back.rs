@@ -30,9 +30,10 @@ struct Held {
 
 impl GiveBack {
     pub(crate) fn new(limiter: Arc<Limiter>, places: Vec<Place>) -> Self {
-        match places.is_empty() {
-            true => Self(None),
-            false => Self(Some(Box::new(Held { limiter, places }))),
+        if places.is_empty() {
+            Self(None)
+        } else {
+            Self(Some(Box::new(Held { limiter, places })))
         }
     }
 

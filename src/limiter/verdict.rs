@@ -99,16 +99,17 @@ impl Limiter {
         if !counts_later {
             return verdict;
         }
-        let count = Some(Counter::new(Arc::clone(&self), pending.counted()));
+        // Only a request that proceeds has a response to count.
+        let count = || Some(Counter::new(Arc::clone(&self), pending.counted()));
         match verdict {
             Verdict::Proceed(headers) => Verdict::Later(Box::new(Later {
                 headers,
                 wait: Duration::ZERO,
-                count,
+                count: count(),
                 give_back: GiveBack::default(),
             })),
             Verdict::Later(mut later) => {
-                later.count = count;
+                later.count = count();
                 Verdict::Later(later)
             }
             verdict => verdict,
