@@ -22,7 +22,7 @@ const MIN_CELLS: usize = 8;
 
 /// One client's state in a table.
 pub(super) struct Slot<K> {
-    pub(super) key: ClientKey,
+    key: ClientKey,
     pub(super) kept: K,
 }
 
@@ -67,13 +67,14 @@ impl<K> SlotTable<K> {
         self.cells[at].as_mut()
     }
 
-    /// Adds `slot`, whose key (of `hash`) the table does not hold.
-    pub(super) fn insert(&mut self, hash: u64, slot: Slot<K>, hasher: &KeyHasher) {
+    /// Keeps `kept` for `key` (of `hash`), which the table does not hold yet.
+    pub(super) fn insert(&mut self, hash: u64, key: &str, kept: K, hasher: &KeyHasher) {
         if self.len >= self.capacity() {
             self.resize(cells_for(self.len + 1), hasher);
         }
         let at = self.free_cell(hash);
-        self.cells[at] = Some(slot);
+        let key = ClientKey::new(key);
+        self.cells[at] = Some(Slot { key, kept });
         self.len += 1;
     }
 
@@ -207,15 +208,8 @@ mod tests {
     use super::*;
     use crate::algorithm::Gcra;
 
-    fn slot(key: &str, kept: u64) -> Slot<u64> {
-        Slot {
-            key: ClientKey::new(key),
-            kept,
-        }
-    }
-
     fn insert(table: &mut SlotTable<u64>, hasher: &KeyHasher, key: &str, kept: u64) {
-        table.insert(hasher.hash(key.as_bytes()), slot(key, kept), hasher);
+        table.insert(hasher.hash(key.as_bytes()), key, kept, hasher);
     }
 
     fn get(table: &SlotTable<u64>, hasher: &KeyHasher, key: &str) -> Option<u64> {

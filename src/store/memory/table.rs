@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use foldhash::quality::RandomState;
 
-use super::client_key::ClientKey;
-use super::slot_table::{Slot, SlotTable};
+use super::slot_table::SlotTable;
 use crate::algorithm::{self, Algorithm, Gcra, Params, State};
 use crate::decision::Decision;
 use crate::quota::Policy;
@@ -337,11 +336,7 @@ fn check_in<K: Kept>(
     let mut kept = K::fresh(algorithm);
     let decision = kept.decide(p, now, cost);
     if decision.allowed {
-        let slot = Slot {
-            key: ClientKey::new(key),
-            kept,
-        };
-        t.insert(hash, slot, hasher);
+        t.insert(hash, key, kept, hasher);
     }
     decision
 }
@@ -349,13 +344,7 @@ fn check_in<K: Kept>(
 fn store_in<K>(t: &mut SlotTable<K>, key: &str, hash: u64, kept: K, hasher: &KeyHasher) {
     match t.find_mut(hash, key) {
         Some(slot) => slot.kept = kept,
-        None => {
-            let slot = Slot {
-                key: ClientKey::new(key),
-                kept,
-            };
-            t.insert(hash, slot, hasher);
-        }
+        None => t.insert(hash, key, kept, hasher),
     }
 }
 
