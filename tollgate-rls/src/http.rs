@@ -1,7 +1,6 @@
 //! The reference's HTTP endpoints: `GET /healthcheck`, `POST /json` and `GET /metrics` on
 //! `HOST:PORT`; `GET /rlconfig` on the debug port.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -13,20 +12,7 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tollgate::rls::RateLimitService;
 
-/// Whether the server should get traffic: not once it is shutting down, and (with
-/// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`) not while no domain is configured.
-#[derive(Debug)]
-pub(crate) struct Health {
-    pub(crate) terminating: AtomicBool,
-    pub(crate) needs_config: bool,
-}
-
-impl Health {
-    pub(crate) fn ok(&self, service: &RateLimitService) -> bool {
-        let waiting_for_config = self.needs_config && service.config().is_empty();
-        !self.terminating.load(Ordering::Relaxed) && !waiting_for_config
-    }
-}
+use crate::health::Health;
 
 #[derive(Clone)]
 struct App {

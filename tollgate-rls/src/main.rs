@@ -3,35 +3,34 @@
 //! YAML files and environment, decided by `tollgate::rls` (see docs/envoy.md).
 //!
 //! This crate only wires: the environment (`settings.rs`), the store it names (`store.rs`),
-//! the configuration directory, gRPC on `GRPC_HOST:GRPC_PORT`, HTTP on `HOST:PORT` and
-//! `DEBUG_HOST:DEBUG_PORT` (`http.rs`), logging and metrics.
+//! the configuration directory, gRPC on `GRPC_HOST:GRPC_PORT` or `GRPC_UDS`, HTTP on
+//! `HOST:PORT` and `DEBUG_HOST:DEBUG_PORT` (`http.rs`; the listeners in `listen.rs`), health
+//! (`health.rs`), logging and metrics.
 //!
 //! Once listening it prints one line to stdout:
 //! `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR store=…`. A bad setting exits
 //! with status 2, a configuration file that does not load with status 1, each with a message
 //! that names the variable or the file.
 
+mod health;
 mod http;
+mod listen;
 mod settings;
 mod store;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::io::Write as _;
-use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tollgate::rls::{RateLimitService, ResponseHeaders};
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
-use tonic_health::ServingStatus;
 use tracing_subscriber::EnvFilter;
 
-use crate::http::Health;
+use crate::health::Health;
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
@@ -104,6 +103,7 @@ async fn run(settings: Settings) -> ExitCode {
         .on_store_error(settings.on_store_error)
         .shadow_mode(settings.shadow_mode)
         .quota_mode(settings.quota_mode);
+    let probe = store.clone();
     if let Some(redis) = store {
         builder = builder.store(redis);
     }
@@ -117,32 +117,14 @@ async fn run(settings: Settings) -> ExitCode {
 
     // Before the `listening` line: a SIGTERM right after it must find the handler in place.
     let signal = stop_signal();
-    let bind = |host: &str, port: u16| {
-        let address = format!("{host}:{port}");
-        async move {
-            let address: SocketAddr = address
-                .parse()
-                .map_err(|_| format!("{address:?} is not an address to listen on"))?;
-            TcpListener::bind(address)
-                .await
-                .map_err(|e| format!("cannot listen on {address}: {e}"))
-        }
-    };
-    let listeners = async {
-        Ok::<_, String>((
-            bind(&settings.grpc_host, settings.grpc_port).await?,
-            bind(&settings.host, settings.port).await?,
-            bind(&settings.debug_host, settings.debug_port).await?,
-        ))
-    };
-    let (grpc, main, debug) = match listeners.await {
+    let (grpc, main, debug) = match listen_all(&settings).await {
         Ok(listeners) => listeners,
         Err(e) => return fail(1, &e),
     };
     let address = |l: &TcpListener| l.local_addr().map(|a| a.to_string()).unwrap_or_default();
     println!(
         "tollgate-rls listening on grpc={} http={} debug={} store={described}",
-        address(&grpc),
+        grpc.address(),
         address(&main),
         address(&debug),
     );
@@ -153,14 +135,9 @@ async fn run(settings: Settings) -> ExitCode {
         service.config().domains().count()
     );
 
-    let health = Arc::new(Health {
-        terminating: AtomicBool::new(false),
-        needs_config: settings.healthy_with_config,
-    });
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    reporter
-        .set_service_status("ratelimit", ServingStatus::Serving)
-        .await;
+    let health = Arc::new(Health::new(settings.healthy_with_config, reporter));
+    health.publish(&service).await;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -168,35 +145,60 @@ async fn run(settings: Settings) -> ExitCode {
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
+    // The store answers once before health says SERVING (the memory store at once).
+    let startup = {
+        let (health, service) = (Arc::clone(&health), service.clone());
+        let (timeout, retry) = (settings.store_timeout, settings.store_startup);
+        async move {
+            if let Some(redis) = &probe {
+                health::wait_for_store(redis, timeout, retry).await?;
+            }
+            health.store_answered(&service).await;
+            health.follow(&service).await;
+            Ok::<(), String>(())
+        }
+    };
 
     let grpc_server = Server::builder()
         .tcp_nodelay(true)
+        .max_concurrent_streams(settings.grpc_max_concurrent_streams)
+        .max_connection_age(settings.grpc_max_connection_age)
+        .max_connection_age_grace(settings.grpc_max_connection_age_grace)
         .add_service(health_service)
-        .add_service(service.clone().into_server())
-        .serve_with_incoming_shutdown(TcpIncoming::from(grpc), stopped());
+        .add_service(service.clone().into_server());
+    let grpc_stopped = stopped();
+    let grpc_server = async move {
+        match grpc {
+            GrpcListener::Tcp(listener) => {
+                let incoming = listen::grpc_incoming(listener);
+                grpc_server
+                    .serve_with_incoming_shutdown(incoming, grpc_stopped)
+                    .await
+            }
+            GrpcListener::Unix(listener, _) => {
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+                grpc_server
+                    .serve_with_incoming_shutdown(incoming, grpc_stopped)
+                    .await
+            }
+        }
+    };
     let main_app = http::main_router(service.clone(), Arc::clone(&health), metrics);
-    let main_server = axum::serve(main, main_app).with_graceful_shutdown(stopped());
-    let debug_server =
-        axum::serve(debug, http::debug_router(service)).with_graceful_shutdown(stopped());
+    let main_server = listen::serve_http(main, main_app, stopped());
+    let debug_server = listen::serve_http(debug, http::debug_router(service), stopped());
 
     let signals = async move {
         signal.await;
         tracing::warn!("stopping: signal received");
-        health.terminating.store(true, Ordering::Relaxed);
-        reporter
-            .set_service_status("ratelimit", ServingStatus::NotServing)
-            .await;
-        reporter
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
+        health.terminate().await;
         let _ = stop_tx.send(true);
     };
     tokio::spawn(signals);
     let servers = async {
         let (g, m, d) = tokio::join!(
             report("gRPC", grpc_server),
-            report("HTTP", main_server.into_future()),
-            report("debug HTTP", debug_server.into_future()),
+            report("HTTP", main_server),
+            report("debug HTTP", debug_server),
         );
         g && m && d
     };
@@ -209,11 +211,43 @@ async fn run(settings: Settings) -> ExitCode {
     let ended = tokio::select! {
         ended = servers => ended,
         () = grace => true,
+        Err(e) = startup => return fail(1, &e),
     };
     match ended {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
     }
+}
+
+/// Where gRPC is served: `GRPC_HOST:GRPC_PORT`, or the Unix socket `GRPC_UDS`.
+enum GrpcListener {
+    Tcp(TcpListener),
+    Unix(UnixListener, String),
+}
+
+impl GrpcListener {
+    /// The address for the `listening` line: `host:port`, or `unix:PATH`.
+    fn address(&self) -> String {
+        match self {
+            Self::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Self::Unix(_, path) => format!("unix:{path}"),
+        }
+    }
+}
+
+/// The three listeners the settings name.
+async fn listen_all(
+    settings: &Settings,
+) -> Result<(GrpcListener, TcpListener, TcpListener), String> {
+    let grpc = match &settings.grpc_uds {
+        Some(path) => GrpcListener::Unix(listen::bind_unix(path)?, path.display().to_string()),
+        None => GrpcListener::Tcp(
+            listen::bind("GRPC_HOST", &settings.grpc_host, settings.grpc_port).await?,
+        ),
+    };
+    let main = listen::bind("HOST", &settings.host, settings.port).await?;
+    let debug = listen::bind("DEBUG_HOST", &settings.debug_host, settings.debug_port).await?;
+    Ok((grpc, main, debug))
 }
 
 /// How long requests in flight may take to finish once a signal asks the server to stop.

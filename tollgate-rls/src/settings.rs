@@ -16,6 +16,19 @@ pub(crate) struct Settings {
     pub(crate) grpc_port: u16,
     pub(crate) debug_host: String,
     pub(crate) debug_port: u16,
+    /// `GRPC_UDS`: gRPC on this Unix socket instead of `GRPC_HOST:GRPC_PORT`.
+    pub(crate) grpc_uds: Option<PathBuf>,
+    /// `GRPC_MAX_CONNECTION_AGE`: a connection older than this is sent a GOAWAY, so clients
+    /// that keep theirs (Envoy) spread over new instances.
+    pub(crate) grpc_max_connection_age: Duration,
+    /// `GRPC_MAX_CONNECTION_AGE_GRACE`: how long its requests in flight may then take.
+    pub(crate) grpc_max_connection_age_grace: Duration,
+    /// `GRPC_MAX_CONCURRENT_STREAMS` (tollgate-rls's own): requests in flight on one HTTP/2
+    /// connection.
+    pub(crate) grpc_max_concurrent_streams: u32,
+    /// `REDIS_STARTUP_INITIAL_INTERVAL`, `_MAX_INTERVAL`, `_MAX_ELAPSED_TIME`: how the store is
+    /// tried at start until it answers (health is NOT_SERVING until then).
+    pub(crate) store_startup: StartupRetry,
     pub(crate) log_level: String,
     pub(crate) log_json: bool,
     /// `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`.
@@ -32,6 +45,15 @@ pub(crate) struct Settings {
     pub(crate) on_store_error: OnStoreError,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
+}
+
+/// How the store is tried at start: waits from `initial` doubling up to `max`, with jitter;
+/// after `max_elapsed` (zero: never) without an answer the server exits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StartupRetry {
+    pub(crate) initial: Duration,
+    pub(crate) max: Duration,
+    pub(crate) max_elapsed: Duration,
 }
 
 /// Where Redis is, as the reference describes it.
@@ -167,18 +189,6 @@ const IGNORED: &[(&str, &str)] = &[
         "a Redis outage is answered by ON_STORE_ERROR, not by failing health checks",
     ),
     (
-        "REDIS_STARTUP_INITIAL_INTERVAL",
-        "the server starts without waiting for Redis",
-    ),
-    (
-        "REDIS_STARTUP_MAX_INTERVAL",
-        "the server starts without waiting for Redis",
-    ),
-    (
-        "REDIS_STARTUP_MAX_ELAPSED_TIME",
-        "the server starts without waiting for Redis",
-    ),
-    (
         "REDIS_TLS_CLIENT_CERT",
         "client certificates are not supported; use rediss:// with a password",
     ),
@@ -199,28 +209,19 @@ const IGNORED: &[(&str, &str)] = &[
         "the configuration is loaded at start; a bad one stops the start",
     ),
     ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
-    (
-        "GRPC_MAX_CONNECTION_AGE",
-        "connections are kept until the client closes them",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "connections are kept until the client closes them",
-    ),
     ("TRACING_ENABLED", "tracing is not exported"),
 ];
 
+/// Requests in flight on one gRPC connection unless `GRPC_MAX_CONCURRENT_STREAMS` says
+/// otherwise: finite (one connection cannot queue unbounded work), and far above what Envoy
+/// keeps in flight on one connection.
+pub(crate) const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1024;
+
 /// Variables that ask for something tollgate-rls cannot do: starting would be wrong.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "GRPC_UDS",
-        "listening on a Unix socket is not supported; use GRPC_HOST and GRPC_PORT",
-    ),
-    (
-        "GRPC_SERVER_USE_TLS",
-        "TLS is not terminated here; terminate it in the mesh or a proxy",
-    ),
-];
+const UNSUPPORTED: &[(&str, &str)] = &[(
+    "GRPC_SERVER_USE_TLS",
+    "TLS is not terminated here; terminate it in the mesh or a proxy",
+)];
 
 impl Settings {
     /// Reads the process's environment.
@@ -281,6 +282,17 @@ impl Settings {
                 prefix: get("CACHE_KEY_PREFIX", ""),
             }),
         };
+        let duration = |name: &str, default: Duration| match var(name) {
+            None => Ok(default),
+            Some(v) => parse_duration(&v)
+                .ok_or_else(|| format!("{name}={v:?}: expected a duration such as 50ms, 1s or 1h")),
+        };
+        let grpc_max_concurrent_streams = match var("GRPC_MAX_CONCURRENT_STREAMS") {
+            None => DEFAULT_MAX_CONCURRENT_STREAMS,
+            Some(v) => v.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                format!("GRPC_MAX_CONCURRENT_STREAMS={v:?}: expected a number from 1 to 4294967295")
+            })?,
+        };
         let store_timeout = match var("STORE_TIMEOUT").or_else(|| var("REDIS_TIMEOUT")) {
             None => Duration::from_millis(50),
             Some(v) => parse_duration(&v).filter(|d| !d.is_zero()).ok_or_else(|| {
@@ -310,6 +322,21 @@ impl Settings {
             grpc_port: port("GRPC_PORT", 8081)?,
             debug_host: get("DEBUG_HOST", "0.0.0.0"),
             debug_port: port("DEBUG_PORT", 6070)?,
+            grpc_uds: var("GRPC_UDS").filter(|p| !p.is_empty()).map(PathBuf::from),
+            grpc_max_connection_age: duration(
+                "GRPC_MAX_CONNECTION_AGE",
+                Duration::from_secs(86_400),
+            )?,
+            grpc_max_connection_age_grace: duration(
+                "GRPC_MAX_CONNECTION_AGE_GRACE",
+                Duration::from_secs(3_600),
+            )?,
+            grpc_max_concurrent_streams,
+            store_startup: StartupRetry {
+                initial: duration("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?,
+                max: duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?,
+                max_elapsed: duration("REDIS_STARTUP_MAX_ELAPSED_TIME", Duration::ZERO)?,
+            },
             log_level: get("LOG_LEVEL", "WARN"),
             log_json,
             config_dir,

@@ -1,7 +1,7 @@
 //! Helpers for the binary's tests: the built `tollgate-rls` started on free loopback ports
 //! with a configuration directory of its own, and requests. Redis servers, ports and HTTP
 //! clients are the library's integration-test helpers (`tests/support/`), included here.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -17,7 +17,9 @@ use tonic::transport::Channel;
 
 #[path = "../../../tests/support/mod.rs"]
 mod shared;
-pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
+pub use shared::{
+    client as http, command_calls, free_port, redis_cli, redis_connection, RedisServer,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 
@@ -84,6 +86,8 @@ pub struct Rls {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub debug: SocketAddr,
+    /// The `listening on` line it printed.
+    pub line: String,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -146,12 +150,18 @@ impl Rls {
                 });
             found.parse().unwrap()
         };
-        let (grpc, http, debug) = (addr("grpc"), addr("http"), addr("debug"));
+        // gRPC on a Unix socket (`grpc=unix:PATH`) has no address.
+        let grpc = match line.contains(" grpc=unix:") {
+            true => SocketAddr::from(([0, 0, 0, 0], 0)),
+            false => addr("grpc"),
+        };
+        let (http, debug) = (addr("http"), addr("debug"));
         Self {
             child,
             grpc,
             http,
             debug,
+            line,
             stderr,
         }
     }
@@ -165,6 +175,18 @@ impl Rls {
     /// What it logged so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends it SIGTERM without waiting for it to exit.
+    pub fn signal_stop(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Stops it with SIGTERM and waits; its exit status.

@@ -1,0 +1,116 @@
+//! The listeners and what every accepted connection gets: `TCP_NODELAY` (a decision is a few
+//! hundred bytes; with Nagle's algorithm and the peer's delayed ACKs it would wait 40 ms),
+//! TCP keepalive (a peer that vanished is noticed), and on the HTTP ports time limits on a
+//! request's head and on the whole request (a client that trickles bytes holds nothing for
+//! long).
+//!
+//! Addresses are the reference's: `HOST:PORT` with a host name (`localhost`), an IPv4 or an
+//! IPv6 address (`::`), or for gRPC a Unix socket path (`GRPC_UDS`).
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tonic::transport::server::TcpIncoming;
+use tower_http::timeout::TimeoutLayer;
+
+/// How long an idle connection's peer may stay silent before the kernel probes it.
+pub(crate) const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// How long an HTTP client may take to send a request's head.
+pub(crate) const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an HTTP request may take from its head to the end of its answer (a `/json` body
+/// sent slowly included); past it the answer is 408.
+pub(crate) const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Listens on `host:port`: a host name is resolved and the first of its addresses that can be
+/// bound is used, as Go's `net.Listen` does; an IPv6 address may be bare (`::`) or bracketed.
+pub(crate) async fn bind(name: &str, host: &str, port: u16) -> Result<TcpListener, String> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    TcpListener::bind((host, port))
+        .await
+        .map_err(|e| format!("{name}: cannot listen on {host:?} port {port}: {e}"))
+}
+
+/// Listens on the Unix socket at `path`, replacing a socket file left by an earlier run (as
+/// the reference does not, a restart would otherwise fail).
+pub(crate) fn bind_unix(path: &Path) -> Result<UnixListener, String> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    UnixListener::bind(path)
+        .map_err(|e| format!("GRPC_UDS: cannot listen on {}: {e}", path.display()))
+}
+
+/// The gRPC listener's connections, with `TCP_NODELAY` and keepalive set on each.
+pub(crate) fn grpc_incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(TCP_KEEPALIVE))
+}
+
+/// Sets what every accepted TCP connection gets.
+fn tune(stream: &TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!("cannot set TCP_NODELAY: {e}");
+    }
+    let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+        tracing::debug!("cannot set TCP keepalive: {e}");
+    }
+}
+
+/// Serves `app` over HTTP/1.1 (and HTTP/2 with prior knowledge) on `listener` until
+/// `shutdown` resolves, then lets the requests in flight finish.
+pub(crate) async fn serve_http(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let app = app.layer(TimeoutLayer::with_status_code(
+        http::StatusCode::REQUEST_TIMEOUT,
+        HTTP_REQUEST_TIMEOUT,
+    ));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HTTP_HEADER_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment, as hyper's and
+                    // axum's accept loops do, instead of spinning.
+                    tracing::warn!("cannot accept an HTTP connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        tune(&stream);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
