@@ -1,4 +1,4 @@
-//! The reference's HTTP endpoints: `GET /healthcheck`, `POST /json` and `GET /metrics` on
+//! The reference's HTTP endpoints: `GET /healthcheck`, `/json` (any method) and `GET /metrics` on
 //! `HOST:PORT`; `GET /rlconfig` on the debug port.
 
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tollgate::rls::RateLimitService;
@@ -29,7 +29,8 @@ pub(crate) fn main_router(
 ) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
-        .route("/json", post(json))
+        // Any method, as the reference's `HandleFunc("/json", …)` (src/server/server_impl.go).
+        .route("/json", any(json))
         .route("/metrics", get(render_metrics))
         .with_state(App {
             service,
