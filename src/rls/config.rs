@@ -79,6 +79,8 @@ pub(crate) struct Limit {
     /// What the store enforces; `None` when unlimited, or when nothing is allowed
     /// (`requests_per_unit: 0`), which needs no store.
     pub(crate) policy: Option<Policy>,
+    /// Its descriptor's YAML `metadata`, for the dynamic metadata of a request it passes.
+    pub(crate) metadata: Option<envoy_types::pb::google::protobuf::Struct>,
     /// Its statistics' counters, found once.
     pub(crate) counters: Counters,
 }
@@ -245,6 +247,7 @@ fn compile(r: &YamlRateLimit, d: &YamlDescriptor, path: &str) -> Result<Limit, S
         quota_mode: d.quota_mode,
         detailed_metric: d.detailed_metric,
         policy,
+        metadata: d.metadata.clone(),
         counters: Counters::default(),
     })
 }

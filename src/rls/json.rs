@@ -217,6 +217,9 @@ fn response_json(r: &RateLimitResponse) -> Value {
             .collect();
         out.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if let Some(metadata) = &r.dynamic_metadata {
+        out.insert("dynamicMetadata".into(), super::metadata::to_json(metadata));
+    }
     Value::Object(out)
 }
 

@@ -14,6 +14,7 @@ mod config;
 mod decide;
 mod json;
 mod matching;
+mod metadata;
 mod plan;
 mod response;
 mod service;

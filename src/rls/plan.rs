@@ -24,6 +24,8 @@ pub(crate) struct Modes {
     pub(crate) shadow: bool,
     /// The reference's `QUOTA_MODE`: every limit is a quota.
     pub(crate) quota: bool,
+    /// The reference's `RESPONSE_DYNAMIC_METADATA`: answers carry dynamic metadata.
+    pub(crate) dynamic_metadata: bool,
 }
 
 /// One descriptor's part of the request.
@@ -175,6 +177,7 @@ fn override_limit<'c>(
             quota_mode: false,
             detailed_metric: false,
             policy,
+            metadata: None,
             counters: Counters::default(),
         })),
         stats_key: Cow::Owned(override_key(domain, d)),

@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::config::RlsConfig;
 use super::decide::Decider;
+use super::metadata;
 use super::plan::{Item, Modes, Plan};
 use super::response::{respond, Outcome, ResponseHeaders};
 use super::source::{ConfigDir, ConfigSource};
@@ -117,7 +118,11 @@ impl RateLimitService {
                 }
             }
         };
-        let answer = respond(&plan, &outcome, inner.modes, inner.headers.as_ref());
+        let mut answer = respond(&plan, &outcome, inner.modes, inner.headers.as_ref());
+        if inner.modes.dynamic_metadata {
+            let statuses = &answer.response.statuses;
+            answer.response.dynamic_metadata = Some(metadata::of_answer(request, &plan, statuses));
+        }
         let statuses = answer.response.statuses.iter().zip(&answer.over);
         for (item, (status, &over)) in plan.items.iter().zip(statuses) {
             if let Item::Limited(l) = item {
@@ -289,6 +294,15 @@ impl RateLimitServiceBuilder {
     /// over (the reference's `QUOTA_MODE`).
     pub fn quota_mode(mut self, quota: bool) -> Self {
         self.modes.quota = quota;
+        self
+    }
+
+    /// Sends dynamic metadata with every answer (the reference's `RESPONSE_DYNAMIC_METADATA`):
+    /// the request's domain, descriptors and hits, and the YAML `metadata` of the limits it
+    /// passed, which Envoy keeps under `envoy.filters.http.ratelimit` for later filters and
+    /// access logs.
+    pub fn response_dynamic_metadata(mut self, send: bool) -> Self {
+        self.modes.dynamic_metadata = send;
         self
     }
 

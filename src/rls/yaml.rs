@@ -47,6 +47,8 @@ pub(super) struct YamlDescriptor {
     pub(super) detailed_metric: bool,
     pub(super) value_to_metric: bool,
     pub(super) share_threshold: bool,
+    /// `metadata`: anything, sent back as dynamic metadata when the request passes.
+    pub(super) metadata: Option<envoy_types::pb::google::protobuf::Struct>,
 }
 
 /// A `rate_limit` block.
@@ -160,6 +162,10 @@ fn descriptor(map: &Mapping) -> Result<YamlDescriptor, String> {
         detailed_metric: flag(map, "detailed_metric")?,
         value_to_metric: flag(map, "value_to_metric")?,
         share_threshold: flag(map, "share_threshold")?,
+        metadata: match map.get("metadata") {
+            None => None,
+            Some(m) => super::metadata::from_yaml(m)?,
+        },
     })
 }
 

@@ -37,6 +37,7 @@ pub(crate) struct Settings {
     pub(crate) merge_domains: bool,
     pub(crate) shadow_mode: bool,
     pub(crate) quota_mode: bool,
+    pub(crate) dynamic_metadata: bool,
     pub(crate) healthy_with_config: bool,
     /// The three header names, when `LIMIT_RESPONSE_HEADERS_ENABLED`.
     pub(crate) headers: Option<[String; 3]>,
@@ -208,7 +209,6 @@ const IGNORED: &[(&str, &str)] = &[
         "FORCE_START_WITHOUT_INITIAL_CONFIG",
         "the configuration is loaded at start; a bad one stops the start",
     ),
-    ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata is not sent"),
     ("TRACING_ENABLED", "tracing is not exported"),
 ];
 
@@ -344,6 +344,7 @@ impl Settings {
             merge_domains: flag("MERGE_DOMAIN_CONFIG", false)?,
             shadow_mode: flag("SHADOW_MODE", false)?,
             quota_mode: flag("QUOTA_MODE", false)?,
+            dynamic_metadata: flag("RESPONSE_DYNAMIC_METADATA", false)?,
             healthy_with_config: flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             headers,
             redis,
