@@ -121,7 +121,7 @@ impl RlsConfig {
         lines.concat()
     }
 
-    fn load_file(&mut self, content: &str, merge: bool) -> Result<(), String> {
+    pub(super) fn load_file(&mut self, content: &str, merge: bool) -> Result<(), String> {
         let root = yaml::parse(content)?;
         if root.domain.is_empty() {
             return Err("config file cannot have empty domain".into());

@@ -11,6 +11,7 @@
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `POST /json`);
 //! `stats.rs` counts it.
 
+mod check;
 mod config;
 mod decide;
 mod dir;
@@ -23,6 +24,7 @@ mod source;
 mod stats;
 mod yaml;
 
+pub use check::DirCheck;
 pub use config::RlsConfig;
 pub use json::JsonAnswer;
 pub use response::ResponseHeaders;

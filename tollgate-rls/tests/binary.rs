@@ -594,3 +594,85 @@ async fn a_file_over_the_cap_and_a_bad_file_are_each_logged_once_and_counted() {
     let r = ask(&mut client, request("reload", &[&[("block", "x")]])).await;
     assert_eq!(r.overall_code, OVER);
 }
+
+/// Runs `tollgate-rls check ARGS…`: its exit code, stdout and stderr.
+fn check(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(support::BIN)
+        .arg("check")
+        .args(args)
+        .env_clear()
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The reference's `src/config_check_cmd/main.go`: loads a directory's files as the server
+/// does, exits 0 ("all rate limit configs ok") or 1 naming the bad file; tollgate-rls names
+/// every bad file, not only the first.
+#[test]
+fn check_validates_a_directory_for_ci_naming_every_bad_file() {
+    let runtime = Runtime::with("check", &REFERENCE_RUNTIME);
+    let dir = runtime.config();
+    let dir_arg = dir.to_str().unwrap();
+    let (code, out, err) = check(&[dir_arg]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.ends_with("all 2 configuration file(s) ok\n"), "{out}");
+
+    // Three bad files and a skipped lock link, all reported; the good ones stay good.
+    runtime.write("bad_unit.yaml", "domain: u\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n");
+    runtime.write("basic_again.yaml", "domain: basic\n");
+    std::fs::write(dir.join("latin1.yaml"), b"domain: caf\xe9\n").unwrap();
+    std::os::unix::fs::symlink("nowhere", dir.join(".#basic.yaml")).unwrap();
+    let (code, out, err) = check(&[dir_arg]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let name = |file: &str| dir.join(file).display().to_string();
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            format!(
+                "tollgate-rls check: {}: invalid rate limit unit 'fortnight'",
+                name("bad_unit.yaml")
+            ),
+            format!(
+                "tollgate-rls check: {}: duplicate domain 'basic' in config file",
+                name("basic_again.yaml")
+            ),
+            format!(
+                "tollgate-rls check: {}: the file is not UTF-8 text",
+                name("latin1.yaml")
+            ),
+        ],
+        "{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "warning: skipped {}: a symlink that cannot be followed",
+            name(".#basic.yaml")
+        )),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("3 problem(s) in 5 configuration file(s)\n"),
+        "{out}"
+    );
+
+    // The reference's flags: a domain in two files is merged when asked.
+    runtime.remove("bad_unit.yaml");
+    runtime.remove("latin1.yaml");
+    assert_eq!(check(&[dir_arg]).0, Some(1));
+    let (code, out, err) = check(&["-config_dir", dir_arg, "-merge_domain_configs"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(check(&["--merge-domains", dir_arg]).0, Some(0));
+
+    // No directory, or one that is not there.
+    let (code, _, err) = check(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("usage: tollgate-rls check"), "{err}");
+    let (code, _, err) = check(&["/nonexistent/tollgate"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cannot read the configuration directory /nonexistent/tollgate"),
+        "{err}"
+    );
+}
