@@ -100,6 +100,7 @@ mod lease;
 mod limiter;
 mod quiet_log;
 mod quota;
+mod read;
 mod response;
 #[cfg(feature = "rls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rls")))]

@@ -69,6 +69,25 @@ impl Quota {
         Ok(quota)
     }
 
+    /// `limit` requests per `period`, with `burst` if set, at any rate: more than one request
+    /// per microsecond is accepted (the reference's YAML takes any `u32` per any unit). The
+    /// window algorithms count such a quota exactly; the bucket algorithms space requests
+    /// `ceil(P / L)` µs apart, at least 1 µs, so past the burst they admit one per
+    /// microsecond. Every other check of [`new`](Self::new) and [`burst`](Self::burst) holds.
+    pub(crate) fn any_rate(
+        limit: u32,
+        period: Duration,
+        burst: Option<u32>,
+    ) -> Result<Self, ConfigError> {
+        let quota = Self {
+            limit,
+            period,
+            burst,
+        };
+        quota.check_ranges()?;
+        Ok(quota)
+    }
+
     /// `limit` requests per second; see [`new`](Self::new) for the errors.
     pub fn per_second(limit: u32) -> Result<Self, ConfigError> {
         Self::new(limit, Duration::from_secs(1))
@@ -132,6 +151,23 @@ impl Quota {
     /// Checks the quota against the allowed ranges: every constructor does, so that no invalid
     /// quota exists.
     fn check(&self) -> Result<(), ConfigError> {
+        self.check_ranges()?;
+        let period_us = self.period.as_micros();
+        if u128::from(self.limit) > period_us {
+            return Err(ConfigError::of(
+                ConfigErrorKind::Quota,
+                format!(
+                    "invalid quota {self}: {} requests in {period_us}µs is more than one per \
+                     microsecond, the finest rate supported",
+                    self.limit
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every check of [`check`](Self::check) but the rate's.
+    fn check_ranges(&self) -> Result<(), ConfigError> {
         let err = |what: String| {
             Err(ConfigError::of(
                 ConfigErrorKind::Quota,
@@ -157,13 +193,6 @@ impl Quota {
             ));
         }
         let period_us = self.period.as_micros();
-        if u128::from(self.limit) > period_us {
-            return err(format!(
-                "{} requests in {period_us}µs is more than one per microsecond, the finest rate \
-                 supported",
-                self.limit
-            ));
-        }
         // The bucket algorithms space requests `ceil(P / L)` apart: a full bucket must drain
         // within MAX_BUCKET_SPAN_US, or the scripts' numbers would leave Lua's exact range.
         let interval = period_us.div_ceil(u128::from(self.limit));

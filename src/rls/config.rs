@@ -123,7 +123,7 @@ impl RlsConfig {
         lines.concat()
     }
 
-    fn load_file(&mut self, content: &str, merge: bool) -> Result<(), String> {
+    pub(super) fn load_file(&mut self, content: &str, merge: bool) -> Result<(), String> {
         let root = yaml::parse(content)?;
         if root.domain.is_empty() {
             return Err("config file cannot have empty domain".into());
@@ -263,10 +263,9 @@ fn policy(r: &YamlRateLimit, unit: Unit) -> Result<Policy, ConfigError> {
         Some(name) => name.parse::<Algorithm>()?,
         None => Algorithm::FixedWindow,
     };
-    let mut quota = Quota::new(r.requests_per_unit, period)?;
-    if let Some(burst) = r.burst {
-        quota = quota.burst(burst)?;
-    }
+    // Any `u32` per any unit, as the reference takes it (`RequestsPerUnit uint32` in its
+    // config_impl.go): a fixed window counts it exactly; see `Quota::any_rate` for the rest.
+    let quota = Quota::any_rate(r.requests_per_unit, period, r.burst)?;
     let policy = Policy::new(policy_name(period), quota, algorithm)?;
     match &r.lease {
         Some(lease) => policy.with_lease(lease.parse::<Lease>()?),

@@ -162,8 +162,27 @@ fn pattern_value<'p>(pattern: &'p str, key: &str) -> &'p str {
         .unwrap_or(pattern)
 }
 
-/// `domain.key1_value1.key2_value2`: every entry with its value, or the shared pattern.
+/// The reference's detailed statistics key (`detailed_metric`): `domain.key1_value1.key2_`,
+/// every entry as `key_value`, an empty value too (`k_`). When a `share_threshold` pattern
+/// stands for a value, the entries are written as [`override_key`] writes them, with the
+/// pattern in place of the value.
 fn detailed_key(domain: &str, d: &RateLimitDescriptor, shared: &[Option<&str>]) -> String {
+    if shared.iter().any(Option::is_some) {
+        return entries_key(domain, d, shared);
+    }
+    let mut key = String::from(domain);
+    for entry in &d.entries {
+        key.push('.');
+        key.push_str(&entry.key);
+        key.push('_');
+        key.push_str(&entry.value);
+    }
+    key
+}
+
+/// `domain.key1_value1.key2`: every entry with its value (or its shared pattern), the key
+/// alone when the value is empty.
+fn entries_key(domain: &str, d: &RateLimitDescriptor, shared: &[Option<&str>]) -> String {
     let mut key = String::from(domain);
     for (i, entry) in d.entries.iter().enumerate() {
         key.push('.');
@@ -235,5 +254,5 @@ fn push_part(key: &mut String, part: &str) {
 
 /// The reference's name for a descriptor with Envoy's own limit: `domain.key1_value1.key2`.
 pub(crate) fn override_key(domain: &str, d: &RateLimitDescriptor) -> String {
-    detailed_key(domain, d, &[])
+    entries_key(domain, d, &[])
 }

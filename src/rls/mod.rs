@@ -5,13 +5,16 @@
 //! reference.
 //!
 //! How a request goes through: `service.rs` takes the configuration in force (`source.rs`
-//! reloads it), `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
-//! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
+//! reloads it from the directory that `dir.rs` reads), `plan.rs` finds each descriptor's
+//! limit (`matching.rs`, in the tree that `config.rs` compiled from `yaml.rs`'s files),
+//! `decide.rs` asks the store for all of them
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `POST /json`);
 //! `stats.rs` counts it.
 
+mod check;
 mod config;
 mod decide;
+mod dir;
 mod json;
 mod matching;
 mod metadata;
@@ -22,6 +25,7 @@ mod source;
 mod stats;
 mod yaml;
 
+pub use check::DirCheck;
 pub use config::RlsConfig;
 pub use json::JsonAnswer;
 pub use response::ResponseHeaders;

@@ -1,33 +1,43 @@
 //! Where the configuration in force comes from: given once, or a directory of YAML files read
 //! at start (any problem is an error then) and again whenever its files change. A change that
-//! does not load is logged with its file and the last good configuration keeps serving.
+//! does not load is logged once at WARN with its file and why, and counted
+//! (`ratelimit_service_config_load_error`); the last good configuration keeps serving.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 
 use super::config::RlsConfig;
+use super::dir::Skipped;
 use super::stats;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::watch;
 
-/// A directory of configuration files and how to read it.
-#[derive(Debug, Clone)]
-pub(crate) struct ConfigDir {
-    pub(crate) path: PathBuf,
-    pub(crate) merge_domains: bool,
-    pub(crate) ignore_dot_files: bool,
-}
+/// How the directory is read, named here for the service that builds a source.
+pub(crate) use super::dir::ConfigDir;
 
 /// The configuration in force.
 pub(crate) struct ConfigSource {
     current: ArcSwap<RlsConfig>,
     dir: Option<ConfigDir>,
-    /// The files as last read, so the watcher acts on changes only. Held while they are read
-    /// and applied, so reloads run one at a time.
-    last_read: Mutex<Vec<(PathBuf, Vec<u8>)>>,
+    /// What was last read and reported. Held while files are read and applied, so reloads
+    /// run one at a time.
+    seen: Mutex<Seen>,
+}
+
+/// What the watcher has seen, so that it acts on changes and reports each failure once.
+#[derive(Default)]
+struct Seen {
+    /// The files as last read.
+    files: Vec<(PathBuf, Vec<u8>)>,
+    /// Why those files do not load, if they do not.
+    files_failure: Option<ConfigError>,
+    /// The entries skipped at the last read, each warned about once.
+    skipped: Vec<Skipped>,
+    /// The failure logged last, until a read succeeds.
+    reported: Option<ConfigError>,
 }
 
 impl ConfigSource {
@@ -36,19 +46,25 @@ impl ConfigSource {
         Arc::new(Self {
             current: ArcSwap::from_pointee(config),
             dir: None,
-            last_read: Mutex::default(),
+            seen: Mutex::default(),
         })
     }
 
     /// The files of `dir`, loaded now: an error names the file and what is wrong with it.
+    /// Entries that are not read (see [`ConfigDir::read`]) are logged, once each.
     pub(crate) fn dir(dir: ConfigDir) -> Result<Arc<Self>, ConfigError> {
-        let files = read_dir(&dir)?;
-        let config = compile(&files, dir.merge_domains)?;
+        let read = dir.read()?;
+        let config = compile(&read.files, dir.merge_domains)?;
         stats::config_load(true);
+        let mut seen = Seen {
+            files: read.files,
+            ..Seen::default()
+        };
+        warn_skipped(&mut seen, read.skipped);
         Ok(Arc::new(Self {
             current: ArcSwap::from_pointee(config),
             dir: Some(dir),
-            last_read: Mutex::new(files),
+            seen: Mutex::new(seen),
         }))
     }
 
@@ -70,60 +86,111 @@ impl ConfigSource {
     }
 
     /// Reads the directory now and swaps in its configuration; on error the one in force
-    /// stays. Without a directory there is nothing to read.
+    /// stays (and the failure is reported as the watcher's are). Without a directory there is
+    /// nothing to read.
     pub(crate) fn reload(&self) -> Result<(), ConfigError> {
         let Some(dir) = &self.dir else {
             return Ok(());
         };
-        let mut last_read = self
-            .last_read
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let files = read_dir(dir)?;
-        let loaded = self.apply(dir, &files);
-        *last_read = files;
-        loaded
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let outcome = match dir.read() {
+            Ok(read) => {
+                warn_skipped(&mut seen, read.skipped);
+                self.replace(dir, read.files, &mut seen)
+            }
+            Err(e) => Err(e),
+        };
+        self.settle(dir, &mut seen, outcome.clone(), true);
+        outcome
     }
 
-    /// The watcher's look: a change is applied, or logged (once) when it cannot be.
+    /// The watcher's look: a change is applied; a failure is logged and counted once.
     fn poll(&self) {
         let Some(dir) = &self.dir else { return };
-        let mut last_read = self
-            .last_read
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let files = match read_dir(dir) {
-            Ok(files) => files,
-            Err(e) => {
-                // Mid-swap or gone: keep the configuration and look again.
-                tracing::debug!(target: "tollgate::rls", "{e}");
-                return;
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        // A second look at once, should the first have met a ConfigMap mid-swap.
+        let (outcome, changed) = match dir.read().or_else(|_| dir.read()) {
+            Err(e) => (Err(e), false),
+            Ok(read) => {
+                warn_skipped(&mut seen, read.skipped);
+                if read.files == seen.files {
+                    // The same files again: what they gave the last time.
+                    (seen.files_failure.clone().map_or(Ok(()), Err), false)
+                } else {
+                    (self.replace(dir, read.files, &mut seen), true)
+                }
             }
         };
-        if files == *last_read {
-            return;
-        }
-        match self.apply(dir, &files) {
-            Ok(()) => tracing::info!(
-                target: "tollgate::rls",
-                "configuration reloaded from {}: {} file(s)",
-                dir.path.display(),
-                files.len()
-            ),
-            Err(e) => tracing::error!(
-                target: "tollgate::rls",
-                "{e}; keeping the configuration loaded before"
-            ),
-        }
-        *last_read = files;
+        self.settle(dir, &mut seen, outcome, changed);
     }
 
-    fn apply(&self, dir: &ConfigDir, files: &[(PathBuf, Vec<u8>)]) -> Result<(), ConfigError> {
-        let loaded = compile(files, dir.merge_domains);
-        stats::config_load(loaded.is_ok());
+    /// Compiles `files` and swaps them in; they become the last read either way, with their
+    /// failure if any, so that a broken file is compiled once, not at every look.
+    fn replace(
+        &self,
+        dir: &ConfigDir,
+        files: Vec<(PathBuf, Vec<u8>)>,
+        seen: &mut Seen,
+    ) -> Result<(), ConfigError> {
+        let loaded = compile(&files, dir.merge_domains);
+        seen.files = files;
+        seen.files_failure = loaded.as_ref().err().cloned();
         self.current.store(Arc::new(loaded?));
         Ok(())
     }
+
+    /// Reports what a read came to. A failure is logged at WARN and counted
+    /// (`config_load_error`) when it is a new one, or when it comes from changed files; a
+    /// change applied is counted (`config_load_success`) and logged, and so is the first
+    /// success after a failure.
+    fn settle(
+        &self,
+        dir: &ConfigDir,
+        seen: &mut Seen,
+        outcome: Result<(), ConfigError>,
+        changed: bool,
+    ) {
+        match outcome {
+            Ok(()) => {
+                let recovered = seen.reported.take().is_some();
+                if changed {
+                    stats::config_load(true);
+                    tracing::info!(
+                        target: "tollgate::rls",
+                        "configuration reloaded from {}: {} file(s)",
+                        dir.path.display(),
+                        seen.files.len()
+                    );
+                } else if recovered {
+                    tracing::info!(
+                        target: "tollgate::rls",
+                        "configuration directory {} can be read again; its configuration is in force",
+                        dir.path.display()
+                    );
+                }
+            }
+            Err(e) => {
+                if changed || seen.reported.as_ref() != Some(&e) {
+                    stats::config_load(false);
+                    tracing::warn!(
+                        target: "tollgate::rls",
+                        "{e}; keeping the configuration loaded before"
+                    );
+                    seen.reported = Some(e);
+                }
+            }
+        }
+    }
+}
+
+/// Logs each skipped entry not skipped at the last read; remembers these.
+fn warn_skipped(seen: &mut Seen, skipped: Vec<Skipped>) {
+    for entry in &skipped {
+        if !seen.skipped.contains(entry) {
+            tracing::warn!(target: "tollgate::rls", "configuration directory: {entry}");
+        }
+    }
+    seen.skipped = skipped;
 }
 
 impl fmt::Debug for ConfigSource {
@@ -149,48 +216,106 @@ fn compile(files: &[(PathBuf, Vec<u8>)], merge: bool) -> Result<RlsConfig, Confi
     RlsConfig::from_yaml(texts.iter().map(|(n, t)| (n.as_str(), *t)), merge)
 }
 
-/// Every file under `dir` (its subdirectories too, but not hidden ones such as Kubernetes'
-/// `..data`), sorted by path; hidden files only unless `ignore_dot_files`.
-fn read_dir(dir: &ConfigDir) -> Result<Vec<(PathBuf, Vec<u8>)>, ConfigError> {
-    let mut files = Vec::new();
-    walk(&dir.path, dir.ignore_dot_files, &mut files)?;
-    files.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(files)
-}
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
 
-fn walk(
-    path: &Path,
-    ignore_dot_files: bool,
-    files: &mut Vec<(PathBuf, Vec<u8>)>,
-) -> Result<(), ConfigError> {
-    let fail = |e: std::io::Error| {
-        ConfigError::of(
-            ConfigErrorKind::RulesFile,
-            format!(
-                "cannot read the configuration directory {}: {e}",
-                path.display()
-            ),
-        )
-    };
-    for entry in std::fs::read_dir(path).map_err(fail)? {
-        let entry = entry.map_err(fail)?;
-        let path = entry.path();
-        let hidden = entry.file_name().to_string_lossy().starts_with('.');
-        // Follows symbolic links, as a ConfigMap's files are links.
-        let meta = std::fs::metadata(&path).map_err(fail)?;
-        if meta.is_dir() {
-            if !hidden {
-                walk(&path, ignore_dot_files, files)?;
+    use super::super::dir::tests::{config_map, TempDir, EDGE};
+    use super::*;
+
+    /// Log lines written while `f` runs on this thread.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().write(buf)
             }
-        } else if meta.is_file() && !(hidden && ignore_dot_files) {
-            let bytes = std::fs::read(&path).map_err(|e| {
-                ConfigError::of(
-                    ConfigErrorKind::RulesFile,
-                    format!("{}: cannot read the file: {e}", path.display()),
-                )
-            })?;
-            files.push((path, bytes));
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
         }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = lines.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
     }
-    Ok(())
+
+    fn limit_of(source: &ConfigSource) -> String {
+        source.current().dump()
+    }
+
+    #[test]
+    fn each_failure_is_logged_once_at_warn_and_the_last_good_configuration_serves() {
+        let dir = TempDir::new("once");
+        dir.write("edge.yaml", EDGE);
+        let source = ConfigSource::dir(dir.dir()).unwrap();
+        let good = limit_of(&source);
+        assert!(good.contains("requests_per_unit=5"), "{good}");
+
+        // A broken file: one warning however many looks.
+        dir.write("edge.yaml", &EDGE.replace("minute", "fortnight"));
+        let log = logged(|| (0..4).for_each(|_| source.poll()));
+        let path = dir.0.join("edge.yaml");
+        let broken = format!(
+            "WARN tollgate::rls: {}: invalid rate limit unit 'fortnight'; keeping the \
+             configuration loaded before",
+            path.display()
+        );
+        assert_eq!(log.matches("WARN").count(), 1, "{log}");
+        assert!(log.contains(&broken), "{log}");
+        assert_eq!(limit_of(&source), good);
+
+        // Another failure (the file grows past the cap) is logged, once too.
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(crate::read::MAX_FILE_BYTES + 1)
+            .unwrap();
+        let log = logged(|| (0..4).for_each(|_| source.poll()));
+        assert_eq!(log.matches("WARN").count(), 1, "{log}");
+        assert!(
+            log.contains(&format!(
+                "cannot read configuration file {}: it is larger than the limit",
+                path.display()
+            )),
+            "{log}"
+        );
+        assert_eq!(limit_of(&source), good);
+
+        // A dangling hidden link is skipped with one warning, and a good change applies.
+        std::os::unix::fs::symlink("nowhere", dir.0.join(".#edge.yaml")).unwrap();
+        dir.write("edge.yaml", &EDGE.replace("5 }", "7 }"));
+        let log = logged(|| (0..4).for_each(|_| source.poll()));
+        assert_eq!(log.matches("WARN").count(), 1, "{log}");
+        assert!(log.contains("configuration directory: skipped "), "{log}");
+        assert!(
+            log.contains("INFO tollgate::rls: configuration reloaded"),
+            "{log}"
+        );
+        assert!(limit_of(&source).contains("requests_per_unit=7"));
+
+        // The same broken content as before is a new failed reload: logged again.
+        dir.write("edge.yaml", &EDGE.replace("minute", "fortnight"));
+        let log = logged(|| (0..2).for_each(|_| source.poll()));
+        assert!(log.contains(&broken), "{log}");
+        assert!(source.reload().is_err());
+        assert!(limit_of(&source).contains("requests_per_unit=7"));
+    }
+
+    #[test]
+    fn a_config_map_swap_is_applied() {
+        let dir = TempDir::new("swap");
+        config_map(&dir, "a", EDGE);
+        let source = ConfigSource::dir(dir.dir()).unwrap();
+        config_map(&dir, "b", &EDGE.replace("5 }", "9 }"));
+        std::fs::remove_dir_all(dir.0.join("..2024_a")).unwrap();
+        let log = logged(|| source.poll());
+        assert!(!log.contains("WARN"), "{log}");
+        assert!(limit_of(&source).contains("requests_per_unit=9"));
+    }
 }

@@ -373,3 +373,88 @@ fn dump_lists_every_limit_sorted() {
          false\n"
     ));
 }
+
+/// The reference reads text fields with gopkg.in/yaml.v2 into Go strings
+/// (`src/config/config_impl.go`, `YamlDescriptor.Value string`), which keep a scalar as
+/// written: `0x1F` is `0x1F`, not 31.
+#[test]
+fn scalars_are_kept_as_written() {
+    let yaml = "domain: d\ndescriptors:\n  - key: code\n    value: 0x1F\n    \
+                rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: flag\n    \
+                value: True\n    rate_limit: {unit: minute, requests_per_unit: 4}\n  - key: \
+                octal\n    value: 007\n    rate_limit: {unit: minute, requests_per_unit: 5, \
+                name: 0x10}\n  - key: plus\n    value: +5\n    rate_limit: {unit: minute, \
+                requests_per_unit: 6}\n";
+    let config = load(&[("scalars.yaml", yaml)]);
+    assert_eq!(limit(&config, "d", &[("code", "0x1F")]).2, "d.code_0x1F");
+    assert!(get(&config, "d", &[("code", "31")]).is_none());
+    assert_eq!(limit(&config, "d", &[("flag", "True")]).0, 4);
+    assert!(get(&config, "d", &[("flag", "true")]).is_none());
+    let octal = get(&config, "d", &[("octal", "007")]).unwrap();
+    assert_eq!(octal.limit.name, "0x10");
+    assert_eq!(limit(&config, "d", &[("plus", "+5")]).0, 6);
+    // And in the errors, as the reference prints them.
+    let bad = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: 0x1F}\n";
+    assert_eq!(
+        error(&[("bad.yaml", bad)], false),
+        "bad.yaml: invalid rate limit unit '0x1F'"
+    );
+}
+
+/// The reference's detailed statistics key writes every entry as `key + "_" + value`, an
+/// empty value too (`src/config/config_impl.go`, `GetLimit`: `finalKey := entry.Key + "_" +
+/// entry.Value` then `detailedMetricFullKey.WriteString(finalKey)`), while Envoy's own limits
+/// are named by `descriptorKey`, which drops the `_` of an empty value.
+#[test]
+fn detailed_keys_are_built_as_the_reference_builds_them() {
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    detailed_metric: true\n    \
+                rate_limit: {unit: second, requests_per_unit: 5}\n    descriptors:\n      - key: \
+                sub\n        detailed_metric: true\n        rate_limit: {unit: second, \
+                requests_per_unit: 6}\n";
+    let config = load(&[("detailed.yaml", yaml)]);
+    assert_eq!(limit(&config, "d", &[("k", "")]).2, "d.k_");
+    assert_eq!(limit(&config, "d", &[("k", "v")]).2, "d.k_v");
+    assert_eq!(
+        limit(&config, "d", &[("k", ""), ("sub", "")]).2,
+        "d.k_.sub_"
+    );
+    assert_eq!(
+        super::matching::override_key("d", &descriptor(&[("k", ""), ("sub", "x")])),
+        "d.k.sub_x"
+    );
+}
+
+/// The reference takes any `uint32` per any unit (`YamlRateLimit.RequestsPerUnit uint32` in
+/// `src/config/config_impl.go`; `src/limiter/base_limiter.go` compares the counter with
+/// `uint64(RequestsPerUnit)`, whatever the unit): an "effectively unlimited" limit is
+/// accepted, and a fixed window counts it exactly. The bucket algorithms space requests at
+/// least 1 µs apart, their burst kept.
+#[test]
+fn any_u32_per_any_unit_is_accepted() {
+    let yaml = |n: u64, unit: &str, extra: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {unit}, \
+             requests_per_unit: {n}{extra}}}\n"
+        )
+    };
+    for unit in ["second", "minute", "hour", "day", "week", "month", "year"] {
+        for n in [1_000_000_000, u64::from(u32::MAX)] {
+            let text = yaml(n, unit, "");
+            let config = load(&[("big.yaml", &text)]);
+            let m = get(&config, "d", &[("k", "v")]).unwrap();
+            let policy = m.limit.policy.as_ref().unwrap();
+            assert_eq!(u64::from(policy.quota().limit()), n);
+            assert_eq!(policy.params().limit, n, "{unit}");
+        }
+    }
+    let text = yaml(u64::from(u32::MAX), "second", ", algorithm: gcra, burst: 7");
+    let config = load(&[("gcra.yaml", &text)]);
+    let m = get(&config, "d", &[("k", "v")]).unwrap();
+    let params = m.limit.policy.as_ref().unwrap().params();
+    assert_eq!((params.interval, params.burst), (1, 7));
+    // One more than a u32 is refused, as the reference refuses it (no uint32 holds it).
+    let text = yaml(u64::from(u32::MAX) + 1, "second", "");
+    assert!(
+        error(&[("over.yaml", &text)], false).contains("requests_per_unit must be a whole number")
+    );
+}

@@ -1,6 +1,11 @@
 //! Reading one of the reference's YAML files: its keys checked as the reference checks them,
 //! then its values read into plain structs. Nothing here knows about limits or stores.
+//!
+//! Text fields (`domain`, `key`, `value`, `name`, `unit`, …) keep a scalar as written, as the
+//! reference's parser (gopkg.in/yaml.v2 into a Go `string`) keeps it: `value: 0x1F` is the
+//! text `0x1F`, not `31`, and `True` stays `True`.
 
+use serde::Deserialize;
 use serde_norway::{Mapping, Value};
 
 /// Every key the reference accepts, at any depth, and tollgate's extensions.
@@ -86,10 +91,84 @@ pub(super) fn parse(content: &str) -> Result<YamlRoot, String> {
         }
     };
     check_keys(&root)?;
-    Ok(YamlRoot {
+    let mut parsed = YamlRoot {
         domain: text(&root, "domain")?,
         descriptors: descriptors(&root)?,
-    })
+    };
+    // The same document again, for its scalars' text: every field read below was checked
+    // above to be a scalar, a map or a list where expected, so this cannot fail on them.
+    if let Ok(raw) = serde_norway::from_str::<RawRoot>(content) {
+        parsed.keep_as_written(raw);
+    }
+    Ok(parsed)
+}
+
+/// The text fields of a file, each scalar as written (`None`: absent or null).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawRoot {
+    domain: Option<String>,
+    descriptors: Option<Vec<RawDescriptor>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawDescriptor {
+    key: Option<String>,
+    value: Option<String>,
+    rate_limit: Option<RawRateLimit>,
+    descriptors: Option<Vec<RawDescriptor>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawRateLimit {
+    unit: Option<String>,
+    name: Option<String>,
+    replaces: Option<Vec<RawReplaces>>,
+    algorithm: Option<String>,
+    lease: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RawReplaces {
+    name: Option<String>,
+}
+
+/// Puts the text as written in place of the text a scalar was resolved to.
+fn keep(text: &mut String, raw: Option<String>) {
+    if let Some(raw) = raw {
+        *text = raw;
+    }
+}
+
+impl YamlRoot {
+    fn keep_as_written(&mut self, raw: RawRoot) {
+        keep(&mut self.domain, raw.domain);
+        keep_descriptors(&mut self.descriptors, raw.descriptors);
+    }
+}
+
+fn keep_descriptors(parsed: &mut [YamlDescriptor], raw: Option<Vec<RawDescriptor>>) {
+    for (d, raw) in parsed.iter_mut().zip(raw.unwrap_or_default()) {
+        keep(&mut d.key, raw.key);
+        keep(&mut d.value, raw.value);
+        if let (Some(r), Some(raw)) = (&mut d.rate_limit, raw.rate_limit) {
+            keep(&mut r.unit, raw.unit);
+            keep(&mut r.name, raw.name);
+            for (name, raw) in r.replaces.iter_mut().zip(raw.replaces.unwrap_or_default()) {
+                keep(name, raw.name);
+            }
+            if let Some(algorithm) = &mut r.algorithm {
+                keep(algorithm, raw.algorithm);
+            }
+            if let Some(lease) = &mut r.lease {
+                keep(lease, raw.lease);
+            }
+        }
+        keep_descriptors(&mut d.descriptors, raw.descriptors);
+    }
 }
 
 /// The reference's key check: every key a string and a known one, lists only of maps, and

@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
 
-use super::read::read_rules_file;
 use super::{parse_file, CompiledRule, Rule, RuleSet, Skip};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
+use crate::read::read_rules_file;
 use crate::telemetry;
 use crate::watch;
 

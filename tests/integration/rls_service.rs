@@ -690,3 +690,64 @@ async fn store_failure_opens_the_breaker_after_its_failures() {
     let stats = service.stats();
     assert_eq!((stats.store_errors, stats.denial_cache_hits), (3, 0));
 }
+
+/// "Effectively unlimited" limits, which the reference accepts (any `uint32` per any unit:
+/// `YamlRateLimit.RequestsPerUnit uint32` in its `src/config/config_impl.go`) and decides
+/// exactly: in its `src/limiter/base_limiter.go` a descriptor is over once the count after
+/// the hits passes `RequestsPerUnit`, and `limit_remaining` is what is left of it.
+const HUGE: &str = "
+domain: huge
+descriptors:
+  - key: per_minute
+    rate_limit: { unit: minute, requests_per_unit: 1000000000 }
+  - key: per_second
+    rate_limit: { unit: second, requests_per_unit: 4294967295 }
+";
+
+/// Takes the limit but one, then one, then one too many, within one window.
+async fn huge_limits_are_decided_exactly(client: &mut Client) {
+    for (key, limit, unit, window) in [
+        ("per_minute", 1_000_000_000, Unit::Minute, 60),
+        ("per_second", u32::MAX, Unit::Second, 1),
+    ] {
+        // Far enough from the window's end that the three requests share it.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let into = now.as_millis() % (window * 1000);
+        if into > window * 1000 - 700 {
+            tokio::time::sleep(Duration::from_millis(
+                u64::try_from(window * 1000 - into).unwrap() + 20,
+            ))
+            .await;
+        }
+        let mut steps = Vec::new();
+        for hits in [limit - 1, 1, 1] {
+            let r = ask(client, request("huge", &[&[(key, "v")]], hits)).await;
+            let s = &r.statuses[0];
+            let current = s.current_limit.as_ref().expect("the limit");
+            assert_eq!(
+                (current.requests_per_unit, current.unit),
+                (limit, unit as i32)
+            );
+            steps.push((r.overall_code, s.limit_remaining));
+        }
+        let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+        assert_eq!(steps, [(ok, 1), (ok, 0), (over, 0)], "{key}");
+    }
+}
+
+#[tokio::test]
+async fn huge_limits_are_accepted_and_decided_exactly_on_memory() {
+    let mut client = service_on(MemoryStore::new(), &[("huge.yaml", HUGE)]).await;
+    huge_limits_are_decided_exactly(&mut client).await;
+}
+
+#[tokio::test]
+async fn huge_limits_are_accepted_and_decided_exactly_on_redis() {
+    let store = RedisStore::from_url(&support::shared_redis_url())
+        .unwrap()
+        .prefix(support::unique_prefix("rls-huge"));
+    let mut client = service_on(store, &[("huge.yaml", HUGE)]).await;
+    huge_limits_are_decided_exactly(&mut client).await;
+}

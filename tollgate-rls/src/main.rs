@@ -10,8 +10,10 @@
 //! Once listening it prints one line to stdout:
 //! `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR store=…`. A bad setting exits
 //! with status 2, a configuration file that does not load with status 1, each with a message
-//! that names the variable or the file.
+//! that names the variable or the file. `tollgate-rls check DIR` validates a configuration
+//! directory without serving (`check.rs`).
 
+mod check;
 mod health;
 mod http;
 mod listen;
@@ -34,6 +36,9 @@ use crate::health::Health;
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
+    if let Some(checked) = check::from_args() {
+        return checked;
+    }
     let settings = match Settings::from_env() {
         Ok(settings) => settings,
         Err(e) => return fail(2, &e),

@@ -448,3 +448,231 @@ async fn a_good_change_is_applied_and_a_bad_one_logged_while_the_last_good_serve
     .await;
     assert!(gone, "removing a file is a change too");
 }
+
+/// The `reload` domain's `key1` is limited: the reload test's file has been applied.
+async fn reload_applied(rls: &Rls) -> bool {
+    let client = rls.client().await;
+    eventually(Duration::from_secs(5), || {
+        let mut client = client.clone();
+        async move {
+            let r = ask(&mut client, request("reload", &[&[("key1", "x")]])).await;
+            r.statuses[0].current_limit.is_some()
+        }
+    })
+    .await
+}
+
+async fn metric(rls: &Rls, name: &str) -> String {
+    let metrics = support::http()
+        .get(format!("http://{}/metrics", rls.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or("absent")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_dangling_hidden_symlink_and_a_symlink_loop_neither_stop_nor_explode_the_read() {
+    let runtime = Runtime::with("links", &REFERENCE_RUNTIME);
+    let lock = runtime.config().join(".#edge.yaml");
+    std::os::unix::fs::symlink("user@host.4242:1700000000", &lock).unwrap();
+    let lp = runtime.config().join("loop");
+    std::os::unix::fs::symlink(".", &lp).unwrap();
+    let rls = Rls::start(&runtime, &[]);
+    let mut client = rls.client().await;
+    let r = ask(&mut client, request("basic", &[&[("key1", "foo")]])).await;
+    assert_eq!(r.statuses[0].limit_remaining, 49, "{}", rls.stderr());
+
+    runtime.copy("runtime/current/ratelimit/reload.yaml");
+    assert!(reload_applied(&rls).await, "{}", rls.stderr());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let log = rls.stderr();
+    let skipped = |path: &std::path::Path| format!("skipped {}: ", path.display());
+    assert_eq!(log.matches(&skipped(&lock)).count(), 1, "{log}");
+    assert_eq!(log.matches(&skipped(&lp)).count(), 1, "{log}");
+    assert!(log.contains("a symlink that cannot be followed"), "{log}");
+    assert!(log.contains("it leads back to a directory already read (a symlink loop)"));
+    assert_eq!(
+        metric(&rls, "ratelimit_service_config_load_error").await,
+        "absent"
+    );
+}
+
+#[tokio::test]
+async fn a_named_pipe_in_the_directory_does_not_hang_the_watcher() {
+    let runtime = Runtime::with("fifo", &REFERENCE_RUNTIME);
+    let rls = Rls::start(&runtime, &[]);
+    let pipe = runtime.config().join("pipe.yaml");
+    let made = Command::new("mkfifo").arg(&pipe).status().unwrap();
+    assert!(made.success());
+    // Let the watcher meet it before the good change.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    runtime.copy("runtime/current/ratelimit/reload.yaml");
+    assert!(reload_applied(&rls).await, "{}", rls.stderr());
+    let log = rls.stderr();
+    assert_eq!(
+        log.matches(&format!(
+            "skipped {}: not a regular file (a pipe, a socket or a device)",
+            pipe.display()
+        ))
+        .count(),
+        1,
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn a_file_over_the_cap_and_a_bad_file_are_each_logged_once_and_counted() {
+    let runtime = Runtime::with("cap", &REFERENCE_RUNTIME);
+    runtime.copy("runtime/current/ratelimit/reload.yaml");
+    let rls = Rls::start(&runtime, &[]);
+    assert!(reload_applied(&rls).await);
+    let mut client = rls.client().await;
+
+    // 4 MiB and one byte, sparse.
+    let big = runtime.config().join("big.yaml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(4 * 1024 * 1024 + 1)
+        .unwrap();
+    let refused = format!(
+        "cannot read configuration file {}: it is larger than the limit of 4194304 bytes (4 MiB \
+         per file); a configuration file is a few kilobytes; keeping the configuration loaded \
+         before",
+        big.display()
+    );
+    let logged = eventually(Duration::from_secs(5), || {
+        let found = rls.stderr().contains(&refused);
+        async move { found }
+    })
+    .await;
+    assert!(logged, "{}", rls.stderr());
+    // Looked at four times more, still one line and one count.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let log = rls.stderr();
+    let line = log.lines().find(|l| l.contains(&refused)).unwrap();
+    assert!(line.contains("WARN"), "{line}");
+    assert_eq!(log.matches(&refused).count(), 1, "{log}");
+    assert_eq!(
+        metric(&rls, "ratelimit_service_config_load_error").await,
+        "1"
+    );
+    // The last good configuration serves.
+    let r = ask(&mut client, request("reload", &[&[("block", "x")]])).await;
+    assert_eq!(r.overall_code, OVER);
+
+    // A different failure: a file that does not load.
+    std::fs::remove_file(&big).unwrap();
+    runtime.write("broken.yaml", "domain: broken\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n");
+    let broken =
+        "broken.yaml: invalid rate limit unit 'fortnight'; keeping the configuration loaded before";
+    let logged = eventually(Duration::from_secs(5), || {
+        let found = rls.stderr().contains(broken);
+        async move { found }
+    })
+    .await;
+    assert!(logged, "{}", rls.stderr());
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let log = rls.stderr();
+    assert_eq!(log.matches(broken).count(), 1, "{log}");
+    assert!(log
+        .lines()
+        .find(|l| l.contains(broken))
+        .unwrap()
+        .contains("WARN"));
+    assert_eq!(
+        metric(&rls, "ratelimit_service_config_load_error").await,
+        "2"
+    );
+    let r = ask(&mut client, request("reload", &[&[("block", "x")]])).await;
+    assert_eq!(r.overall_code, OVER);
+}
+
+/// Runs `tollgate-rls check ARGS…`: its exit code, stdout and stderr.
+fn check(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(support::BIN)
+        .arg("check")
+        .args(args)
+        .env_clear()
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The reference's `src/config_check_cmd/main.go`: loads a directory's files as the server
+/// does, exits 0 ("all rate limit configs ok") or 1 naming the bad file; tollgate-rls names
+/// every bad file, not only the first.
+#[test]
+fn check_validates_a_directory_for_ci_naming_every_bad_file() {
+    let runtime = Runtime::with("check", &REFERENCE_RUNTIME);
+    let dir = runtime.config();
+    let dir_arg = dir.to_str().unwrap();
+    let (code, out, err) = check(&[dir_arg]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.ends_with("all 2 configuration file(s) ok\n"), "{out}");
+
+    // Three bad files and a skipped lock link, all reported; the good ones stay good.
+    runtime.write("bad_unit.yaml", "domain: u\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n");
+    runtime.write("basic_again.yaml", "domain: basic\n");
+    std::fs::write(dir.join("latin1.yaml"), b"domain: caf\xe9\n").unwrap();
+    std::os::unix::fs::symlink("nowhere", dir.join(".#basic.yaml")).unwrap();
+    let (code, out, err) = check(&[dir_arg]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let name = |file: &str| dir.join(file).display().to_string();
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            format!(
+                "tollgate-rls check: {}: invalid rate limit unit 'fortnight'",
+                name("bad_unit.yaml")
+            ),
+            format!(
+                "tollgate-rls check: {}: duplicate domain 'basic' in config file",
+                name("basic_again.yaml")
+            ),
+            format!(
+                "tollgate-rls check: {}: the file is not UTF-8 text",
+                name("latin1.yaml")
+            ),
+        ],
+        "{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "warning: skipped {}: a symlink that cannot be followed",
+            name(".#basic.yaml")
+        )),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("3 problem(s) in 5 configuration file(s)\n"),
+        "{out}"
+    );
+
+    // The reference's flags: a domain in two files is merged when asked.
+    runtime.remove("bad_unit.yaml");
+    runtime.remove("latin1.yaml");
+    assert_eq!(check(&[dir_arg]).0, Some(1));
+    let (code, out, err) = check(&["-config_dir", dir_arg, "-merge_domain_configs"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(check(&["--merge-domains", dir_arg]).0, Some(0));
+
+    // No directory, or one that is not there.
+    let (code, _, err) = check(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("usage: tollgate-rls check"), "{err}");
+    let (code, _, err) = check(&["/nonexistent/tollgate"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cannot read the configuration directory /nonexistent/tollgate"),
+        "{err}"
+    );
+}

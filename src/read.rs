@@ -1,5 +1,6 @@
-//! Reading a rules file without trusting it: only a regular file is read, opening it never
-//! waits (a named pipe swapped in has no writer), and no more than [`MAX_FILE_BYTES`] is read.
+//! Reading a configuration file (the rules file, a file of the `rls` configuration directory)
+//! without trusting it: only a regular file is read, opening it never waits (a named pipe
+//! swapped in has no writer), and no more than its kind's limit is read.
 
 use std::fs::{File, FileType};
 use std::io::Read;
@@ -7,7 +8,8 @@ use std::path::Path;
 
 use crate::error::{ConfigError, ConfigErrorKind};
 
-/// The largest rules file tollgate reads: 4 MiB.
+/// The largest rules file tollgate reads, and the largest file of the `rls` configuration
+/// directory: 4 MiB.
 ///
 /// A rules file is a few kilobytes, and the parser reads 2 MB in well under a second, so
 /// this only stops a mistake or an attack: a path pointed at `/dev/zero`, a log file, a file
@@ -17,13 +19,37 @@ use crate::error::{ConfigError, ConfigErrorKind};
 /// keeps the rules in force.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
+/// A kind of configuration file: what messages call it and how large it may be.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FileKind {
+    /// Its name in messages: `rules file`.
+    pub(crate) name: &'static str,
+    /// The most bytes read from one file.
+    pub(crate) max_bytes: u64,
+    /// Said after the limit when a file is over it: where the limit is written, what is usual.
+    pub(crate) over_the_limit: &'static str,
+}
+
+/// The rules file of [`RateLimitLayer::from_rules_file`](crate::RateLimitLayer::from_rules_file).
+pub(crate) const RULES_FILE: FileKind = FileKind {
+    name: "rules file",
+    max_bytes: MAX_FILE_BYTES,
+    over_the_limit: "(4 MiB, tollgate::rules::MAX_FILE_BYTES); a rules file is a few kilobytes",
+};
+
 /// Reads the rules file at `path` (following symlinks): a regular file of at most
 /// [`MAX_FILE_BYTES`], or an error that names the file and says why not.
 pub(crate) fn read_rules_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    read_config_file(path, &RULES_FILE)
+}
+
+/// Reads the file of this `kind` at `path` (following symlinks): a regular file of at most
+/// `kind.max_bytes`, or an error that names the file and says why not.
+pub(crate) fn read_config_file(path: &Path, kind: &FileKind) -> Result<Vec<u8>, ConfigError> {
     let fail = |why: String| {
         ConfigError::of(
             ConfigErrorKind::RulesFile,
-            format!("cannot read rules file {}: {why}", path.display()),
+            format!("cannot read {} {}: {why}", kind.name, path.display()),
         )
     };
     // Checked before opening: opening a device or a pipe may itself wait or act.
@@ -33,15 +59,16 @@ pub(crate) fn read_rules_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
     // And again on what was opened: the path may have been swapped since.
     let metadata = file.metadata().map_err(|e| fail(e.to_string()))?;
     not_a_regular_file(metadata.file_type()).map_or(Ok(()), |what| Err(fail(what)))?;
-    let expected = metadata.len().min(MAX_FILE_BYTES);
+    let max = kind.max_bytes;
+    let expected = metadata.len().min(max);
     let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
-    file.take(MAX_FILE_BYTES + 1)
+    file.take(max + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| fail(e.to_string()))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
+    if bytes.len() as u64 > max {
         return Err(fail(format!(
-            "it is larger than the limit of {MAX_FILE_BYTES} bytes (4 MiB, \
-             tollgate::rules::MAX_FILE_BYTES); a rules file is a few kilobytes"
+            "it is larger than the limit of {max} bytes {}",
+            kind.over_the_limit
         )));
     }
     Ok(bytes)
