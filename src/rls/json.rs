@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{json, Map, Value};
 
+use super::limits;
 use super::service::RateLimitService;
 
 /// An HTTP answer to `POST /json`: its status code and JSON body.
@@ -26,7 +27,9 @@ pub struct JsonAnswer {
 
 impl RateLimitService {
     /// Answers a request given in proto3 JSON, as the reference's `POST /json` does:
-    /// `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`.
+    /// `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`. A request
+    /// past one of the [bounds](crate::rls#limits) is a 400 naming it, found before its
+    /// descriptors are read.
     ///
     /// ```
     /// use tollgate::rls::{RateLimitService, RlsConfig};
@@ -123,7 +126,12 @@ fn request(value: &Value) -> Result<RateLimitRequest, String> {
     )?;
     let descriptors = match field(map, "descriptors", "descriptors") {
         None => Vec::new(),
-        Some(Value::Array(items)) => items.iter().map(descriptor).collect::<Result<_, _>>()?,
+        Some(Value::Array(items)) => {
+            limits::descriptors(items.len()).map_err(|over| over.message().to_owned())?;
+            (items.iter().enumerate())
+                .map(|(i, d)| descriptor(i, d))
+                .collect::<Result<_, _>>()?
+        }
         Some(_) => return Err("descriptors must be a list".into()),
     };
     Ok(RateLimitRequest {
@@ -133,7 +141,7 @@ fn request(value: &Value) -> Result<RateLimitRequest, String> {
     })
 }
 
-fn descriptor(value: &Value) -> Result<RateLimitDescriptor, String> {
+fn descriptor(index: usize, value: &Value) -> Result<RateLimitDescriptor, String> {
     let map = object(value, "a descriptor")?;
     let fields = [
         "entries",
@@ -146,17 +154,20 @@ fn descriptor(value: &Value) -> Result<RateLimitDescriptor, String> {
     known(map, "a descriptor", &fields)?;
     let entries = match map.get("entries") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|e| {
-                let e = object(e, "an entry")?;
-                known(e, "an entry", &["key", "value"])?;
-                Ok(Entry {
-                    key: text(e.get("key"), "key")?,
-                    value: text(e.get("value"), "value")?,
+        Some(Value::Array(items)) => {
+            limits::entries(index, items.len()).map_err(|over| over.message().to_owned())?;
+            items
+                .iter()
+                .map(|e| {
+                    let e = object(e, "an entry")?;
+                    known(e, "an entry", &["key", "value"])?;
+                    Ok(Entry {
+                        key: text(e.get("key"), "key")?,
+                        value: text(e.get("value"), "value")?,
+                    })
                 })
-            })
-            .collect::<Result<_, String>>()?,
+                .collect::<Result<_, String>>()?
+        }
         Some(_) => return Err("entries must be a list".into()),
     };
     let limit = match map.get("limit") {

@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::config::RlsConfig;
 use super::decide::Decider;
+use super::limits;
 use super::plan::{Item, Modes, Plan};
 use super::response::{respond, Outcome, ResponseHeaders};
 use super::source::{ConfigDir, ConfigSource};
@@ -83,8 +84,10 @@ impl RateLimitService {
     }
 
     /// Answers one request, as `ShouldRateLimit` does. An empty domain or no descriptor is
-    /// an error, as in the reference; nothing else is (a failing store is answered by the
-    /// [`OnStoreError`] policy).
+    /// an error, as in the reference; so is a request past one of the [bounds](crate::rls#limits)
+    /// ([`MAX_DESCRIPTORS`](crate::rls::MAX_DESCRIPTORS) and the others): `INVALID_ARGUMENT`, naming
+    /// the bound and what was sent, before anything is matched or counted. Nothing else is an
+    /// error (a failing store is answered by the [`OnStoreError`] policy).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
             return Err(Status::unknown("rate limit domain must not be empty"));
@@ -94,6 +97,7 @@ impl RateLimitService {
                 "rate limit descriptor list must not be empty",
             ));
         }
+        limits::check(request)?;
         let inner = &self.inner;
         let config = inner.config.current();
         if !config.has_domain(&request.domain) {

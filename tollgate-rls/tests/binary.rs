@@ -448,3 +448,105 @@ async fn a_good_change_is_applied_and_a_bad_one_logged_while_the_last_good_serve
     .await;
     assert!(gone, "removing a file is a change too");
 }
+
+/// A request of `count` descriptors `key1=<i>` in the domain `basic`.
+fn huge_request(count: usize) -> tollgate::rls::proto::RateLimitRequest {
+    let descriptors = (0..count)
+        .map(|i| support::descriptor(&[("key1", &i.to_string())]))
+        .collect();
+    tollgate::rls::proto::RateLimitRequest {
+        domain: "basic".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_request_is_refused_at_once_while_health_and_decisions_go_on() {
+    let runtime = Runtime::with("huge", &REFERENCE_RUNTIME);
+    let rls = Rls::start(&runtime, &[]);
+    let http = support::http();
+    let health = format!("http://{}/healthcheck", rls.http);
+    let mut ordinary = rls.client().await;
+    ask(&mut ordinary, request("basic", &[&[("key1", "warm")]])).await;
+
+    // About 3.4 MB: under tonic's 4 MiB decoding limit, so the service itself refuses it.
+    let huge = huge_request(200_000);
+    let mut big_client = rls.client().await;
+    let started = Instant::now();
+    let big = tokio::spawn(async move {
+        let answer =
+            tokio::time::timeout(Duration::from_secs(5), big_client.should_rate_limit(huge)).await;
+        (answer, started.elapsed())
+    });
+    // While it is in flight (and a few times more), health and an ordinary decision answer.
+    let within = Duration::from_millis(200);
+    let mut probes = 0;
+    while !big.is_finished() || probes < 3 {
+        probes += 1;
+        let t = Instant::now();
+        let ok = tokio::time::timeout(Duration::from_secs(2), http.get(&health).send()).await;
+        let took = t.elapsed();
+        assert_eq!(
+            ok.ok().and_then(Result::ok).map(|r| r.status().as_u16()),
+            Some(200)
+        );
+        assert!(took < within, "healthcheck took {took:?} (probe {probes})");
+        let t = Instant::now();
+        let decision = request("basic", &[&[("key1", "ordinary")]]);
+        let answer =
+            tokio::time::timeout(Duration::from_secs(2), ordinary.should_rate_limit(decision))
+                .await;
+        let took = t.elapsed();
+        let answer = answer.expect("an ordinary decision").unwrap().into_inner();
+        assert_eq!(answer.overall_code, OK);
+        assert!(
+            took < within,
+            "an ordinary decision took {took:?} (probe {probes})"
+        );
+    }
+    let (answer, took) = big.await.unwrap();
+    let status = answer.expect("answered").unwrap_err();
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            tonic::Code::InvalidArgument,
+            "descriptors per request: 200000, over the limit of 64"
+        )
+    );
+    assert!(took < Duration::from_secs(1), "answered in {took:?}");
+}
+
+#[tokio::test]
+async fn a_json_body_of_45000_descriptors_is_refused_at_once() {
+    let runtime = Runtime::with("huge-json", &REFERENCE_RUNTIME);
+    let rls = Rls::start(&runtime, &[]);
+    // Distinct values, about 2 MB: under the HTTP server's 2 MiB limit on a body.
+    let descriptors: Vec<String> = (0..45_000)
+        .map(|i| format!(r#"{{"entries":[{{"key":"key1","value":"{i}"}}]}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"domain":"basic","descriptors":[{}]}}"#,
+        descriptors.join(",")
+    );
+    assert!(body.len() < 2 << 20, "{} bytes", body.len());
+    let started = Instant::now();
+    let answer = support::http()
+        .post(format!("http://{}/json", rls.http))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let text = answer.text().await.unwrap();
+    let took = started.elapsed();
+    let start: String = text.chars().take(100).collect();
+    assert_eq!(
+        (status, start.as_str()),
+        (
+            400,
+            "Bad Request: descriptors per request: 45000, over the limit of 64\n"
+        )
+    );
+    assert!(took < Duration::from_secs(1), "answered in {took:?}");
+}
