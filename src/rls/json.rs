@@ -28,8 +28,9 @@ pub struct JsonAnswer {
 impl RateLimitService {
     /// Answers a request given in proto3 JSON, as the reference's `POST /json` does:
     /// `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`. A request
-    /// past one of the [bounds](crate::rls#limits) is a 400 naming it, found before its
-    /// descriptors are read.
+    /// past one of the [bounds](crate::rls#limits) is a 400 naming it: a body over
+    /// [`MAX_REQUEST_BYTES`](crate::rls::MAX_REQUEST_BYTES) before it is parsed, too many
+    /// descriptors or entries before any is matched.
     ///
     /// ```
     /// use tollgate::rls::{RateLimitService, RlsConfig};
@@ -52,8 +53,9 @@ impl RateLimitService {
             status: 400,
             body: format!("Bad Request: {why}\n"),
         };
-        let request = match serde_json::from_slice::<Value>(body)
-            .map_err(|e| e.to_string())
+        let request = match limits::bytes(body.len())
+            .map_err(|over| over.message().to_owned())
+            .and_then(|()| serde_json::from_slice::<Value>(body).map_err(|e| e.to_string()))
             .and_then(|v| request(&v))
         {
             Ok(request) => request,

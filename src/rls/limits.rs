@@ -7,6 +7,11 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::Status;
 
+/// The largest request, in bytes: a gRPC message as encoded (the server from
+/// [`RateLimitService::into_server`](super::RateLimitService::into_server) refuses a larger one
+/// from its length alone, before reading it, with tonic's `OUT_OF_RANGE`), or a `POST /json`
+/// body. Room for [`MAX_DESCRIPTORS`] descriptors with a value of [`MAX_VALUE_BYTES`] each.
+pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
 /// The most entries (key and value pairs) one descriptor may carry.
@@ -33,6 +38,11 @@ impl From<OverLimit> for Status {
     fn from(over: OverLimit) -> Self {
         Status::invalid_argument(over.0)
     }
+}
+
+/// How large a request's body may be: refused past [`MAX_REQUEST_BYTES`].
+pub(crate) fn bytes(len: usize) -> Result<(), OverLimit> {
+    at_most(len, MAX_REQUEST_BYTES, || "bytes in the request".into())
 }
 
 /// How many descriptors a request may carry: refused past [`MAX_DESCRIPTORS`].
@@ -97,6 +107,11 @@ mod tests {
     #[test]
     fn each_bound_accepts_its_limit_and_names_itself_one_past_it() {
         assert_eq!(check(&request(MAX_DESCRIPTORS, MAX_ENTRIES)), Ok(()));
+        assert_eq!(bytes(MAX_REQUEST_BYTES), Ok(()));
+        assert_eq!(
+            bytes(MAX_REQUEST_BYTES + 1).unwrap_err().message(),
+            "bytes in the request: 262145, over the limit of 262144"
+        );
         let message = |r: &RateLimitRequest| check(r).unwrap_err().message().to_owned();
         assert_eq!(
             message(&request(MAX_DESCRIPTORS + 1, 1)),

@@ -78,9 +78,11 @@ impl RateLimitService {
         }
     }
 
-    /// The tonic server for this service, to add to a `tonic::transport::Server`.
+    /// The tonic server for this service, to add to a `tonic::transport::Server`. It refuses
+    /// a message larger than [`MAX_REQUEST_BYTES`](crate::rls::MAX_REQUEST_BYTES) from its
+    /// length, before reading it (tonic's default is 4 MiB).
     pub fn into_server(self) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(self)
+        RateLimitServiceServer::new(self).max_decoding_message_size(limits::MAX_REQUEST_BYTES)
     }
 
     /// Answers one request, as `ShouldRateLimit` does. An empty domain or no descriptor is

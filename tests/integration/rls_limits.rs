@@ -1,7 +1,7 @@
 //! The bounds on one request to `tollgate::rls::RateLimitService` (`MAX_DESCRIPTORS` and the
 //! others), over a real tonic server and client on loopback and through `decide_json`: each
 //! bound accepted exactly and refused one past it with `INVALID_ARGUMENT` (or 400) naming it,
-//! a huge request refused at once, and on Redis no script call for a refused request and one
+//! a huge request refused at once by its size, and on Redis no script call for a refused request and one
 //! call of at most `MAX_DESCRIPTORS` checks for the largest accepted one.
 
 #![cfg(all(feature = "rls", feature = "redis"))]
@@ -17,7 +17,7 @@ use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate::rls::{
     RateLimitService, RlsConfig, MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES,
-    MAX_VALUE_BYTES,
+    MAX_REQUEST_BYTES, MAX_VALUE_BYTES,
 };
 use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::Store;
@@ -104,8 +104,13 @@ async fn each_bound_is_accepted_exactly_and_refused_one_past_it_naming_it() {
         "the documented figures (docs/envoy.md, Limits)"
     );
     assert_eq!(
-        (MAX_DOMAIN_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES),
-        (256, 256, 4096)
+        (
+            MAX_REQUEST_BYTES,
+            MAX_DOMAIN_BYTES,
+            MAX_KEY_BYTES,
+            MAX_VALUE_BYTES
+        ),
+        (262_144, 256, 256, 4096)
     );
     let mut client = serve(service(MemoryStore::new())).await;
 
@@ -163,23 +168,30 @@ async fn each_bound_is_accepted_exactly_and_refused_one_past_it_naming_it() {
 }
 
 #[tokio::test]
-async fn a_huge_request_under_tonics_4_mib_is_refused_at_once() {
+async fn a_large_request_is_refused_by_its_count_and_a_huge_one_by_its_size_at_once() {
     let mut client = serve(service(MemoryStore::new())).await;
-    // About 3.2 MB: under tonic's 4 MiB decoding limit, so it reaches the service (tonic's
-    // own refusal would be another code and message).
+    // 16,000 descriptors in about 250 KB: under MAX_REQUEST_BYTES (and tonic's 4 MiB), so the
+    // service's own check refuses it.
+    let large = request("v", 16_000, 1);
+    assert_eq!(
+        refused(&mut client, large).await,
+        "descriptors per request: 16000, over the limit of 64"
+    );
+    // 200,000 descriptors in about 3.2 MB: refused by tonic from the message's length, unread.
     let huge = request("v", 200_000, 1);
     let started = Instant::now();
-    let message = refused(&mut client, huge).await;
+    let status = client.should_rate_limit(huge).await.unwrap_err();
     let took = started.elapsed();
-    assert_eq!(
-        message,
-        "descriptors per request: 200000, over the limit of 64"
+    assert_eq!(status.code(), GrpcCode::OutOfRange, "{status:?}");
+    assert!(
+        status.message().ends_with("the limit is: 262144 bytes"),
+        "{status:?}"
     );
     assert!(took < Duration::from_secs(1), "answered in {took:?}");
 }
 
 #[tokio::test]
-async fn json_is_bounded_before_its_descriptors_are_read() {
+async fn json_is_bounded_by_its_size_before_parsing_and_its_descriptors_before_matching() {
     let service = service(MemoryStore::new());
     let body = |count: usize| {
         let one = r#"{"entries":[{"key":"k","value":"j"}]}"#;
@@ -231,16 +243,39 @@ async fn json_is_bounded_before_its_descriptors_are_read() {
         )
     );
 
-    let huge = body(45_000);
-    let started = Instant::now();
-    let answer = service.decide_json(huge.as_bytes()).await;
-    let took = started.elapsed();
+    // A body of exactly MAX_REQUEST_BYTES is read (and refused for its descriptors); one
+    // byte more is refused before it is parsed.
+    let mut full = body(6_000);
+    full.insert_str(full.len() - 1, &" ".repeat(MAX_REQUEST_BYTES - full.len()));
+    let answer = service.decide_json(full.as_bytes()).await;
     assert_eq!(
         (answer.status, answer.body.as_str()),
         (
             400,
-            "Bad Request: descriptors per request: 45000, over the limit of 64\n"
+            "Bad Request: descriptors per request: 6000, over the limit of 64\n"
         )
+    );
+    full.insert(full.len() - 1, ' ');
+    let answer = service.decide_json(full.as_bytes()).await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (
+            400,
+            "Bad Request: bytes in the request: 262145, over the limit of 262144\n"
+        )
+    );
+
+    let huge = body(45_000);
+    let started = Instant::now();
+    let answer = service.decide_json(huge.as_bytes()).await;
+    let took = started.elapsed();
+    let expected = format!(
+        "Bad Request: bytes in the request: {}, over the limit of 262144\n",
+        huge.len()
+    );
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (400, expected.as_str())
     );
     assert!(took < Duration::from_secs(1), "answered in {took:?}");
 }
@@ -257,7 +292,7 @@ async fn on_redis_a_refused_request_makes_no_call_and_the_largest_accepted_one_c
     let limited = accepted(&mut client, request("r", MAX_DESCRIPTORS, 1)).await;
     assert_eq!(limited, vec![true; MAX_DESCRIPTORS]);
     refused(&mut client, request("r", MAX_DESCRIPTORS + 1, 1)).await;
-    refused(&mut client, request("r", 200_000, 1)).await;
+    refused(&mut client, request("r", 10_000, 1)).await;
 
     let mut conn = support::redis_connection(&redis.url());
     let mut calls = |command: &str| support::command_calls(&mut conn, command);
