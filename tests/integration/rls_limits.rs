@@ -177,17 +177,16 @@ async fn a_large_request_is_refused_by_its_count_and_a_huge_one_by_its_size_at_o
         refused(&mut client, large).await,
         "descriptors per request: 16000, over the limit of 64"
     );
-    // 200,000 descriptors in about 3.2 MB: refused by tonic from the message's length, unread.
+    // 200,000 descriptors in about 3.2 MB: refused by tonic from the message's length,
+    // unread. (How soon is timed on the binary, whose client encodes it beforehand: here the
+    // client's encoding, unoptimized, would be most of the time.)
     let huge = request("v", 200_000, 1);
-    let started = Instant::now();
     let status = client.should_rate_limit(huge).await.unwrap_err();
-    let took = started.elapsed();
     assert_eq!(status.code(), GrpcCode::OutOfRange, "{status:?}");
     assert!(
         status.message().ends_with("the limit is: 262144 bytes"),
         "{status:?}"
     );
-    assert!(took < Duration::from_secs(1), "answered in {took:?}");
 }
 
 #[tokio::test]

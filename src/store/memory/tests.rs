@@ -191,7 +191,7 @@ fn many_keys_sharing_shards_lock_each_shard_once() {
 fn a_stacked_check_of_many_keys_takes_time_linear_in_them() {
     let store = MemoryStore::with_clock(ManualClock::new(1_000_000));
     let p = policy("p", 10, Algorithm::Gcra);
-    let n = 20_000;
+    let n = 30_000;
     let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
     // Every key twice: the second check of a key sees what the first consumed.
     let checks: Vec<Check<'_>> = (keys.iter().chain(&keys))
@@ -204,8 +204,9 @@ fn a_stacked_check_of_many_keys_takes_time_linear_in_them() {
     assert_eq!(remaining[..n], vec![7; n][..]);
     assert_eq!(remaining[n..], vec![4; n][..]);
     assert_eq!(store.len(), n);
-    // Quadratic work (a scan of the pending keys per check) takes seconds here.
-    assert!(took < Duration::from_secs(1), "{took:?}");
+    // Linear work takes about 0.5 s here (unoptimized, on a busy machine); quadratic work (a
+    // scan of the pending keys per check) took 18 s.
+    assert!(took < Duration::from_secs(6), "{took:?}");
 }
 
 #[test]
