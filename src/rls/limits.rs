@@ -10,7 +10,8 @@ use tonic::Status;
 /// The largest request, in bytes: a gRPC message as encoded (the server from
 /// [`RateLimitService::into_server`](super::RateLimitService::into_server) refuses a larger one
 /// from its length alone, before reading it, with tonic's `OUT_OF_RANGE`), or a `POST /json`
-/// body. Room for [`MAX_DESCRIPTORS`] descriptors with a value of [`MAX_VALUE_BYTES`] each.
+/// body. As much as [`MAX_DESCRIPTORS`] values of [`MAX_VALUE_BYTES`]; an Envoy request takes
+/// a few hundred bytes.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
