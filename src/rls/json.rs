@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{json, Map, Value};
 
+use super::limits;
 use super::service::RateLimitService;
 
 /// An HTTP answer to `POST /json`: its status code and JSON body.
@@ -26,7 +27,10 @@ pub struct JsonAnswer {
 
 impl RateLimitService {
     /// Answers a request given in proto3 JSON, as the reference's `POST /json` does:
-    /// `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`.
+    /// `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`. A request
+    /// past one of the [bounds](crate::rls#limits) is a 400 naming it: a body over
+    /// [`MAX_REQUEST_BYTES`](crate::rls::MAX_REQUEST_BYTES) before it is parsed, too many
+    /// descriptors or entries before any is matched.
     ///
     /// ```
     /// use tollgate::rls::{RateLimitService, RlsConfig};
@@ -49,8 +53,9 @@ impl RateLimitService {
             status: 400,
             body: format!("Bad Request: {why}\n"),
         };
-        let request = match serde_json::from_slice::<Value>(body)
-            .map_err(|e| e.to_string())
+        let request = match limits::bytes(body.len())
+            .map_err(|over| over.message().to_owned())
+            .and_then(|()| serde_json::from_slice::<Value>(body).map_err(|e| e.to_string()))
             .and_then(|v| request(&v))
         {
             Ok(request) => request,
@@ -123,7 +128,12 @@ fn request(value: &Value) -> Result<RateLimitRequest, String> {
     )?;
     let descriptors = match field(map, "descriptors", "descriptors") {
         None => Vec::new(),
-        Some(Value::Array(items)) => items.iter().map(descriptor).collect::<Result<_, _>>()?,
+        Some(Value::Array(items)) => {
+            limits::descriptors(items.len()).map_err(|over| over.message().to_owned())?;
+            (items.iter().enumerate())
+                .map(|(i, d)| descriptor(i, d))
+                .collect::<Result<_, _>>()?
+        }
         Some(_) => return Err("descriptors must be a list".into()),
     };
     Ok(RateLimitRequest {
@@ -133,7 +143,7 @@ fn request(value: &Value) -> Result<RateLimitRequest, String> {
     })
 }
 
-fn descriptor(value: &Value) -> Result<RateLimitDescriptor, String> {
+fn descriptor(index: usize, value: &Value) -> Result<RateLimitDescriptor, String> {
     let map = object(value, "a descriptor")?;
     let fields = [
         "entries",
@@ -146,17 +156,20 @@ fn descriptor(value: &Value) -> Result<RateLimitDescriptor, String> {
     known(map, "a descriptor", &fields)?;
     let entries = match map.get("entries") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|e| {
-                let e = object(e, "an entry")?;
-                known(e, "an entry", &["key", "value"])?;
-                Ok(Entry {
-                    key: text(e.get("key"), "key")?,
-                    value: text(e.get("value"), "value")?,
+        Some(Value::Array(items)) => {
+            limits::entries(index, items.len()).map_err(|over| over.message().to_owned())?;
+            items
+                .iter()
+                .map(|e| {
+                    let e = object(e, "an entry")?;
+                    known(e, "an entry", &["key", "value"])?;
+                    Ok(Entry {
+                        key: text(e.get("key"), "key")?,
+                        value: text(e.get("value"), "value")?,
+                    })
                 })
-            })
-            .collect::<Result<_, String>>()?,
+                .collect::<Result<_, String>>()?
+        }
         Some(_) => return Err("entries must be a list".into()),
     };
     let limit = match map.get("limit") {

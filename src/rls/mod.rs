@@ -5,17 +5,32 @@
 //! reference.
 //!
 //! How a request goes through: `service.rs` takes the configuration in force (`source.rs`
-//! reloads it from the directory that `dir.rs` reads), `plan.rs` finds each descriptor's
-//! limit (`matching.rs`, in the tree that `config.rs` compiled from `yaml.rs`'s files),
-//! `decide.rs` asks the store for all of them
-//! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `POST /json`);
-//! `stats.rs` counts it.
+//! reloads it from the directory that `dir.rs` reads), `limits.rs` refuses a request that
+//! asks too much, `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
+//! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
+//! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `/json`;
+//! `metadata.rs` the dynamic metadata); `stats.rs` counts it.
+//!
+//! # Limits
+//!
+//! A request's fields come from clients, so each is bounded, far above what Envoy sends (one
+//! descriptor per `rate_limits` entry of a route, one entry per action): at most
+//! [`MAX_REQUEST_BYTES`] bytes in all, [`MAX_DESCRIPTORS`] descriptors, [`MAX_ENTRIES`]
+//! entries in each, and [`MAX_DOMAIN_BYTES`], [`MAX_KEY_BYTES`] and [`MAX_VALUE_BYTES`] bytes
+//! in the domain, an entry's key and its value. A request past one is refused at once, before
+//! anything is matched or counted, with `INVALID_ARGUMENT` (400 from
+//! [`RateLimitService::decide_json`]) and a message that names the bound, what was sent and
+//! the limit, e.g. `descriptors per request: 65, over the limit of 64`; a gRPC message past
+//! [`MAX_REQUEST_BYTES`] is refused by tonic from its length, unread (`OUT_OF_RANGE`). So the
+//! worst request accepted is cheap, and on Redis it is one script call of at most
+//! [`MAX_DESCRIPTORS`] checks.
 
 mod check;
 mod config;
 mod decide;
 mod dir;
 mod json;
+mod limits;
 mod matching;
 mod metadata;
 mod plan;
@@ -28,6 +43,10 @@ mod yaml;
 pub use check::DirCheck;
 pub use config::RlsConfig;
 pub use json::JsonAnswer;
+pub use limits::{
+    MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES, MAX_REQUEST_BYTES,
+    MAX_VALUE_BYTES,
+};
 pub use response::ResponseHeaders;
 pub use service::{RateLimitService, RateLimitServiceBuilder};
 

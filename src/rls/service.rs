@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::config::RlsConfig;
 use super::decide::Decider;
+use super::limits;
 use super::metadata;
 use super::plan::{Item, Modes, Plan};
 use super::response::{respond, Outcome, ResponseHeaders};
@@ -78,14 +79,18 @@ impl RateLimitService {
         }
     }
 
-    /// The tonic server for this service, to add to a `tonic::transport::Server`.
+    /// The tonic server for this service, to add to a `tonic::transport::Server`. It refuses
+    /// a message larger than [`MAX_REQUEST_BYTES`](crate::rls::MAX_REQUEST_BYTES) from its
+    /// length, before reading it (tonic's default is 4 MiB).
     pub fn into_server(self) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(self)
+        RateLimitServiceServer::new(self).max_decoding_message_size(limits::MAX_REQUEST_BYTES)
     }
 
     /// Answers one request, as `ShouldRateLimit` does. An empty domain or no descriptor is
-    /// an error, as in the reference; nothing else is (a failing store is answered by the
-    /// [`OnStoreError`] policy).
+    /// an error, as in the reference; so is a request past one of the [bounds](crate::rls#limits)
+    /// ([`MAX_DESCRIPTORS`](crate::rls::MAX_DESCRIPTORS) and the others): `INVALID_ARGUMENT`, naming
+    /// the bound and what was sent, before anything is matched or counted. Nothing else is an
+    /// error (a failing store is answered by the [`OnStoreError`] policy).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
             return Err(Status::unknown("rate limit domain must not be empty"));
@@ -95,6 +100,7 @@ impl RateLimitService {
                 "rate limit descriptor list must not be empty",
             ));
         }
+        limits::check(request)?;
         let inner = &self.inner;
         let config = inner.config.current();
         if !config.has_domain(&request.domain) {

@@ -675,4 +675,181 @@ fn check_validates_a_directory_for_ci_naming_every_bad_file() {
         err.contains("cannot read the configuration directory /nonexistent/tollgate"),
         "{err}"
     );
+/// A request of `count` descriptors `key1=<i>` in the domain `basic`, encoded.
+fn huge_request(count: usize) -> Vec<u8> {
+    let descriptors = (0..count)
+        .map(|i| support::descriptor(&[("key1", &i.to_string())]))
+        .collect();
+    let request = tollgate::rls::proto::RateLimitRequest {
+        domain: "basic".into(),
+        descriptors,
+        hits_addend: 0,
+    };
+    prost::Message::encode_to_vec(&request)
+}
+
+/// A gRPC codec that sends a message encoded beforehand and reads none back: the time of a
+/// call is then the server's and the network's, not the (unoptimized) test's encoding.
+#[derive(Debug, Clone, Copy)]
+struct Encoded;
+
+impl tonic::codec::Codec for Encoded {
+    type Encode = Vec<u8>;
+    type Decode = ();
+    type Encoder = Encoded;
+    type Decoder = Encoded;
+
+    fn encoder(&mut self) -> Encoded {
+        Encoded
+    }
+
+    fn decoder(&mut self) -> Encoded {
+        Encoded
+    }
+}
+
+impl tonic::codec::Encoder for Encoded {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Encoded {
+    type Item = ();
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<()>, tonic::Status> {
+        let all = bytes::Buf::remaining(src);
+        bytes::Buf::advance(src, all);
+        Ok(Some(()))
+    }
+}
+
+/// Calls `ShouldRateLimit` with a message encoded beforehand.
+async fn call_encoded(
+    channel: tonic::transport::Channel,
+    message: Vec<u8>,
+) -> Result<(), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    );
+    grpc.unary(tonic::Request::new(message), path, Encoded)
+        .await
+        .map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_request_is_refused_at_once_while_health_and_decisions_go_on() {
+    let runtime = Runtime::with("huge", &REFERENCE_RUNTIME);
+    let rls = Rls::start(&runtime, &[]);
+    let http = support::http();
+    let health = format!("http://{}/healthcheck", rls.http);
+    let mut ordinary = rls.client().await;
+    ask(&mut ordinary, request("basic", &[&[("key1", "warm")]])).await;
+
+    // About 3.4 MB: refused from its length (over the library's 256 KiB, under tonic's own
+    // 4 MiB default).
+    let huge = huge_request(200_000);
+    assert!(
+        (3 << 20..4 << 20).contains(&huge.len()),
+        "{} bytes",
+        huge.len()
+    );
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", rls.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let big = tokio::spawn(async move {
+        let answer =
+            tokio::time::timeout(Duration::from_secs(5), call_encoded(channel, huge)).await;
+        (answer, started.elapsed())
+    });
+    // While it is in flight (and a few times more), health and an ordinary decision answer.
+    let within = Duration::from_millis(200);
+    let mut probes = 0;
+    while !big.is_finished() || probes < 3 {
+        probes += 1;
+        let t = Instant::now();
+        let ok = tokio::time::timeout(Duration::from_secs(2), http.get(&health).send()).await;
+        let took = t.elapsed();
+        assert_eq!(
+            ok.ok().and_then(Result::ok).map(|r| r.status().as_u16()),
+            Some(200)
+        );
+        assert!(took < within, "healthcheck took {took:?} (probe {probes})");
+        let t = Instant::now();
+        let value = format!("ordinary-{probes}");
+        let decision = request("basic", &[&[("key1", &value)]]);
+        let answer =
+            tokio::time::timeout(Duration::from_secs(2), ordinary.should_rate_limit(decision))
+                .await;
+        let took = t.elapsed();
+        let answer = answer.expect("an ordinary decision").unwrap().into_inner();
+        assert_eq!(answer.overall_code, OK);
+        assert!(
+            took < within,
+            "an ordinary decision took {took:?} (probe {probes})"
+        );
+    }
+    let (answer, took) = big.await.unwrap();
+    let status = answer.expect("answered").unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(
+        status.message().ends_with("the limit is: 262144 bytes"),
+        "{status:?}"
+    );
+    assert!(took < Duration::from_secs(1), "answered in {took:?}");
+}
+
+#[tokio::test]
+async fn a_json_body_of_45000_descriptors_is_refused_at_once() {
+    let runtime = Runtime::with("huge-json", &REFERENCE_RUNTIME);
+    let rls = Rls::start(&runtime, &[]);
+    // Distinct values, about 2 MB: under the HTTP server's 2 MiB limit on a body.
+    let descriptors: Vec<String> = (0..45_000)
+        .map(|i| format!(r#"{{"entries":[{{"key":"key1","value":"{i}"}}]}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"domain":"basic","descriptors":[{}]}}"#,
+        descriptors.join(",")
+    );
+    let body_len = body.len();
+    assert!(
+        body_len < 2 << 20,
+        "{body_len} bytes: under the HTTP server's limit"
+    );
+    let started = Instant::now();
+    let answer = support::http()
+        .post(format!("http://{}/json", rls.http))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let text = answer.text().await.unwrap();
+    let took = started.elapsed();
+    let start: String = text.chars().take(100).collect();
+    let expected = format!(
+        "Bad Request: bytes in the request: {}, over the limit of 262144\n",
+        body_len
+    );
+    assert_eq!((status, start), (400, expected));
+    assert!(took < Duration::from_secs(1), "answered in {took:?}");
 }

@@ -1,7 +1,11 @@
 //! Stacked limits in memory: every shard involved locked once, in order, and the states
-//! stored only when no blocking check was denied.
+//! stored only when no blocking check was denied. The work is linear in the checks: they are
+//! grouped by shard once, and each key's pending state is found by a map.
 
+use std::collections::HashMap;
 use std::sync::MutexGuard;
+
+use foldhash::fast::RandomState;
 
 use super::shard::{lock, Shard};
 use super::table::block_after;
@@ -15,11 +19,13 @@ impl MemoryStore {
     /// Decides one request against several limits at once, atomically: see
     /// `StoreExt::check_many`. The clock is read once, so every check sees the same instant.
     ///
-    /// Every shard involved is locked for the whole decision (each once, in ascending order,
-    /// so two stacked decisions can never deadlock), each check is decided on a copy of its
-    /// state, and the copies are stored only when no blocking check was denied. Two checks on
-    /// the same policy and key are decided one after the other, as two calls to
-    /// [`check_now`](Self::check_now) would be: the second sees what the first consumed.
+    /// Every shard involved, and only those, is locked for the whole decision (each once, in
+    /// ascending order, so two stacked decisions can never deadlock), each check is decided
+    /// on a copy of its state, and the copies are stored only when no blocking check was
+    /// denied. Two checks on the same policy and key are decided one after the other, as two
+    /// calls to [`check_now`](Self::check_now) would be: the second sees what the first
+    /// consumed. The time is linear in the checks (callers bound how many there are: the
+    /// `rls` service takes at most `rls::MAX_DESCRIPTORS`).
     pub(crate) fn check_many_now(&self, checks: &[Check<'_>]) -> Vec<Decision> {
         if let [one] = checks {
             return vec![self.check_now(one.key, one.policy, one.cost)];
@@ -33,69 +39,71 @@ impl MemoryStore {
                 (hash, self.shard_index(hash))
             })
             .collect();
-        let mut order: Vec<usize> = located.iter().map(|&(_, shard)| shard).collect();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = order
-            .into_iter()
-            .filter_map(|i| self.inner.shards.get(i).map(|shard| (i, lock(shard))))
-            .collect();
+        // The checks grouped by shard, each group in the checks' order (a stable sort), so
+        // that repeated checks of one key see each other; the shards locked once each, in
+        // ascending order, so two stacked decisions can never deadlock.
+        let mut by_shard: Vec<usize> = (0..checks.len()).collect();
+        by_shard.sort_by_key(|&i| located.get(i).map(|&(_, shard)| shard));
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = Vec::new();
+        for &(_, shard) in by_shard.iter().filter_map(|&i| located.get(i)) {
+            if guards.last().is_none_or(|&(last, _)| last != shard) {
+                if let Some(mutex) = self.inner.shards.get(shard) {
+                    guards.push((shard, lock(mutex)));
+                }
+            }
+        }
 
-        // Decide, shard by shard; within a shard in the checks' order, so that repeated
-        // checks of one key see each other.
         let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
         let mut pending: Vec<Pending<'_>> = Vec::with_capacity(checks.len());
+        // Where each (shard, table, key) is in `pending`.
+        let mut known: HashMap<(usize, usize, &str), usize, RandomState> =
+            HashMap::with_capacity_and_hasher(checks.len(), RandomState::default());
         // Which checks were denied by a block already in place.
         let mut by_block = vec![false; checks.len()];
-        for (shard_index, shard) in &mut guards {
-            for (i, (check, &(hash, _))) in checks
-                .iter()
-                .zip(&located)
-                .enumerate()
-                .filter(|(_, (_, (_, s)))| s == shard_index)
-            {
-                shard.count_decision(now, hasher);
-                let (p, cost) = (check.policy.params(), u64::from(check.cost));
-                let table = shard.table_index(check.policy);
-                let Some(found) = shard.table_at(table) else {
-                    continue;
-                };
-                if let Some(until) = found.live_block(check.key, hash, now) {
-                    if let (Some(b), Some(d)) = (by_block.get_mut(i), decisions.get_mut(i)) {
-                        (*b, *d) = (true, Some(algorithm::blocked(p, now, until, cost)));
-                    }
-                    continue;
+        for i in by_shard {
+            let (Some(check), Some(&(hash, shard_index))) = (checks.get(i), located.get(i)) else {
+                continue;
+            };
+            let Some(shard) = guard(&mut guards, shard_index) else {
+                continue;
+            };
+            shard.count_decision(now, hasher);
+            let (p, cost) = (check.policy.params(), u64::from(check.cost));
+            let table = shard.table_index(check.policy);
+            let Some(found) = shard.table_at(table) else {
+                continue;
+            };
+            if let Some(until) = found.live_block(check.key, hash, now) {
+                if let (Some(b), Some(d)) = (by_block.get_mut(i), decisions.get_mut(i)) {
+                    (*b, *d) = (true, Some(algorithm::blocked(p, now, until, cost)));
                 }
-                let known = pending.iter().position(|q| {
-                    (q.shard, q.table) == (*shard_index, table) && q.key == check.key
+                continue;
+            }
+            let slot = *known
+                .entry((shard_index, table, check.key))
+                .or_insert_with(|| {
+                    let state = found.live_state(check.key, hash, now);
+                    pending.push(Pending {
+                        key: check.key,
+                        policy: check.policy,
+                        hash,
+                        shard: shard_index,
+                        table,
+                        state: state.unwrap_or_else(|| State::new(check.policy.algorithm())),
+                        params: p,
+                        tracked: found.contains(check.key, hash),
+                        allowed: false,
+                    });
+                    pending.len() - 1
                 });
-                let slot = match known {
-                    Some(slot) => slot,
-                    None => {
-                        let state = found.live_state(check.key, hash, now);
-                        pending.push(Pending {
-                            key: check.key,
-                            policy: check.policy,
-                            hash,
-                            shard: *shard_index,
-                            table,
-                            state: state.unwrap_or_else(|| State::new(check.policy.algorithm())),
-                            params: p,
-                            tracked: found.contains(check.key, hash),
-                            allowed: false,
-                        });
-                        pending.len() - 1
-                    }
-                };
-                let Some(q) = pending.get_mut(slot) else {
-                    continue;
-                };
-                q.params = p;
-                let decision = q.state.check(p, now, cost);
-                q.allowed |= decision.allowed;
-                if let Some(d) = decisions.get_mut(i) {
-                    *d = Some(decision);
-                }
+            let Some(q) = pending.get_mut(slot) else {
+                continue;
+            };
+            q.params = p;
+            let decision = q.state.check(p, now, cost);
+            q.allowed |= decision.allowed;
+            if let Some(d) = decisions.get_mut(i) {
+                *d = Some(decision);
             }
         }
         let mut decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
@@ -119,7 +127,7 @@ impl MemoryStore {
                 let (Some(until), true, false) = (until, check.blocking, already) else {
                     continue;
                 };
-                if let Some((_, shard)) = guards.iter_mut().find(|(s, _)| *s == shard_index) {
+                if let Some(shard) = guard(&mut guards, shard_index) {
                     if let Some(max) = max {
                         shard.make_room_for(max, check.policy, check.key, hash, now, hasher);
                     }
@@ -134,7 +142,7 @@ impl MemoryStore {
         // after expiry), a new key only once allowed.
         pending.retain(|q| q.tracked || q.allowed);
         for q in pending {
-            if let Some((_, shard)) = guards.iter_mut().find(|(i, _)| *i == q.shard) {
+            if let Some(shard) = guard(&mut guards, q.shard) {
                 if let Some(max) = max {
                     shard.make_room_for(max, q.policy, q.key, q.hash, now, hasher);
                 }
@@ -145,6 +153,15 @@ impl MemoryStore {
         }
         decisions
     }
+}
+
+/// The locked shard `index` among `guards` (sorted by index).
+fn guard<'g, 's>(
+    guards: &'g mut [(usize, MutexGuard<'s, Shard>)],
+    index: usize,
+) -> Option<&'g mut MutexGuard<'s, Shard>> {
+    let at = guards.binary_search_by_key(&index, |&(i, _)| i).ok()?;
+    guards.get_mut(at).map(|(_, shard)| shard)
 }
 
 /// A state to store if the stacked decision is not blocked.
