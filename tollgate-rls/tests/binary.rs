@@ -675,6 +675,8 @@ fn check_validates_a_directory_for_ci_naming_every_bad_file() {
         err.contains("cannot read the configuration directory /nonexistent/tollgate"),
         "{err}"
     );
+}
+
 /// A request of `count` descriptors `key1=<i>` in the domain `basic`, encoded.
 fn huge_request(count: usize) -> Vec<u8> {
     let descriptors = (0..count)
