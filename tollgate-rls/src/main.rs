@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate::rls::{RateLimitService, ResponseHeaders};
@@ -92,6 +92,7 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(handle) => handle,
         Err(e) => return fail(1, &format!("cannot set up metrics: {e}")),
     };
+    tokio::spawn(upkeep(metrics.clone()));
     let (store, described) = match store::from_settings(settings.redis.as_ref()) {
         Ok(store) => store,
         Err(e) => return fail(2, &e),
@@ -213,6 +214,20 @@ async fn run(settings: Settings) -> ExitCode {
     match ended {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
+    }
+}
+
+/// How often the recorder folds the samples its histograms gathered into their summaries.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps the recorder's memory flat when nobody scrapes `/metrics`: histogram samples pile up
+/// until a render or an upkeep folds them in, and operators who never scrape are common.
+async fn upkeep(metrics: PrometheusHandle) {
+    let mut every = tokio::time::interval(UPKEEP_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        metrics.run_upkeep();
     }
 }
 

@@ -1,7 +1,7 @@
 //! Helpers for the binary's tests: the built `tollgate-rls` started on free loopback ports
 //! with a configuration directory of its own, and requests. Redis servers, ports and HTTP
 //! clients are the library's integration-test helpers (`tests/support/`), included here.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -160,6 +160,11 @@ impl Rls {
         RateLimitServiceClient::connect(format!("http://{}", self.grpc))
             .await
             .unwrap()
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// What it logged so far.
