@@ -8,7 +8,8 @@
 //! reloads it), `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
 //! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `POST /json`);
-//! `stats.rs` counts it.
+//! `stats.rs` counts it (`stat_name.rs` names its series, `series.rs` bounds those that
+//! request values make).
 
 mod config;
 mod decide;
@@ -16,8 +17,11 @@ mod json;
 mod matching;
 mod plan;
 mod response;
+mod series;
 mod service;
 mod source;
+#[cfg(feature = "metrics")]
+mod stat_name;
 mod stats;
 mod yaml;
 

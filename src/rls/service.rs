@@ -16,6 +16,7 @@ use super::config::RlsConfig;
 use super::decide::Decider;
 use super::plan::{Item, Modes, Plan};
 use super::response::{respond, Outcome, ResponseHeaders};
+use super::series::{Series, DEFAULT_MAX_SERIES};
 use super::source::{ConfigDir, ConfigSource};
 use super::stats;
 use crate::error::ConfigError;
@@ -57,6 +58,7 @@ struct Inner {
     on_error: OnStoreError,
     modes: Modes,
     headers: Option<ResponseHeaders>,
+    series: Series,
     /// Requests answered OK although a limit was over (a shadow-mode limit, or `SHADOW_MODE`).
     shadow_denials: AtomicU64,
 }
@@ -74,6 +76,7 @@ impl RateLimitService {
             failure: StoreFailure::default(),
             modes: Modes::default(),
             headers: None,
+            max_series: DEFAULT_MAX_SERIES,
         }
     }
 
@@ -97,7 +100,7 @@ impl RateLimitService {
         let inner = &self.inner;
         let config = inner.config.current();
         if !config.has_domain(&request.domain) {
-            stats::domain_not_found(&request.domain);
+            stats::domain_not_found();
         }
         let plan = Plan::new(&config, request, inner.modes);
         let asks = plan.asks();
@@ -121,7 +124,7 @@ impl RateLimitService {
         let statuses = answer.response.statuses.iter().zip(&answer.over);
         for (item, (status, &over)) in plan.items.iter().zip(statuses) {
             if let Item::Limited(l) = item {
-                stats::record(l, status, over);
+                stats::record(&inner.series, l, status, over);
             }
         }
         if answer.shadowed {
@@ -205,6 +208,7 @@ pub struct RateLimitServiceBuilder {
     failure: StoreFailure,
     modes: Modes,
     headers: Option<ResponseHeaders>,
+    max_series: usize,
 }
 
 impl RateLimitServiceBuilder {
@@ -298,6 +302,15 @@ impl RateLimitServiceBuilder {
         self.headers = Some(headers);
         self
     }
+
+    /// How many statistics series request values may make (default 1,000): a
+    /// `detailed_metric` or `value_to_metric` limit and Envoy's own limits count under a
+    /// series per value, and clients choose the values. Past this many, their hits are
+    /// counted in one series labelled `overflow="true"`.
+    pub fn stats_max_series(mut self, max: usize) -> Self {
+        self.max_series = max;
+        self
+    }
 }
 
 impl RateLimitServiceBuilder {
@@ -329,6 +342,7 @@ impl RateLimitServiceBuilder {
                 on_error: self.failure.on_error,
                 modes: self.modes,
                 headers: self.headers,
+                series: Series::new(self.max_series),
                 shadow_denials: AtomicU64::new(0),
             }),
         })

@@ -1,12 +1,13 @@
 //! The reference's statistics as metrics (with the `metrics` feature; nothing without it),
 //! named as its Prometheus mapping names them: `ratelimit_service_rate_limit_total_hits`
 //! and friends, labelled `domain`, `key1` and `key2` from the statistics key
-//! (`domain.key1.key2…`), and the service's own counters.
+//! (`domain.key1.key2…`) after the reference's sanitizing, and the service's own counters.
 //!
 //! A limit's counters are looked up in the metrics recorder at its first request and kept
-//! with the limit (a request then costs a few atomic adds); statistics keys made per request
-//! (`detailed_metric`, `value_to_metric`, Envoy's own limits) are looked up each time. So
-//! install the recorder before the service answers its first request.
+//! with the limit (a request then costs a few atomic adds). Statistics keys made of request
+//! values (`detailed_metric`, `value_to_metric`, Envoy's own limits) are kept by [`Series`],
+//! which bounds how many there are. So install the recorder before the service answers its
+//! first request.
 
 use std::fmt;
 #[cfg(feature = "metrics")]
@@ -17,6 +18,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 
 use super::plan::Limited;
+use super::series::Series;
+#[cfg(feature = "metrics")]
+use super::stat_name::Labels;
 
 /// The share of a limit above which hits also count as near the limit (the reference's
 /// default `NEAR_LIMIT_RATIO`).
@@ -43,8 +47,9 @@ impl fmt::Debug for Counters {
     }
 }
 
+/// One statistics key's counters.
 #[cfg(feature = "metrics")]
-struct Handles {
+pub(crate) struct Handles {
     total: metrics::Counter,
     over: metrics::Counter,
     near: metrics::Counter,
@@ -53,28 +58,45 @@ struct Handles {
 }
 
 #[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl Handles {
-    fn new(stats_key: &str) -> Self {
-        let (domain, rest) = stats_key.split_once('.').unwrap_or((stats_key, ""));
-        let (key1, rest) = rest.split_once('.').unwrap_or((rest, ""));
-        let key2 = rest.split('.').next().unwrap_or("");
-        let mut labels = vec![("domain", domain.to_owned()), ("key1", key1.to_owned())];
-        if !key2.is_empty() {
-            labels.push(("key2", key2.to_owned()));
+    /// The counters of the series labelled `labels`.
+    pub(crate) fn new(labels: &Labels) -> Self {
+        let mut list = vec![
+            ("domain", labels.domain.clone()),
+            ("key1", labels.key1.clone()),
+        ];
+        if let Some(key2) = &labels.key2 {
+            list.push(("key2", key2.clone()));
         }
+        Self::labelled(&list)
+    }
+
+    /// The counters of the one series that counts what is past [`Series`]' bound, labelled
+    /// `overflow="true"` (a label no statistics key has).
+    pub(crate) fn overflow() -> Self {
+        Self::labelled(&[("overflow", "true".to_owned())])
+    }
+
+    fn labelled(labels: &[(&'static str, String)]) -> Self {
         Self {
-            total: metrics::counter!("ratelimit_service_rate_limit_total_hits", &labels),
-            over: metrics::counter!("ratelimit_service_rate_limit_over_limit", &labels),
-            near: metrics::counter!("ratelimit_service_rate_limit_near_limit", &labels),
-            within: metrics::counter!("ratelimit_service_rate_limit_within_limit", &labels),
-            shadow: metrics::counter!("ratelimit_service_rate_limit_shadow_mode", &labels),
+            total: metrics::counter!("ratelimit_service_rate_limit_total_hits", labels),
+            over: metrics::counter!("ratelimit_service_rate_limit_over_limit", labels),
+            near: metrics::counter!("ratelimit_service_rate_limit_near_limit", labels),
+            within: metrics::counter!("ratelimit_service_rate_limit_within_limit", labels),
+            shadow: metrics::counter!("ratelimit_service_rate_limit_shadow_mode", labels),
         }
     }
 }
 
-/// Counts one limited descriptor's hits by how it was answered.
-pub(crate) fn record(limited: &Limited<'_>, status: &DescriptorStatus, over: bool) {
+/// Counts one limited descriptor's hits by how it was answered: under its limit's own
+/// counters, or under the series of `series` when its statistics key is made of request
+/// values.
+pub(crate) fn record(
+    series: &Series,
+    limited: &Limited<'_>,
+    status: &DescriptorStatus,
+    over: bool,
+) {
     #[cfg(feature = "metrics")]
     {
         let hits = u64::from(limited.cost);
@@ -87,10 +109,10 @@ pub(crate) fn record(limited: &Limited<'_>, status: &DescriptorStatus, over: boo
                 .limit
                 .counters
                 .found
-                .get_or_init(|| Handles::new(key)),
+                .get_or_init(|| Handles::new(&Labels::of(key))),
             std::borrow::Cow::Owned(key) => {
-                made = Handles::new(key);
-                &made
+                made = series.handles(key);
+                &*made
             }
         };
         handles.total.increment(hits);
@@ -109,16 +131,20 @@ pub(crate) fn record(limited: &Limited<'_>, status: &DescriptorStatus, over: boo
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (&limited.stats_key, &limited.limit.counters, status, over);
+    let _ = (
+        series,
+        &limited.stats_key,
+        &limited.limit.counters,
+        status,
+        over,
+    );
 }
 
-/// Counts a request whose domain is not configured.
-pub(crate) fn domain_not_found(domain: &str) {
+/// Counts a request whose domain is not configured. The domain is not a label: a client
+/// can send any number of them, of any length.
+pub(crate) fn domain_not_found() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("ratelimit_service_rate_limit_domain_not_found", "domain" => domain.to_owned())
-        .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = domain;
+    metrics::counter!("ratelimit_service_rate_limit_domain_not_found").increment(1);
 }
 
 /// Counts a configuration load, good or bad.

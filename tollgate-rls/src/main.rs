@@ -104,7 +104,8 @@ async fn run(settings: Settings) -> ExitCode {
         .store_timeout(settings.store_timeout)
         .on_store_error(settings.on_store_error)
         .shadow_mode(settings.shadow_mode)
-        .quota_mode(settings.quota_mode);
+        .quota_mode(settings.quota_mode)
+        .stats_max_series(settings.stats_max_series);
     if let Some(redis) = store {
         builder = builder.store(redis);
     }

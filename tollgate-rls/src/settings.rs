@@ -30,6 +30,8 @@ pub(crate) struct Settings {
     pub(crate) redis: Option<Redis>,
     pub(crate) store_timeout: Duration,
     pub(crate) on_store_error: OnStoreError,
+    /// `STATS_MAX_SERIES` (ours): how many statistics series request values may make.
+    pub(crate) stats_max_series: usize,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -298,6 +300,12 @@ impl Settings {
                 ))
             }
         };
+        let stats_max_series = match var("STATS_MAX_SERIES") {
+            None => 1_000,
+            Some(v) => v.parse::<usize>().map_err(|_| {
+                format!("STATS_MAX_SERIES={v:?}: expected a number of series such as 1000")
+            })?,
+        };
         let log_json = match get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
             "text" => false,
             "json" => true,
@@ -322,6 +330,7 @@ impl Settings {
             redis,
             store_timeout,
             on_store_error,
+            stats_max_series,
             ignored,
         })
     }
@@ -428,6 +437,16 @@ mod tests {
         assert!(settings(&[("GRPC_SERVER_USE_TLS", "false")]).is_ok());
         assert!(settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
         assert!(settings(&[("STORE_TIMEOUT", "0s")]).is_err());
+        assert!(settings(&[("STATS_MAX_SERIES", "lots")])
+            .unwrap_err()
+            .starts_with("STATS_MAX_SERIES="));
+        assert_eq!(settings(&[]).unwrap().stats_max_series, 1_000);
+        assert_eq!(
+            settings(&[("STATS_MAX_SERIES", "20")])
+                .unwrap()
+                .stats_max_series,
+            20
+        );
     }
 
     #[test]

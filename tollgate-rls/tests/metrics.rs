@@ -6,9 +6,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{ask, request, RedisServer, Rls, Runtime};
+use support::{ask, descriptor, http, request, RedisServer, Rls, Runtime};
 use tollgate::rls::proto::rate_limit_response::Code;
 use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate::rls::proto::RateLimitRequest;
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;
@@ -94,5 +95,134 @@ async fn memory_stays_flat_under_redis_load_with_no_scrape() {
     assert!(
         grown <= 2 * 1024 * 1024 && grown <= SETTLING + PER_DECISION * decided,
         "RSS grew by {grown} bytes over {decided} decisions with no scrape"
+    );
+}
+
+const VALUES: &str = "\
+domain: values
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: { unit: hour, requests_per_unit: 1000000 }
+  - key: remote_address
+    rate_limit: { unit: hour, requests_per_unit: 1000000 }
+";
+
+/// A string of `len` letters from a xorshift generator seeded with `seed`.
+fn random_text(seed: u64, len: usize) -> String {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect()
+}
+
+/// Answers `requests` from 16 tasks at once.
+async fn send_all(client: &RateLimitServiceClient<Channel>, requests: Vec<RateLimitRequest>) {
+    let mut queues: Vec<Vec<RateLimitRequest>> = (0..16).map(|_| Vec::new()).collect();
+    for (i, r) in requests.into_iter().enumerate() {
+        queues[i % 16].push(r);
+    }
+    let tasks: Vec<_> = (queues.into_iter())
+        .map(|queue| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                for r in queue {
+                    let answer = ask(&mut client, r).await;
+                    assert_eq!(answer.overall_code, OK);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_chosen_values_leave_metrics_bounded() {
+    let runtime = Runtime::new("values");
+    runtime.write("values.yaml", VALUES);
+    let rls = Rls::start(&runtime, &[("LOG_LEVEL", "warn")]);
+    let client = rls.client().await;
+    // 20,000 distinct detailed_metric values, ten to a request.
+    let detailed = (0..2_000)
+        .map(|r| RateLimitRequest {
+            domain: "values".into(),
+            descriptors: (0..10)
+                .map(|d| descriptor(&[("user", &format!("user{}", r * 10 + d))]))
+                .collect(),
+            hits_addend: 0,
+        })
+        .collect();
+    send_all(&client, detailed).await;
+    // 2,000 random unknown domains of 1,000 characters, and an address.
+    let mut unknown: Vec<_> = (0..2_000u64)
+        .map(|seed| request(&random_text(seed + 1, 1_000), &[&[("user", "a")]]))
+        .collect();
+    unknown.push(request("values", &[&[("remote_address", "10.0.0.1")]]));
+    send_all(&client, unknown).await;
+
+    let url = format!("http://{}/metrics", rls.http);
+    let body = http().get(url).send().await.unwrap().text().await.unwrap();
+    let total = |labels: &str| {
+        let line = format!("ratelimit_service_rate_limit_total_hits{{{labels}}} ");
+        (body.lines())
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .map(|v| v.parse::<u64>().unwrap())
+    };
+    eprintln!("/metrics: {} bytes", body.len());
+    assert!(
+        body.len() < 2 * 1024 * 1024,
+        "/metrics is {} bytes",
+        body.len()
+    );
+    // The default bound, 1,000 series, then the overflow series.
+    let detailed_series = (body.lines())
+        .filter(|l| {
+            l.starts_with("ratelimit_service_rate_limit_total_hits{domain=\"values\",key1=\"user_")
+        })
+        .count();
+    assert_eq!(detailed_series, 1_000);
+    assert_eq!(total("overflow=\"true\""), Some(19_000));
+    assert_eq!(total("domain=\"values\",key1=\"user_user0\""), Some(1));
+    // Unknown domains are counted, not named.
+    assert!(body.contains("\nratelimit_service_rate_limit_domain_not_found 2000\n"));
+    // The reference's sanitizing keeps an address one label (src/utils/utilities.go,
+    // SanitizeStatName); this limit is not detailed, so its key is the configured one.
+    assert_eq!(total("domain=\"values\",key1=\"remote_address\""), Some(1));
+}
+
+#[tokio::test]
+async fn stats_max_series_sets_the_bound() {
+    let runtime = Runtime::new("max-series");
+    runtime.write("values.yaml", VALUES);
+    let rls = Rls::start(
+        &runtime,
+        &[("LOG_LEVEL", "warn"), ("STATS_MAX_SERIES", "3")],
+    );
+    let mut client = rls.client().await;
+    for user in ["a", "b", "c", "d", "e", "10.0.0.1"] {
+        ask(&mut client, request("values", &[&[("user", user)]])).await;
+    }
+    let url = format!("http://{}/metrics", rls.http);
+    let body = http().get(url).send().await.unwrap().text().await.unwrap();
+    let mut series: Vec<_> = (body.lines())
+        .filter(|l| l.starts_with("ratelimit_service_rate_limit_total_hits{"))
+        .collect();
+    series.sort_unstable();
+    assert_eq!(
+        series,
+        [
+            "ratelimit_service_rate_limit_total_hits{domain=\"values\",key1=\"user_a\"} 1",
+            "ratelimit_service_rate_limit_total_hits{domain=\"values\",key1=\"user_b\"} 1",
+            "ratelimit_service_rate_limit_total_hits{domain=\"values\",key1=\"user_c\"} 1",
+            "ratelimit_service_rate_limit_total_hits{overflow=\"true\"} 3",
+        ],
+        "{body}"
     );
 }
