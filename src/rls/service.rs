@@ -58,7 +58,7 @@ struct Inner {
     on_error: OnStoreError,
     modes: Modes,
     headers: Option<ResponseHeaders>,
-    series: Series,
+    stats: stats::Statistics,
     /// Requests answered OK although a limit was over (a shadow-mode limit, or `SHADOW_MODE`).
     shadow_denials: AtomicU64,
 }
@@ -77,6 +77,7 @@ impl RateLimitService {
             modes: Modes::default(),
             headers: None,
             max_series: DEFAULT_MAX_SERIES,
+            near_limit_ratio: stats::DEFAULT_NEAR_LIMIT_RATIO,
         }
     }
 
@@ -121,12 +122,7 @@ impl RateLimitService {
             }
         };
         let answer = respond(&plan, &outcome, inner.modes, inner.headers.as_ref());
-        let statuses = answer.response.statuses.iter().zip(&answer.over);
-        for (item, (status, &over)) in plan.items.iter().zip(statuses) {
-            if let Item::Limited(l) = item {
-                stats::record(&inner.series, l, status, over);
-            }
-        }
+        inner.stats.record(&plan, &answer);
         if answer.shadowed {
             stats::global_shadow_mode();
         }
@@ -209,6 +205,7 @@ pub struct RateLimitServiceBuilder {
     modes: Modes,
     headers: Option<ResponseHeaders>,
     max_series: usize,
+    near_limit_ratio: f32,
 }
 
 impl RateLimitServiceBuilder {
@@ -311,6 +308,13 @@ impl RateLimitServiceBuilder {
         self.max_series = max;
         self
     }
+
+    /// The share of a limit past which hits also count as near it (the reference's
+    /// `NEAR_LIMIT_RATIO`; default 0.8): only the hits past `floor(limit × ratio)` count.
+    pub fn near_limit_ratio(mut self, ratio: f32) -> Self {
+        self.near_limit_ratio = ratio;
+        self
+    }
 }
 
 impl RateLimitServiceBuilder {
@@ -319,6 +323,11 @@ impl RateLimitServiceBuilder {
     pub fn build(self) -> Result<RateLimitService, ConfigError> {
         if self.failure.timeout.is_zero() {
             return Err(ConfigError::new("store_timeout must be longer than zero"));
+        }
+        if self.near_limit_ratio.is_nan() || self.near_limit_ratio < 0.0 {
+            return Err(ConfigError::new(
+                "near_limit_ratio must be a number from 0 up",
+            ));
         }
         let config =
             match self.config {
@@ -342,7 +351,10 @@ impl RateLimitServiceBuilder {
                 on_error: self.failure.on_error,
                 modes: self.modes,
                 headers: self.headers,
-                series: Series::new(self.max_series),
+                stats: stats::Statistics {
+                    series: Series::new(self.max_series),
+                    near_limit_ratio: self.near_limit_ratio,
+                },
                 shadow_denials: AtomicU64::new(0),
             }),
         })

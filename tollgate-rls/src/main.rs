@@ -105,7 +105,8 @@ async fn run(settings: Settings) -> ExitCode {
         .on_store_error(settings.on_store_error)
         .shadow_mode(settings.shadow_mode)
         .quota_mode(settings.quota_mode)
-        .stats_max_series(settings.stats_max_series);
+        .stats_max_series(settings.stats_max_series)
+        .near_limit_ratio(settings.near_limit_ratio);
     if let Some(redis) = store {
         builder = builder.store(redis);
     }

@@ -32,6 +32,8 @@ pub(crate) struct Settings {
     pub(crate) on_store_error: OnStoreError,
     /// `STATS_MAX_SERIES` (ours): how many statistics series request values may make.
     pub(crate) stats_max_series: usize,
+    /// `NEAR_LIMIT_RATIO`: hits past this share of a limit count as near it.
+    pub(crate) near_limit_ratio: f32,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -129,10 +131,6 @@ const IGNORED: &[(&str, &str)] = &[
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
         "each key expires when its algorithm no longer needs it",
-    ),
-    (
-        "NEAR_LIMIT_RATIO",
-        "near_limit counts above 0.8 of the limit",
     ),
     (
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
@@ -306,6 +304,12 @@ impl Settings {
                 format!("STATS_MAX_SERIES={v:?}: expected a number of series such as 1000")
             })?,
         };
+        let near_limit_ratio = match var("NEAR_LIMIT_RATIO") {
+            None => 0.8,
+            Some(v) => v.parse::<f32>().ok().filter(|r| *r >= 0.0).ok_or_else(|| {
+                format!("NEAR_LIMIT_RATIO={v:?}: expected a share of the limit such as 0.8")
+            })?,
+        };
         let log_json = match get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
             "text" => false,
             "json" => true,
@@ -331,6 +335,7 @@ impl Settings {
             store_timeout,
             on_store_error,
             stats_max_series,
+            near_limit_ratio,
             ignored,
         })
     }
@@ -441,6 +446,17 @@ mod tests {
             .unwrap_err()
             .starts_with("STATS_MAX_SERIES="));
         assert_eq!(settings(&[]).unwrap().stats_max_series, 1_000);
+        assert!(settings(&[("NEAR_LIMIT_RATIO", "most")])
+            .unwrap_err()
+            .starts_with("NEAR_LIMIT_RATIO="));
+        assert!(settings(&[("NEAR_LIMIT_RATIO", "-1")]).is_err());
+        assert_eq!(settings(&[]).unwrap().near_limit_ratio, 0.8);
+        assert_eq!(
+            settings(&[("NEAR_LIMIT_RATIO", "0.5")])
+                .unwrap()
+                .near_limit_ratio,
+            0.5
+        );
         assert_eq!(
             settings(&[("STATS_MAX_SERIES", "20")])
                 .unwrap()

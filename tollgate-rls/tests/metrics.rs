@@ -226,3 +226,38 @@ async fn stats_max_series_sets_the_bound() {
         "{body}"
     );
 }
+
+/// `NEAR_LIMIT_RATIO` (the reference's `settings.go`) and its way of counting
+/// (`base_limiter.go`, `checkNearLimitThreshold`): of 7 hits on a limit of 10 with a ratio of
+/// 0.5, the 2 past 5 are near the limit; of 6 more, refused, the 3 past 10 are over and the 3
+/// between 7 and 10 near.
+#[tokio::test]
+async fn near_limit_ratio_sets_where_near_starts() {
+    let runtime = Runtime::new("near-ratio");
+    runtime.write(
+        "near.yaml",
+        "domain: near\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: 10 }\n",
+    );
+    let rls = Rls::start(
+        &runtime,
+        &[("LOG_LEVEL", "warn"), ("NEAR_LIMIT_RATIO", "0.5")],
+    );
+    let mut client = rls.client().await;
+    for hits in [7, 6] {
+        let mut r = request("near", &[&[("k", "v")]]);
+        r.hits_addend = hits;
+        ask(&mut client, r).await;
+    }
+    let url = format!("http://{}/metrics", rls.http);
+    let body = http().get(url).send().await.unwrap().text().await.unwrap();
+    let count = |name: &str| {
+        let prefix = format!("ratelimit_service_rate_limit_{name}{{domain=\"near\",key1=\"k\"}} ");
+        (body.lines())
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|v| v.parse::<u64>().unwrap())
+    };
+    assert_eq!(count("total_hits"), Some(13), "{body}");
+    assert_eq!(count("within_limit"), Some(7));
+    assert_eq!(count("near_limit"), Some(5));
+    assert_eq!(count("over_limit"), Some(3));
+}
