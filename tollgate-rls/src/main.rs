@@ -4,7 +4,8 @@
 //!
 //! This crate only wires: the environment (`settings.rs`), the store it names (`store.rs`),
 //! the configuration directory, gRPC on `GRPC_HOST:GRPC_PORT`, HTTP on `HOST:PORT` and
-//! `DEBUG_HOST:DEBUG_PORT` (`http.rs`), logging and metrics.
+//! `DEBUG_HOST:DEBUG_PORT` (`http.rs`), logging and metrics (also on `PROMETHEUS_ADDR` with
+//! `USE_PROMETHEUS`).
 //!
 //! Once listening it prints one line to stdout:
 //! `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR store=…`. A bad setting exits
@@ -120,25 +121,20 @@ async fn run(settings: Settings) -> ExitCode {
 
     // Before the `listening` line: a SIGTERM right after it must find the handler in place.
     let signal = stop_signal();
-    let bind = |host: &str, port: u16| {
-        let address = format!("{host}:{port}");
-        async move {
-            let address: SocketAddr = address
-                .parse()
-                .map_err(|_| format!("{address:?} is not an address to listen on"))?;
-            TcpListener::bind(address)
-                .await
-                .map_err(|e| format!("cannot listen on {address}: {e}"))
-        }
-    };
+    let bind = |host: &str, port: u16| listen_owned(format!("{host}:{port}"));
+    let listen = |address: &str| listen_owned(address.to_owned());
     let listeners = async {
         Ok::<_, String>((
             bind(&settings.grpc_host, settings.grpc_port).await?,
             bind(&settings.host, settings.port).await?,
             bind(&settings.debug_host, settings.debug_port).await?,
+            match &settings.prometheus {
+                None => None,
+                Some((address, path)) => Some((listen(address).await?, path.clone())),
+            },
         ))
     };
-    let (grpc, main, debug) = match listeners.await {
+    let (grpc, main, debug, prometheus) = match listeners.await {
         Ok(listeners) => listeners,
         Err(e) => return fail(1, &e),
     };
@@ -177,6 +173,11 @@ async fn run(settings: Settings) -> ExitCode {
         .add_service(health_service)
         .add_service(service.clone().into_server())
         .serve_with_incoming_shutdown(TcpIncoming::from(grpc), stopped());
+    let prometheus_server = prometheus.map(|(listener, path)| {
+        tracing::info!("metrics also on {}{path}", address(&listener));
+        let app = http::prometheus_router(metrics.clone(), path);
+        axum::serve(listener, app).with_graceful_shutdown(stopped())
+    });
     let main_app = http::main_router(service.clone(), Arc::clone(&health), metrics);
     let main_server = axum::serve(main, main_app).with_graceful_shutdown(stopped());
     let debug_server =
@@ -196,12 +197,19 @@ async fn run(settings: Settings) -> ExitCode {
     };
     tokio::spawn(signals);
     let servers = async {
-        let (g, m, d) = tokio::join!(
+        let prometheus = async {
+            match prometheus_server {
+                Some(server) => report("Prometheus HTTP", server.into_future()).await,
+                None => true,
+            }
+        };
+        let (g, m, d, p) = tokio::join!(
             report("gRPC", grpc_server),
             report("HTTP", main_server.into_future()),
             report("debug HTTP", debug_server.into_future()),
+            prometheus,
         );
-        g && m && d
+        g && m && d && p
     };
     // Once stopping, requests in flight get a grace period; connections that clients keep
     // open (Envoy keeps its connection) do not hold the exit.
@@ -217,6 +225,16 @@ async fn run(settings: Settings) -> ExitCode {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
     }
+}
+
+/// Listens on `address` (`host:port`).
+async fn listen_owned(address: String) -> Result<TcpListener, String> {
+    let address: SocketAddr = address
+        .parse()
+        .map_err(|_| format!("{address:?} is not an address to listen on"))?;
+    TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("cannot listen on {address}: {e}"))
 }
 
 /// How often the recorder folds the samples its histograms gathered into their summaries.

@@ -34,6 +34,9 @@ pub(crate) struct Settings {
     pub(crate) stats_max_series: usize,
     /// `NEAR_LIMIT_RATIO`: hits past this share of a limit count as near it.
     pub(crate) near_limit_ratio: f32,
+    /// With `USE_PROMETHEUS`: `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and
+    /// `PROMETHEUS_PATH`, where the metrics are served too.
+    pub(crate) prometheus: Option<(String, String)>,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -89,24 +92,12 @@ const IGNORED: &[(&str, &str)] = &[
         "statistics are served as Prometheus text on /metrics",
     ),
     (
-        "USE_PROMETHEUS",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
-        "PROMETHEUS_ADDR",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
-        "PROMETHEUS_PATH",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
         "PROMETHEUS_MAPPER_YAML",
-        "metrics are always served on HOST:PORT/metrics",
+        "metrics are named as the reference's default mapping names them",
     ),
     (
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-        "metrics are always served on HOST:PORT/metrics",
+        "metrics are named as the reference's default mapping names them",
     ),
     (
         "BACKEND_TYPE",
@@ -310,6 +301,23 @@ impl Settings {
                 format!("NEAR_LIMIT_RATIO={v:?}: expected a share of the limit such as 0.8")
             })?,
         };
+        let prometheus = match flag("USE_PROMETHEUS", false)? {
+            false => None,
+            true => {
+                let addr = get("PROMETHEUS_ADDR", ":9090");
+                let addr = match addr.starts_with(':') {
+                    true => format!("0.0.0.0{addr}"),
+                    false => addr,
+                };
+                let path = get("PROMETHEUS_PATH", "/metrics");
+                if !path.starts_with('/') {
+                    return Err(format!(
+                        "PROMETHEUS_PATH={path:?}: expected a path such as /metrics"
+                    ));
+                }
+                Some((addr, path))
+            }
+        };
         let log_json = match get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
             "text" => false,
             "json" => true,
@@ -336,6 +344,7 @@ impl Settings {
             on_store_error,
             stats_max_series,
             near_limit_ratio,
+            prometheus,
             ignored,
         })
     }
@@ -450,6 +459,17 @@ mod tests {
             .unwrap_err()
             .starts_with("NEAR_LIMIT_RATIO="));
         assert!(settings(&[("NEAR_LIMIT_RATIO", "-1")]).is_err());
+        assert!(
+            settings(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_PATH", "metrics")])
+                .unwrap_err()
+                .starts_with("PROMETHEUS_PATH=")
+        );
+        let on = settings(&[("USE_PROMETHEUS", "true")]).unwrap().prometheus;
+        assert_eq!(on, Some(("0.0.0.0:9090".into(), "/metrics".into())));
+        assert_eq!(
+            settings(&[("PROMETHEUS_ADDR", ":1")]).unwrap().prometheus,
+            None
+        );
         assert_eq!(settings(&[]).unwrap().near_limit_ratio, 0.8);
         assert_eq!(
             settings(&[("NEAR_LIMIT_RATIO", "0.5")])

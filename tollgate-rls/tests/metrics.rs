@@ -261,3 +261,41 @@ async fn near_limit_ratio_sets_where_near_starts() {
     assert_eq!(count("near_limit"), Some(5));
     assert_eq!(count("over_limit"), Some(3));
 }
+
+/// The reference's `USE_PROMETHEUS`, `PROMETHEUS_ADDR` and `PROMETHEUS_PATH` (`settings.go`;
+/// `runner.go` serves its Prometheus sink there): the same metrics, scraped where it put them,
+/// and still on `HOST:PORT/metrics`.
+#[tokio::test]
+async fn use_prometheus_serves_the_metrics_on_prometheus_addr() {
+    let runtime = Runtime::new("prometheus-addr");
+    runtime.write("values.yaml", VALUES);
+    let port = support::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", address.as_str()),
+            ("PROMETHEUS_PATH", "/stats"),
+        ],
+    );
+    let mut client = rls.client().await;
+    ask(
+        &mut client,
+        request("values", &[&[("remote_address", "a")]]),
+    )
+    .await;
+    let series =
+        "ratelimit_service_rate_limit_total_hits{domain=\"values\",key1=\"remote_address\"} 1";
+    let get = |url: String| async move {
+        let response = http().get(url).send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    };
+    let (status, body) = get(format!("http://{address}/stats")).await;
+    assert_eq!(status, 200);
+    assert!(body.contains(series), "{body}");
+    assert_eq!(get(format!("http://{address}/metrics")).await.0, 404);
+    let (status, body) = get(format!("http://{}/metrics", rls.http)).await;
+    assert_eq!(status, 200);
+    assert!(body.contains(series), "{body}");
+}

@@ -17,7 +17,9 @@ use tonic::transport::Channel;
 
 #[path = "../../../tests/support/mod.rs"]
 mod shared;
-pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
+pub use shared::{
+    client as http, command_calls, free_port, redis_cli, redis_connection, RedisServer,
+};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 
