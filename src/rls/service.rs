@@ -91,9 +91,11 @@ impl RateLimitService {
     /// [`OnStoreError`] policy).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
+            stats::service_error();
             return Err(Status::unknown("rate limit domain must not be empty"));
         }
         if request.descriptors.is_empty() {
+            stats::service_error();
             return Err(Status::unknown(
                 "rate limit descriptor list must not be empty",
             ));
@@ -170,7 +172,10 @@ impl RateLimitServiceTrait for RateLimitService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.get_ref()).await.map(Response::new)
+        let timer = stats::CallTimer::start();
+        let answer = self.decide(request.get_ref()).await;
+        timer.finish();
+        answer.map(Response::new)
     }
 }
 

@@ -29,6 +29,7 @@ pub(crate) const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
 
 /// How a service counts its answers: the bounded series of request values and the near-limit
 /// ratio.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) struct Statistics {
     pub(crate) series: Series,
@@ -113,6 +114,7 @@ impl Handles {
 /// The hits of one request on one limit, split as the reference's `base_limiter.go` splits
 /// them (`GetResponseDescriptorStatus`, `checkOverLimitThreshold`,
 /// `checkNearLimitThreshold`): only the part past a threshold counts as near or over.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Split {
     pub(crate) within: u64,
@@ -120,6 +122,7 @@ pub(crate) struct Split {
     pub(crate) over: u64,
 }
 
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 impl Split {
     /// `hits` on a limit of `limit` of which `used_before` were in use (`None`: not known,
     /// as when the store failed), `over` whether they were refused, with near-limit hits
@@ -250,10 +253,73 @@ pub(crate) fn config_load(ok: bool) {
     let _ = ok;
 }
 
-/// Counts a request answered without the store because it failed.
+/// Counts a request answered without the store because it failed: the reference's
+/// `ratelimit.service.call.should_rate_limit.redis_error`, mapped to
+/// `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`.
 pub(crate) fn store_error() {
     #[cfg(feature = "metrics")]
-    metrics::counter!("ratelimit_service_call_should_rate_limit_redis_error").increment(1);
+    metrics::counter!("ratelimit_service_should_rate_limit_error", "err_type" => "redis_error")
+        .increment(1);
+}
+
+/// Counts a request refused as malformed (no domain, no descriptor): the reference's
+/// `service_error`, as `ratelimit_service_should_rate_limit_error{err_type="service_error"}`.
+pub(crate) fn service_error() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("ratelimit_service_should_rate_limit_error", "err_type" => "service_error")
+        .increment(1);
+}
+
+/// Where the per-call metrics are registered from, for the recorder.
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+#[cfg(feature = "metrics")]
+static SHOULD_RATE_LIMIT: [metrics::Label; 1] = [metrics::Label::from_static_parts(
+    "grpc_method",
+    "ShouldRateLimit",
+)];
+
+/// The reference's gRPC server metrics (`src/metrics/metrics.go`, mapped by
+/// `default_mapper.yaml`): `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`
+/// counted as a call starts, and `ratelimit_service_response_time_seconds{grpc_method=…}`
+/// recorded by [`CallTimer::finish`]. Made without a list of labels per call.
+#[derive(Debug)]
+pub(crate) struct CallTimer {
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
+}
+
+impl CallTimer {
+    /// Counts a `ShouldRateLimit` call and starts timing it.
+    pub(crate) fn start() -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            static TOTAL: metrics::Key = metrics::Key::from_static_parts(
+                "ratelimit_service_total_requests",
+                &SHOULD_RATE_LIMIT,
+            );
+            metrics::with_recorder(|r| r.register_counter(&TOTAL, &METADATA)).increment(1);
+        }
+        Self {
+            #[cfg(feature = "metrics")]
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Records how long the call took.
+    pub(crate) fn finish(self) {
+        #[cfg(feature = "metrics")]
+        {
+            static TIME: metrics::Key = metrics::Key::from_static_parts(
+                "ratelimit_service_response_time_seconds",
+                &SHOULD_RATE_LIMIT,
+            );
+            metrics::with_recorder(|r| r.register_histogram(&TIME, &METADATA))
+                .record(self.started.elapsed().as_secs_f64());
+        }
+    }
 }
 
 /// Counts a request that was over a limit and answered OK by the global shadow mode.

@@ -1,102 +1,16 @@
-//! The built `tollgate-rls`'s statistics under load nobody reads: its memory stays flat while
-//! `/metrics` is never scraped, and request values chosen by clients (detailed_metric values,
-//! unknown domains) cannot make `/metrics` grow without bound.
+//! The built `tollgate-rls`'s statistics: request values chosen by clients (detailed_metric
+//! values, unknown domains) cannot make `/metrics` grow without bound, the reference's
+//! settings and names for them, and its way of counting near and over hits.
 
 mod support;
 
-use std::time::{Duration, Instant};
-
-use support::{ask, descriptor, http, request, RedisServer, Rls, Runtime};
+use support::{ask, descriptor, http, request, Rls, Runtime};
 use tollgate::rls::proto::rate_limit_response::Code;
 use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::RateLimitRequest;
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;
-
-/// The resident memory of a process, in bytes (`VmRSS` of `/proc/PID/status`).
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
-/// Sends requests from `in_flight` tasks over `client` until `until`; how many were answered.
-async fn load(client: &RateLimitServiceClient<Channel>, in_flight: usize, until: Instant) -> u64 {
-    let mut tasks = Vec::new();
-    for task in 0..in_flight {
-        let mut client = client.clone();
-        tasks.push(tokio::spawn(async move {
-            let key = format!("k{}", task % 8);
-            let mut answered = 0u64;
-            while Instant::now() < until {
-                let r = ask(&mut client, request("load", &[&[("key", &key)]])).await;
-                assert_eq!(r.overall_code, OK);
-                answered += 1;
-            }
-            answered
-        }));
-    }
-    let mut total = 0;
-    for task in tasks {
-        total += task.await.unwrap();
-    }
-    total
-}
-
-const LOAD: &str = "\
-domain: load
-descriptors:
-  - key: key
-    rate_limit: { unit: hour, requests_per_unit: 1000000000 }
-";
-
-/// Memory the server may gain over the measured 20 s whatever its speed: buffers and the
-/// allocator settling.
-const SETTLING: u64 = 256 * 1024;
-
-/// Memory it may gain per decision. Unscraped histogram samples cost about 17 bytes each here
-/// (one per decision, in `tollgate_store_duration_seconds`) until something folds them in.
-const PER_DECISION: u64 = 4;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_stays_flat_under_redis_load_with_no_scrape() {
-    let redis = RedisServer::start();
-    let runtime = Runtime::new("unscraped");
-    runtime.write("load.yaml", LOAD);
-    let url = format!("127.0.0.1:{}", redis.port);
-    let rls = Rls::start(
-        &runtime,
-        &[
-            ("REDIS_URL", url.as_str()),
-            ("REDIS_SOCKET_TYPE", "tcp"),
-            ("STORE_TIMEOUT", "5s"),
-            ("LOG_LEVEL", "warn"),
-        ],
-    );
-    let client = rls.client().await;
-    // Warm-up: connections, buffers and the allocator's arenas reach their working size.
-    let warm = load(&client, 32, Instant::now() + Duration::from_secs(6)).await;
-    let before = rss(rls.pid());
-    let decided = load(&client, 32, Instant::now() + Duration::from_secs(20)).await;
-    let after = rss(rls.pid());
-    let grown = after.saturating_sub(before);
-    eprintln!(
-        "warm-up {warm}, then {decided} decisions in 20 s; RSS {before} -> {after} (+{grown} bytes)"
-    );
-    assert!(decided > 10_000, "only {decided} decisions in 20 s");
-    // The target at full speed (a release build does several times more decisions in 20 s
-    // than a test build on a shared machine), and the same bound per decision.
-    assert!(
-        grown <= 2 * 1024 * 1024 && grown <= SETTLING + PER_DECISION * decided,
-        "RSS grew by {grown} bytes over {decided} decisions with no scrape"
-    );
-}
 
 const VALUES: &str = "\
 domain: values
@@ -298,4 +212,63 @@ async fn use_prometheus_serves_the_metrics_on_prometheus_addr() {
     let (status, body) = get(format!("http://{}/metrics", rls.http)).await;
     assert_eq!(status, 200);
     assert!(body.contains(series), "{body}");
+}
+
+/// The reference's call statistics, as its mapping names them (`default_mapper.yaml`):
+/// `total_requests` and `response_time` per gRPC method (`src/metrics/metrics.go`), and
+/// `should_rate_limit_error` by `err_type` (`src/service/ratelimit.go`, lines 424-433:
+/// `redis_error` when the store fails, `service_error` for a malformed request).
+#[tokio::test]
+async fn calls_and_errors_are_counted_as_the_reference_names_them() {
+    let runtime = Runtime::new("call-stats");
+    runtime.write("values.yaml", VALUES);
+    // A Redis that is not there: every decision fails (and is answered OK).
+    let url = format!("127.0.0.1:{}", support::free_port());
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("STORE_TIMEOUT", "100ms"),
+            ("LOG_LEVEL", "error"),
+        ],
+    );
+    let mut client = rls.client().await;
+    let answer = ask(
+        &mut client,
+        request("values", &[&[("remote_address", "a")]]),
+    )
+    .await;
+    assert_eq!(answer.overall_code, OK);
+    let malformed = client
+        .should_rate_limit(request("", &[&[("user", "a")]]))
+        .await;
+    assert!(malformed.is_err());
+    let url = format!("http://{}/metrics", rls.http);
+    let body = http().get(url).send().await.unwrap().text().await.unwrap();
+    let value = |series: &str| {
+        let prefix = format!("{series} ");
+        (body.lines())
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|v| v.parse::<f64>().unwrap())
+    };
+    let method = "{grpc_method=\"ShouldRateLimit\"}";
+    assert_eq!(
+        value(&format!("ratelimit_service_total_requests{method}")),
+        Some(2.0),
+        "{body}"
+    );
+    assert_eq!(
+        value(&format!(
+            "ratelimit_service_response_time_seconds_count{method}"
+        )),
+        Some(2.0)
+    );
+    let error = |kind: &str| {
+        value(&format!(
+            "ratelimit_service_should_rate_limit_error{{err_type=\"{kind}\"}}"
+        ))
+    };
+    assert_eq!(error("redis_error"), Some(1.0));
+    assert_eq!(error("service_error"), Some(1.0));
 }
