@@ -9,7 +9,8 @@
 //! asks too much, `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
 //! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `/json`;
-//! `metadata.rs` the dynamic metadata); `stats.rs` counts it.
+//! `metadata.rs` the dynamic metadata); `stats.rs` counts it (`stat_name.rs` names its
+//! series, `series.rs` bounds those that request values make).
 //!
 //! # Limits
 //!
@@ -35,8 +36,11 @@ mod matching;
 mod metadata;
 mod plan;
 mod response;
+mod series;
 mod service;
 mod source;
+#[cfg(feature = "metrics")]
+mod stat_name;
 mod stats;
 mod yaml;
 

@@ -78,6 +78,9 @@ pub(crate) struct Answer {
     pub(crate) response: RateLimitResponse,
     /// Per descriptor: whether it was over its limit (shadow-mode ones included).
     pub(crate) over: Vec<bool>,
+    /// Per descriptor: the units of its limit in use before this request, when the store
+    /// said (the statistics count near and over hits from it, as the reference does).
+    pub(crate) used_before: Vec<Option<u64>>,
     /// Whether the request was over a limit and answered OK by the global shadow mode.
     pub(crate) shadowed: bool,
 }
@@ -107,13 +110,22 @@ pub(crate) fn respond(
             (Item::Limited(l), Some(d)) => l.blocking() && l.cost > 0 && !d.allowed,
             _ => false,
         });
-    let (statuses, over): (Vec<DescriptorStatus>, Vec<bool>) = (plan.items.iter().zip(&decided))
-        .map(|(item, d)| match item {
+    let mut statuses = Vec::with_capacity(plan.items.len());
+    let mut over = Vec::with_capacity(plan.items.len());
+    let mut used_before = Vec::with_capacity(plan.items.len());
+    for (item, d) in plan.items.iter().zip(&decided) {
+        let (s, o) = match item {
             Item::NoLimit => (status(Code::Ok, None, 0, None), false),
             Item::Unlimited => (status(Code::Ok, None, u32::MAX, None), false),
             Item::Limited(l) => limited(l, *d, outcome, refused),
-        })
-        .unzip();
+        };
+        used_before.push(match (item, d) {
+            (Item::Limited(l), Some(d)) => Some(used(l, d, refused)),
+            _ => None,
+        });
+        statuses.push(s);
+        over.push(o);
+    }
     let overall = overall(plan, &statuses);
     let shadowed = overall == Code::OverLimit && modes.shadow;
     let mut response = RateLimitResponse {
@@ -132,8 +144,21 @@ pub(crate) fn respond(
     Answer {
         response,
         over,
+        used_before,
         shadowed,
     }
+}
+
+/// The units of `l`'s limit in use before this request, from its decision: what the limit
+/// allows less what was left before the request took its cost (if it did).
+fn used(l: &Limited<'_>, d: &Decision, refused: bool) -> u64 {
+    let limit = u64::from(l.limit.requests_per_unit);
+    let took = d.allowed && !refused;
+    let left_before = match took {
+        true => d.remaining.saturating_add(u64::from(l.cost)),
+        false => d.remaining,
+    };
+    limit.saturating_sub(left_before)
 }
 
 /// A limited descriptor's status, and whether it was over its limit (even in shadow mode).

@@ -18,6 +18,7 @@ use super::limits;
 use super::metadata;
 use super::plan::{Item, Modes, Plan};
 use super::response::{respond, Outcome, ResponseHeaders};
+use super::series::{Series, DEFAULT_MAX_SERIES};
 use super::source::{ConfigDir, ConfigSource};
 use super::stats;
 use crate::error::ConfigError;
@@ -59,6 +60,7 @@ struct Inner {
     on_error: OnStoreError,
     modes: Modes,
     headers: Option<ResponseHeaders>,
+    stats: stats::Statistics,
     /// Requests answered OK although a limit was over (a shadow-mode limit, or `SHADOW_MODE`).
     shadow_denials: AtomicU64,
 }
@@ -76,6 +78,8 @@ impl RateLimitService {
             failure: StoreFailure::default(),
             modes: Modes::default(),
             headers: None,
+            max_series: DEFAULT_MAX_SERIES,
+            near_limit_ratio: stats::DEFAULT_NEAR_LIMIT_RATIO,
         }
     }
 
@@ -93,9 +97,11 @@ impl RateLimitService {
     /// error (a failing store is answered by the [`OnStoreError`] policy).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
+            stats::service_error();
             return Err(Status::unknown("rate limit domain must not be empty"));
         }
         if request.descriptors.is_empty() {
+            stats::service_error();
             return Err(Status::unknown(
                 "rate limit descriptor list must not be empty",
             ));
@@ -104,7 +110,7 @@ impl RateLimitService {
         let inner = &self.inner;
         let config = inner.config.current();
         if !config.has_domain(&request.domain) {
-            stats::domain_not_found(&request.domain);
+            stats::domain_not_found();
         }
         let plan = Plan::new(&config, request, inner.modes);
         let asks = plan.asks();
@@ -129,12 +135,7 @@ impl RateLimitService {
             let statuses = &answer.response.statuses;
             answer.response.dynamic_metadata = Some(metadata::of_answer(request, &plan, statuses));
         }
-        let statuses = answer.response.statuses.iter().zip(&answer.over);
-        for (item, (status, &over)) in plan.items.iter().zip(statuses) {
-            if let Item::Limited(l) = item {
-                stats::record(l, status, over);
-            }
-        }
+        inner.stats.record(&plan, &answer);
         if answer.shadowed {
             stats::global_shadow_mode();
         }
@@ -182,7 +183,10 @@ impl RateLimitServiceTrait for RateLimitService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.get_ref()).await.map(Response::new)
+        let timer = stats::CallTimer::start();
+        let answer = self.decide(request.get_ref()).await;
+        timer.finish();
+        answer.map(Response::new)
     }
 }
 
@@ -216,6 +220,8 @@ pub struct RateLimitServiceBuilder {
     failure: StoreFailure,
     modes: Modes,
     headers: Option<ResponseHeaders>,
+    max_series: usize,
+    near_limit_ratio: f32,
 }
 
 impl RateLimitServiceBuilder {
@@ -318,6 +324,22 @@ impl RateLimitServiceBuilder {
         self.headers = Some(headers);
         self
     }
+
+    /// How many statistics series request values may make (default 1,000): a
+    /// `detailed_metric` or `value_to_metric` limit and Envoy's own limits count under a
+    /// series per value, and clients choose the values. Past this many, their hits are
+    /// counted in one series labelled `overflow="true"`.
+    pub fn stats_max_series(mut self, max: usize) -> Self {
+        self.max_series = max;
+        self
+    }
+
+    /// The share of a limit past which hits also count as near it (the reference's
+    /// `NEAR_LIMIT_RATIO`; default 0.8): only the hits past `floor(limit × ratio)` count.
+    pub fn near_limit_ratio(mut self, ratio: f32) -> Self {
+        self.near_limit_ratio = ratio;
+        self
+    }
 }
 
 impl RateLimitServiceBuilder {
@@ -326,6 +348,11 @@ impl RateLimitServiceBuilder {
     pub fn build(self) -> Result<RateLimitService, ConfigError> {
         if self.failure.timeout.is_zero() {
             return Err(ConfigError::new("store_timeout must be longer than zero"));
+        }
+        if self.near_limit_ratio.is_nan() || self.near_limit_ratio < 0.0 {
+            return Err(ConfigError::new(
+                "near_limit_ratio must be a number from 0 up",
+            ));
         }
         let config =
             match self.config {
@@ -349,6 +376,10 @@ impl RateLimitServiceBuilder {
                 on_error: self.failure.on_error,
                 modes: self.modes,
                 headers: self.headers,
+                stats: stats::Statistics {
+                    series: Series::new(self.max_series),
+                    near_limit_ratio: self.near_limit_ratio,
+                },
                 shadow_denials: AtomicU64::new(0),
             }),
         })

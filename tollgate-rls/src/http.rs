@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
@@ -65,9 +65,28 @@ async fn json(State(app): State<App>, body: Bytes) -> Response {
 }
 
 async fn render_metrics(State(app): State<App>) -> Response {
+    metrics_text(&app.metrics)
+}
+
+/// `PROMETHEUS_ADDR`: the metrics at `path` (compared as it is, so that no path can be a
+/// route pattern), nothing else.
+pub(crate) fn prometheus_router(metrics: PrometheusHandle, path: String) -> Router {
+    let path: Arc<str> = path.into();
+    Router::new().fallback(move |method: Method, uri: Uri| {
+        let (metrics, path) = (metrics.clone(), Arc::clone(&path));
+        async move {
+            match method == Method::GET && uri.path() == &*path {
+                true => metrics_text(&metrics),
+                false => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    })
+}
+
+fn metrics_text(metrics: &PrometheusHandle) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
+        metrics.render(),
     )
         .into_response()
 }

@@ -5,7 +5,7 @@
 //! This crate only wires: the environment (`settings.rs`), the store it names (`store.rs`),
 //! the configuration directory, gRPC on `GRPC_HOST:GRPC_PORT` or `GRPC_UDS`, HTTP on
 //! `HOST:PORT` and `DEBUG_HOST:DEBUG_PORT` (`http.rs`; the listeners in `listen.rs`), health
-//! (`health.rs`), logging and metrics.
+//! (`health.rs`), logging and metrics (also on `PROMETHEUS_ADDR` with `USE_PROMETHEUS`).
 //!
 //! Once listening it prints one line to stdout:
 //! `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR store=…`. A bad setting exits
@@ -25,7 +25,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tollgate::rls::{RateLimitService, ResponseHeaders};
@@ -96,6 +96,7 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(handle) => handle,
         Err(e) => return fail(1, &format!("cannot set up metrics: {e}")),
     };
+    tokio::spawn(upkeep(metrics.clone()));
     let (store, described) = match store::from_settings(settings.redis.as_ref()) {
         Ok(store) => store,
         Err(e) => return fail(2, &e),
@@ -108,7 +109,9 @@ async fn run(settings: Settings) -> ExitCode {
         .on_store_error(settings.on_store_error)
         .shadow_mode(settings.shadow_mode)
         .quota_mode(settings.quota_mode)
-        .response_dynamic_metadata(settings.dynamic_metadata);
+        .response_dynamic_metadata(settings.dynamic_metadata)
+        .stats_max_series(settings.stats_max_series)
+        .near_limit_ratio(settings.near_limit_ratio);
     let probe = store.clone();
     if let Some(redis) = store {
         builder = builder.store(redis);
@@ -123,7 +126,7 @@ async fn run(settings: Settings) -> ExitCode {
 
     // Before the `listening` line: a SIGTERM right after it must find the handler in place.
     let signal = stop_signal();
-    let (grpc, main, debug) = match listen_all(&settings).await {
+    let (grpc, main, debug, prometheus) = match listen_all(&settings).await {
         Ok(listeners) => listeners,
         Err(e) => return fail(1, &e),
     };
@@ -189,6 +192,11 @@ async fn run(settings: Settings) -> ExitCode {
             }
         }
     };
+    let prometheus_server = prometheus.map(|(listener, path)| {
+        tracing::info!("metrics also on {}{path}", address(&listener));
+        let app = http::prometheus_router(metrics.clone(), path);
+        listen::serve_http(listener, app, stopped())
+    });
     let main_app = http::main_router(service.clone(), Arc::clone(&health), metrics);
     let main_server = listen::serve_http(main, main_app, stopped());
     let debug_server = listen::serve_http(debug, http::debug_router(service), stopped());
@@ -201,12 +209,19 @@ async fn run(settings: Settings) -> ExitCode {
     };
     tokio::spawn(signals);
     let servers = async {
-        let (g, m, d) = tokio::join!(
+        let prometheus = async {
+            match prometheus_server {
+                Some(server) => report("Prometheus HTTP", server).await,
+                None => true,
+            }
+        };
+        let (g, m, d, p) = tokio::join!(
             report("gRPC", grpc_server),
             report("HTTP", main_server),
             report("debug HTTP", debug_server),
+            prometheus,
         );
-        g && m && d
+        g && m && d && p
     };
     // Once stopping, requests in flight get a grace period; connections that clients keep
     // open (Envoy keeps its connection) do not hold the exit.
@@ -241,10 +256,19 @@ impl GrpcListener {
     }
 }
 
-/// The three listeners the settings name.
+/// The listeners the settings name: gRPC, HTTP, debug, and with `USE_PROMETHEUS` the metrics'
+/// own (with its path).
 async fn listen_all(
     settings: &Settings,
-) -> Result<(GrpcListener, TcpListener, TcpListener), String> {
+) -> Result<
+    (
+        GrpcListener,
+        TcpListener,
+        TcpListener,
+        Option<(TcpListener, String)>,
+    ),
+    String,
+> {
     let grpc = match &settings.grpc_uds {
         Some(path) => GrpcListener::Unix(listen::bind_unix(path)?, path.display().to_string()),
         None => GrpcListener::Tcp(
@@ -253,7 +277,31 @@ async fn listen_all(
     };
     let main = listen::bind("HOST", &settings.host, settings.port).await?;
     let debug = listen::bind("DEBUG_HOST", &settings.debug_host, settings.debug_port).await?;
-    Ok((grpc, main, debug))
+    let prometheus = match &settings.prometheus {
+        None => None,
+        Some((address, path)) => {
+            let bad = || format!("PROMETHEUS_ADDR={address:?}: expected host:port");
+            let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+            let port = port.parse::<u16>().map_err(|_| bad())?;
+            let listener = listen::bind("PROMETHEUS_ADDR", host, port).await?;
+            Some((listener, path.clone()))
+        }
+    };
+    Ok((grpc, main, debug, prometheus))
+}
+
+/// How often the recorder folds the samples its histograms gathered into their summaries.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps the recorder's memory flat when nobody scrapes `/metrics`: histogram samples pile up
+/// until a render or an upkeep folds them in, and operators who never scrape are common.
+async fn upkeep(metrics: PrometheusHandle) {
+    let mut every = tokio::time::interval(UPKEEP_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        metrics.run_upkeep();
+    }
 }
 
 /// How long requests in flight may take to finish once a signal asks the server to stop.

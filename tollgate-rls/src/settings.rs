@@ -44,6 +44,13 @@ pub(crate) struct Settings {
     pub(crate) redis: Option<Redis>,
     pub(crate) store_timeout: Duration,
     pub(crate) on_store_error: OnStoreError,
+    /// `STATS_MAX_SERIES` (ours): how many statistics series request values may make.
+    pub(crate) stats_max_series: usize,
+    /// `NEAR_LIMIT_RATIO`: hits past this share of a limit count as near it.
+    pub(crate) near_limit_ratio: f32,
+    /// With `USE_PROMETHEUS`: `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and
+    /// `PROMETHEUS_PATH`, where the metrics are served too.
+    pub(crate) prometheus: Option<(String, String)>,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -108,24 +115,12 @@ const IGNORED: &[(&str, &str)] = &[
         "statistics are served as Prometheus text on /metrics",
     ),
     (
-        "USE_PROMETHEUS",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
-        "PROMETHEUS_ADDR",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
-        "PROMETHEUS_PATH",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
         "PROMETHEUS_MAPPER_YAML",
-        "metrics are always served on HOST:PORT/metrics",
+        "metrics are named as the reference's default mapping names them",
     ),
     (
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-        "metrics are always served on HOST:PORT/metrics",
+        "metrics are named as the reference's default mapping names them",
     ),
     (
         "BACKEND_TYPE",
@@ -150,10 +145,6 @@ const IGNORED: &[(&str, &str)] = &[
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
         "each key expires when its algorithm no longer needs it",
-    ),
-    (
-        "NEAR_LIMIT_RATIO",
-        "near_limit counts above 0.8 of the limit",
     ),
     (
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
@@ -310,6 +301,35 @@ impl Settings {
                 ))
             }
         };
+        let stats_max_series = match var("STATS_MAX_SERIES") {
+            None => 1_000,
+            Some(v) => v.parse::<usize>().map_err(|_| {
+                format!("STATS_MAX_SERIES={v:?}: expected a number of series such as 1000")
+            })?,
+        };
+        let near_limit_ratio = match var("NEAR_LIMIT_RATIO") {
+            None => 0.8,
+            Some(v) => v.parse::<f32>().ok().filter(|r| *r >= 0.0).ok_or_else(|| {
+                format!("NEAR_LIMIT_RATIO={v:?}: expected a share of the limit such as 0.8")
+            })?,
+        };
+        let prometheus = match flag("USE_PROMETHEUS", false)? {
+            false => None,
+            true => {
+                let addr = get("PROMETHEUS_ADDR", ":9090");
+                let addr = match addr.starts_with(':') {
+                    true => format!("0.0.0.0{addr}"),
+                    false => addr,
+                };
+                let path = get("PROMETHEUS_PATH", "/metrics");
+                if !path.starts_with('/') {
+                    return Err(format!(
+                        "PROMETHEUS_PATH={path:?}: expected a path such as /metrics"
+                    ));
+                }
+                Some((addr, path))
+            }
+        };
         let log_json = match get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
             "text" => false,
             "json" => true,
@@ -350,6 +370,9 @@ impl Settings {
             redis,
             store_timeout,
             on_store_error,
+            stats_max_series,
+            near_limit_ratio,
+            prometheus,
             ignored,
         })
     }
@@ -456,6 +479,38 @@ mod tests {
         assert!(settings(&[("GRPC_SERVER_USE_TLS", "false")]).is_ok());
         assert!(settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
         assert!(settings(&[("STORE_TIMEOUT", "0s")]).is_err());
+        assert!(settings(&[("STATS_MAX_SERIES", "lots")])
+            .unwrap_err()
+            .starts_with("STATS_MAX_SERIES="));
+        assert_eq!(settings(&[]).unwrap().stats_max_series, 1_000);
+        assert!(settings(&[("NEAR_LIMIT_RATIO", "most")])
+            .unwrap_err()
+            .starts_with("NEAR_LIMIT_RATIO="));
+        assert!(settings(&[("NEAR_LIMIT_RATIO", "-1")]).is_err());
+        assert!(
+            settings(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_PATH", "metrics")])
+                .unwrap_err()
+                .starts_with("PROMETHEUS_PATH=")
+        );
+        let on = settings(&[("USE_PROMETHEUS", "true")]).unwrap().prometheus;
+        assert_eq!(on, Some(("0.0.0.0:9090".into(), "/metrics".into())));
+        assert_eq!(
+            settings(&[("PROMETHEUS_ADDR", ":1")]).unwrap().prometheus,
+            None
+        );
+        assert_eq!(settings(&[]).unwrap().near_limit_ratio, 0.8);
+        assert_eq!(
+            settings(&[("NEAR_LIMIT_RATIO", "0.5")])
+                .unwrap()
+                .near_limit_ratio,
+            0.5
+        );
+        assert_eq!(
+            settings(&[("STATS_MAX_SERIES", "20")])
+                .unwrap()
+                .stats_max_series,
+            20
+        );
     }
 
     #[test]

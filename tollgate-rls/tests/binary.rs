@@ -98,10 +98,16 @@ fn bad_settings_stop_the_start_naming_the_variable() {
         ("ON_STORE_ERROR", "panic"),
         ("REDIS_TYPE", "ring"),
         ("LOG_LEVEL", "chatty"),
+        ("STATS_MAX_SERIES", "many"),
+        ("NEAR_LIMIT_RATIO", "near"),
+        ("PROMETHEUS_PATH", "metrics"),
     ] {
         let mut env = vec![(name, value)];
         if name == "REDIS_TYPE" {
             env.push(("REDIS_URL", "127.0.0.1:1"));
+        }
+        if name == "PROMETHEUS_PATH" {
+            env.push(("USE_PROMETHEUS", "true"));
         }
         let (status, stderr) = run_to_exit(&runtime.root, &env);
         assert_eq!(status.code(), Some(2), "{name}: {stderr}");

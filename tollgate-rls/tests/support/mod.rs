@@ -172,6 +172,11 @@ impl Rls {
             .unwrap()
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What it logged so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
@@ -182,11 +187,6 @@ impl Rls {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-    }
-
-    /// Its process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
     }
 
     /// Stops it with SIGTERM and waits; its exit status.
