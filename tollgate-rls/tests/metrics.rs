@@ -74,12 +74,21 @@ async fn client_chosen_values_leave_metrics_bounded() {
         })
         .collect();
     send_all(&client, detailed).await;
-    // 2,000 random unknown domains of 1,000 characters, and an address.
+    // 2,000 random unknown domains as long as a domain may be (`MAX_DOMAIN_BYTES`), and an
+    // address.
+    let longest = tollgate::rls::MAX_DOMAIN_BYTES;
     let mut unknown: Vec<_> = (0..2_000u64)
-        .map(|seed| request(&random_text(seed + 1, 1_000), &[&[("user", "a")]]))
+        .map(|seed| request(&random_text(seed + 1, longest), &[&[("user", "a")]]))
         .collect();
     unknown.push(request("values", &[&[("remote_address", "10.0.0.1")]]));
     send_all(&client, unknown).await;
+    // Longer ones (the 1,000 characters) are refused before anything counts them.
+    let mut one = client.clone();
+    let refused = one
+        .should_rate_limit(request(&random_text(7, 1_000), &[&[("user", "a")]]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
 
     let url = format!("http://{}/metrics", rls.http);
     let body = http().get(url).send().await.unwrap().text().await.unwrap();
