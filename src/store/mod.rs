@@ -132,4 +132,7 @@ pub trait Store: Send + Sync + 'static {
 mod redis;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisOptions, RedisStore};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use self::redis::RedisTls;
