@@ -16,7 +16,7 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
     let store = match r.kind.as_str() {
         "single" => RedisStore::with_options(&url(r, r.url.trim(), ""), &options).map_err(fail)?,
         "cluster" => {
-            let nodes: Vec<String> = (r.url.split(',').map(str::trim))
+            let nodes: Vec<String> = (split(&r.url).into_iter())
                 .filter(|n| !n.is_empty())
                 .map(|n| url(r, n, ""))
                 .collect();
@@ -26,7 +26,7 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
             // The reference's form: `master,sentinel1:port,sentinel2:port`. REDIS_AUTH is the
             // master's, REDIS_SENTINEL_AUTH the sentinels' (its `driver_impl.go` gives each
             // its own dialer).
-            let mut parts = r.url.split(',').map(str::trim).filter(|p| !p.is_empty());
+            let mut parts = split(&r.url).into_iter().filter(|p| !p.is_empty());
             let master = parts.next().unwrap_or_default().to_owned();
             let sentinels: Vec<String> = parts.map(|s| url(r, s, &r.sentinel_auth)).collect();
             if sentinels.is_empty() {
@@ -52,6 +52,32 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
         Some(store),
         format!("redis ({}, {})", r.kind, redacted(&r.url)),
     ))
+}
+
+/// The comma-separated list of `REDIS_URL`, trimmed. Where it holds URLs, it is split only at a
+/// comma before a scheme (`redis://`), so that a password or a query holding a comma stays in
+/// its URL.
+fn split(list: &str) -> Vec<&str> {
+    if !list.contains("://") {
+        return list.split(',').map(str::trim).collect();
+    }
+    let starts_url = |rest: &str| {
+        rest.trim_start().split_once("://").is_some_and(|(scheme, _)| {
+            !scheme.is_empty() && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+')
+        })
+    };
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for (at, _) in list.match_indices(',') {
+        // A comma after the master's name (`mymaster,redis://…`) or before the next URL.
+        let before = &list[start..at];
+        if starts_url(&list[at + 1..]) || !before.contains("://") {
+            parts.push(before.trim());
+            start = at + 1;
+        }
+    }
+    parts.push(list[start..].trim());
+    parts
 }
 
 /// `REDIS_AUTH` (`password` or `user:password`, split at the first colon as the reference's
@@ -210,6 +236,16 @@ mod tests {
         );
         assert_eq!(url(&r, "redis://x:1", "s"), "redis://:s@x:1");
         assert_eq!(url(&r, "redis://u:own@x:1", "s"), "redis://u:own@x:1");
+    }
+
+    #[test]
+    fn lists_split_between_urls_only() {
+        assert_eq!(split("m, h1:1,h2:2"), ["m", "h1:1", "h2:2"]);
+        assert_eq!(
+            split("redis://:a,b@h1:1,rediss://h2:2?password=c,d"),
+            ["redis://:a,b@h1:1", "rediss://h2:2?password=c,d"]
+        );
+        assert_eq!(split("m,redis://:a,b@h:1"), ["m", "redis://:a,b@h:1"]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Helpers for the binary's tests: the built `tollgate-rls` started on free loopback ports
 //! with a configuration directory of its own, and requests. Redis servers, ports and HTTP
 //! clients are the library's integration-test helpers (`tests/support/`), included here.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -18,6 +18,7 @@ use tonic::transport::Channel;
 #[path = "../../../tests/support/mod.rs"]
 mod shared;
 pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
+pub use shared::{free_port, temp_dir, wait_for_port, Spawned};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 
@@ -84,6 +85,8 @@ pub struct Rls {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub debug: SocketAddr,
+    /// The start-up line (`tollgate-rls listening on … store=…`).
+    pub line: String,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -152,6 +155,7 @@ impl Rls {
             grpc,
             http,
             debug,
+            line,
             stderr,
         }
     }
