@@ -397,6 +397,50 @@ mod tests {
     }
 
     #[test]
+    fn options_credentials_fill_only_what_a_url_lacks() {
+        use super::{with_credentials, IntoConnectionInfo, RedisOptions};
+        let options = RedisOptions::new().username("app").password("opt-pw");
+        let bare = "redis+unix:///tmp/r.sock".into_connection_info().unwrap();
+        let filled = with_credentials(bare, &options);
+        let settings = filled.redis_settings();
+        assert_eq!((settings.username(), settings.password()), (Some("app"), Some("opt-pw")));
+        let own = "redis://u:own-pw@h:1".into_connection_info().unwrap();
+        let kept = with_credentials(own, &options);
+        assert_eq!(kept.redis_settings().password(), Some("own-pw"));
+    }
+
+    #[test]
+    fn every_kind_takes_the_pool_size() {
+        use super::RedisOptions;
+        let options = RedisOptions::new().pool_size(5);
+        let standalone = RedisStore::with_options("redis://127.0.0.1:1", &options).unwrap();
+        assert!(format!("{standalone:?}").contains("max_size: 5"));
+        #[cfg(feature = "sentinel")]
+        {
+            let sentinel =
+                RedisStore::sentinel_with_options(&["redis://127.0.0.1:1"], "m", &options).unwrap();
+            assert!(format!("{sentinel:?}").contains("max_size: 5"));
+        }
+        #[cfg(feature = "cluster")]
+        {
+            let cluster =
+                RedisStore::cluster_with_options(&["redis://127.0.0.1:1"], &options).unwrap();
+            assert!(format!("{cluster:?}").contains("max_size: 5"));
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_settings_no_address_uses_are_refused() {
+        use super::RedisOptions;
+        use crate::store::RedisTls;
+        let options = RedisOptions::new().tls(RedisTls::new().skip_hostname_verification(true));
+        let error = RedisStore::with_options("redis://127.0.0.1:1", &options).unwrap_err();
+        assert!(error.to_string().contains("no address uses TLS"), "{error}");
+        assert!(RedisStore::with_options("rediss://127.0.0.1:1", &options).is_ok());
+    }
+
+    #[test]
     fn each_kind_has_its_metrics_label() {
         use crate::store::stack::StoreExt;
         let standalone = RedisStore::from_url("redis://127.0.0.1:1").unwrap();
