@@ -255,7 +255,8 @@ async fn a_password_in_the_options_reaches_every_node() {
     assert!(shown.contains("max_size: 3"), "{shown}");
     let warm = Policy::new("warm", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap();
     store.check("warm", &warm, 1).await.unwrap();
-    let policy = Arc::new(Policy::new("opt", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap());
+    let policy =
+        Arc::new(Policy::new("opt", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap());
     for key in cluster.keys_on_every_master("opt") {
         assert_eq!(allowed_of_twelve(&store, &policy, &key).await, 5, "{key}");
     }

@@ -265,7 +265,9 @@ impl Settings {
                 pool_size: match var("REDIS_POOL_SIZE") {
                     None => 10,
                     Some(v) => v.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        format!("REDIS_POOL_SIZE={v:?}: expected a number of connections above zero")
+                        format!(
+                            "REDIS_POOL_SIZE={v:?}: expected a number of connections above zero"
+                        )
                     })?,
                 },
                 prefix: get("CACHE_KEY_PREFIX", ""),
@@ -321,7 +323,8 @@ impl Settings {
 /// reads it), else a refusal. memcached is not a store of tollgate-rls yet, so its settings stop
 /// the start rather than leave each instance counting alone.
 fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<(), String> {
-    const NO_MEMCACHED: &str = "memcached is not supported yet; use BACKEND_TYPE=redis with REDIS_URL";
+    const NO_MEMCACHED: &str =
+        "memcached is not supported yet; use BACKEND_TYPE=redis with REDIS_URL";
     match var("BACKEND_TYPE").as_deref().map(str::trim) {
         None | Some("" | "redis") => {}
         Some(other) => return Err(format!("BACKEND_TYPE={other:?}: {NO_MEMCACHED}")),
@@ -447,7 +450,10 @@ mod tests {
             assert!(settings(&[("BACKEND_TYPE", ok)]).is_ok(), "{ok:?}");
         }
         let e = settings(&[("BACKEND_TYPE", "memcache")]).unwrap_err();
-        assert!(e.starts_with("BACKEND_TYPE=\"memcache\": memcached is not supported"), "{e}");
+        assert!(
+            e.starts_with("BACKEND_TYPE=\"memcache\": memcached is not supported"),
+            "{e}"
+        );
         for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {
             let e = settings(&[(name, "memcached:11211")]).unwrap_err();
             assert!(e.starts_with(&format!("{name} is set")), "{e}");
@@ -459,7 +465,10 @@ mod tests {
     fn the_redis_pool_size() {
         let redis = |vars: &[(&str, &str)]| settings(vars).map(|s| s.redis.unwrap().pool_size);
         assert_eq!(redis(&[("REDIS_URL", "h:1")]), Ok(10));
-        assert_eq!(redis(&[("REDIS_URL", "h:1"), ("REDIS_POOL_SIZE", "3")]), Ok(3));
+        assert_eq!(
+            redis(&[("REDIS_URL", "h:1"), ("REDIS_POOL_SIZE", "3")]),
+            Ok(3)
+        );
         let e = redis(&[("REDIS_URL", "h:1"), ("REDIS_POOL_SIZE", "0")]).unwrap_err();
         assert!(e.starts_with("REDIS_POOL_SIZE="), "{e}");
     }

@@ -62,9 +62,14 @@ fn split(list: &str) -> Vec<&str> {
         return list.split(',').map(str::trim).collect();
     }
     let starts_url = |rest: &str| {
-        rest.trim_start().split_once("://").is_some_and(|(scheme, _)| {
-            !scheme.is_empty() && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+')
-        })
+        rest.trim_start()
+            .split_once("://")
+            .is_some_and(|(scheme, _)| {
+                !scheme.is_empty()
+                    && scheme
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'+')
+            })
     };
     let mut parts = Vec::new();
     let mut start = 0;
@@ -174,11 +179,13 @@ fn redacted(urls: &str) -> String {
         out.push_str("://");
         rest = &rest[at + 3..];
         // This URL runs until the next scheme's name: from the comma before the next `://`.
-        let next = rest.find("://").map_or(rest.len(), |n| {
-            rest[..n].rfind(',').unwrap_or(n)
-        });
+        let next = rest
+            .find("://")
+            .map_or(rest.len(), |n| rest[..n].rfind(',').unwrap_or(n));
         let (this, after) = rest.split_at(next);
-        let this = this.rsplit_once('@').map_or(this.to_owned(), |(_, host)| format!("***@{host}"));
+        let this = this
+            .rsplit_once('@')
+            .map_or(this.to_owned(), |(_, host)| format!("***@{host}"));
         match this.split_once('?') {
             Some((before, _)) => out.push_str(before),
             None => out.push_str(&this),
@@ -253,10 +260,16 @@ mod tests {
         for (given, shown) in [
             ("redis://u:p@h:1,h2:2", "redis://***@h:1,h2:2"),
             ("redis://:pa,ss@h:1", "redis://***@h:1"),
-            ("redis://:a,b@h1:1,redis://:c@d,e@h2:2", "redis://***@h1:1,redis://***@h2:2"),
+            (
+                "redis://:a,b@h1:1,redis://:c@d,e@h2:2",
+                "redis://***@h1:1,redis://***@h2:2",
+            ),
             ("redis://h:1/0?password=s3cret", "redis://h:1/0"),
             ("redis://h:1?password=a,b", "redis://h:1"),
-            ("redis+unix:///tmp/r.sock?pass=x", "redis+unix:///tmp/r.sock"),
+            (
+                "redis+unix:///tmp/r.sock?pass=x",
+                "redis+unix:///tmp/r.sock",
+            ),
             ("m,u:pw@h:1", "m,***@h:1"),
             ("h:1", "h:1"),
         ] {
@@ -282,15 +295,24 @@ mod tests {
         let mut r = redis("h:1");
         r.tls_skip_hostname = true;
         let e = from_settings(Some(&r)).unwrap_err();
-        assert!(e.starts_with("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is set"), "{e}");
+        assert!(
+            e.starts_with("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is set"),
+            "{e}"
+        );
         r.tls = true;
         r.tls_client_cert = "/c.pem".into();
         let e = from_settings(Some(&r)).unwrap_err();
-        assert_eq!(e, "REDIS_TLS_CLIENT_CERT is set without REDIS_TLS_CLIENT_KEY");
+        assert_eq!(
+            e,
+            "REDIS_TLS_CLIENT_CERT is set without REDIS_TLS_CLIENT_KEY"
+        );
         r.tls_client_cert = String::new();
         r.tls_cacert = "/nonexistent/ca.pem".into();
         let e = from_settings(Some(&r)).unwrap_err();
-        assert!(e.starts_with("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": cannot read"), "{e}");
+        assert!(
+            e.starts_with("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": cannot read"),
+            "{e}"
+        );
     }
 
     /// The reference's `src/settings/settings.go` reads `REDIS_POOL_SIZE` (default 10) and

@@ -90,7 +90,10 @@ async fn assert_decisions_fail(rls: &Rls, user: &str, port: u16, password: &str)
 fn assert_no_secret(rls: &Rls, secrets: &[&str]) {
     let printed = format!("{}\n{}", rls.line, rls.stderr());
     for secret in secrets {
-        assert!(!printed.contains(secret), "{secret:?} printed in:\n{printed}");
+        assert!(
+            !printed.contains(secret),
+            "{secret:?} printed in:\n{printed}"
+        );
     }
 }
 
@@ -100,8 +103,16 @@ async fn a_unix_socket_with_a_password() {
     let socket = dir.join("redis.sock");
     let port = free_port();
     let socket_arg = socket.to_str().unwrap();
-    let _redis = redis_server(port,
-        &["--unixsocket", socket_arg, "--unixsocketperm", "700", "--requirepass", "uNix-pw"],
+    let _redis = redis_server(
+        port,
+        &[
+            "--unixsocket",
+            socket_arg,
+            "--unixsocketperm",
+            "700",
+            "--requirepass",
+            "uNix-pw",
+        ],
     );
     let runtime = runtime("unix-auth");
     let rls = Rls::start(
@@ -126,7 +137,18 @@ async fn a_url_with_redis_auth() {
     let redis = redis_server(port, &["--requirepass", "root,p@ss"]);
     let acl = redis_cli(
         port,
-        &["-a", "root,p@ss", "--no-auth-warning", "ACL", "SETUSER", "app", "on", ">app,pw", "~*", "+@all"],
+        &[
+            "-a",
+            "root,p@ss",
+            "--no-auth-warning",
+            "ACL",
+            "SETUSER",
+            "app",
+            "on",
+            ">app,pw",
+            "~*",
+            "+@all",
+        ],
     );
     assert_eq!(acl.trim(), "OK");
     let runtime = runtime("url-auth");
@@ -134,7 +156,11 @@ async fn a_url_with_redis_auth() {
     for (auth, user) in [("root,p@ss", "url"), ("app:app,pw", "acl")] {
         let rls = Rls::start(
             &runtime,
-            &[("REDIS_URL", &url), ("REDIS_AUTH", auth), ("STORE_TIMEOUT", "2s")],
+            &[
+                ("REDIS_URL", &url),
+                ("REDIS_AUTH", auth),
+                ("STORE_TIMEOUT", "2s"),
+            ],
         );
         assert_decided_in_redis(&rls, user, port, "root,p@ss").await;
         assert_no_secret(&rls, &["root,p@ss", "p@ss", "app,pw"]);
@@ -190,17 +216,34 @@ impl Pki<'_> {
             .current_dir(self.0)
             .output()
             .expect("openssl must be installed");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn ca(&self, name: &str) {
         let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
         let subject = format!("/CN={name}");
         self.openssl(&[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &pem,
-            "-days", "1", "-subj", &subject,
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "1",
+            "-subj",
+            &subject,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
         ]);
     }
 
@@ -221,10 +264,26 @@ impl Pki<'_> {
         );
         std::fs::write(self.0.join(&ext), format!("{extensions}\n")).unwrap();
         let subject = format!("/CN={name}");
-        self.openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &subject]);
         self.openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", &pem, "-days", "1", "-extfile", &ext,
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+            &subject,
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "1",
+            "-extfile",
+            &ext,
         ]);
     }
 
@@ -246,8 +305,16 @@ fn tls_redis(pki: &Pki<'_>, server: &str, clients: &str) -> (Spawned, u16, u16) 
     let redis = redis_server(
         plain_port,
         &[
-            "--tls-port", &tls, "--tls-cert-file", &cert, "--tls-key-file", &key,
-            "--tls-ca-cert-file", &ca, "--tls-auth-clients", clients,
+            "--tls-port",
+            &tls,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            clients,
         ],
     );
     support::wait_for_port(tls_port);
@@ -258,10 +325,17 @@ fn tls_redis(pki: &Pki<'_>, server: &str, clients: &str) -> (Spawned, u16, u16) 
 async fn tls_with_a_private_ca_and_with_client_certificates() {
     let dir = temp_dir("redis-settings-tls");
     let pki = Pki::new(&dir);
-    pki.leaf("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth");
+    pki.leaf(
+        "server",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+    );
     pki.leaf("client", "extendedKeyUsage=clientAuth");
     let runtime = runtime("tls-ca");
-    let (ca, cert, key) = (pki.path("ca.pem"), pki.path("client.pem"), pki.path("client.key"));
+    let (ca, cert, key) = (
+        pki.path("ca.pem"),
+        pki.path("client.pem"),
+        pki.path("client.key"),
+    );
 
     let (_redis, tls_port, plain_port) = tls_redis(&pki, "server", "no");
     let address = format!("127.0.0.1:{tls_port}");
@@ -287,7 +361,10 @@ async fn tls_with_a_private_ca_and_with_client_certificates() {
     assert_decisions_fail(&rls, "no-client-cert", plain_port, "").await;
     let mutual = [
         &with_ca[..],
-        &[("REDIS_TLS_CLIENT_CERT", cert.as_str()), ("REDIS_TLS_CLIENT_KEY", key.as_str())],
+        &[
+            ("REDIS_TLS_CLIENT_CERT", cert.as_str()),
+            ("REDIS_TLS_CLIENT_KEY", key.as_str()),
+        ],
     ]
     .concat();
     let rls = Rls::start(&runtime, &mutual);
@@ -301,7 +378,10 @@ async fn tls_with_a_private_ca_and_with_client_certificates() {
 async fn skip_hostname_verification_still_verifies_the_chain() {
     let dir = temp_dir("redis-settings-skip");
     let pki = Pki::new(&dir);
-    pki.leaf("named", "subjectAltName=DNS:redis.internal\nextendedKeyUsage=serverAuth");
+    pki.leaf(
+        "named",
+        "subjectAltName=DNS:redis.internal\nextendedKeyUsage=serverAuth",
+    );
     let runtime = runtime("tls-skip");
     let (_redis, tls_port, plain_port) = tls_redis(&pki, "named", "no");
     let address = format!("127.0.0.1:{tls_port}");
@@ -343,7 +423,10 @@ fn a_memcached_setting_stops_the_start() {
         let (status, stderr) = run_to_exit(&runtime.root, &[(name, value)]);
         assert_eq!(status.code(), Some(2), "{name}: {stderr}");
         assert!(stderr.contains(name), "{name}: {stderr}");
-        assert!(stderr.contains("memcached is not supported yet"), "{stderr}");
+        assert!(
+            stderr.contains("memcached is not supported yet"),
+            "{stderr}"
+        );
     }
 }
 
@@ -361,9 +444,15 @@ async fn no_secret_is_printed_whatever_the_url_form() {
     let list = format!("redis://:Li,st4@127.0.0.1:{port},redis://:Li,st4@127.0.0.1:{port}");
     for (vars, decided) in [
         (vec![("REDIS_URL", in_url.as_str())], true),
-        (vec![("REDIS_URL", in_query.as_str()), ("REDIS_AUTH", "Se,cret1")], true),
+        (
+            vec![("REDIS_URL", in_query.as_str()), ("REDIS_AUTH", "Se,cret1")],
+            true,
+        ),
         (vec![("REDIS_URL", in_socket)], false),
-        (vec![("REDIS_URL", list.as_str()), ("REDIS_TYPE", "cluster")], false),
+        (
+            vec![("REDIS_URL", list.as_str()), ("REDIS_TYPE", "cluster")],
+            false,
+        ),
     ] {
         let mut vars = vars;
         vars.extend([("LOG_LEVEL", "debug"), ("STORE_TIMEOUT", "2s")]);
@@ -374,7 +463,12 @@ async fn no_secret_is_printed_whatever_the_url_form() {
             let _ = three(&rls, "secrets-failing").await;
         }
         assert!(rls.line.contains("store=redis"), "{}", rls.line);
-        assert_no_secret(&rls, &["Se,cret1", "cret1", "Qu,ery2", "ery2", "So,ck3", "ck3", "Li,st4", "st4"]);
+        assert_no_secret(
+            &rls,
+            &[
+                "Se,cret1", "cret1", "Qu,ery2", "ery2", "So,ck3", "ck3", "Li,st4", "st4",
+            ],
+        );
         // Keys from one run do not carry over into the next.
         redis_cli(port, &["-a", "Se,cret1", "--no-auth-warning", "FLUSHALL"]);
     }

@@ -10,10 +10,10 @@ use deadpool_redis::{PoolConfig, Runtime, Timeouts};
 
 use super::cached::CachedConnection;
 use super::options::RedisOptions;
-#[cfg(feature = "sentinel")]
-use super::pools::{SentinelManager, SentinelPool};
 #[cfg(feature = "cluster")]
 use super::pools::{ClusterManager, ClusterPool};
+#[cfg(feature = "sentinel")]
+use super::pools::{SentinelManager, SentinelPool};
 use super::redact::Secrets;
 use super::script::Call;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
@@ -91,7 +91,9 @@ fn invalid(what: &str, shown: impl fmt::Debug, error: String) -> ConfigError {
 /// Each URL's connection details.
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 fn parse(urls: &[String]) -> RedisResult<Vec<ConnectionInfo>> {
-    urls.iter().map(|u| u.as_str().into_connection_info()).collect()
+    urls.iter()
+        .map(|u| u.as_str().into_connection_info())
+        .collect()
 }
 
 /// Whether `info` is a TLS address (`rediss://`).
@@ -403,7 +405,10 @@ mod tests {
         let bare = "redis+unix:///tmp/r.sock".into_connection_info().unwrap();
         let filled = with_credentials(bare, &options);
         let settings = filled.redis_settings();
-        assert_eq!((settings.username(), settings.password()), (Some("app"), Some("opt-pw")));
+        assert_eq!(
+            (settings.username(), settings.password()),
+            (Some("app"), Some("opt-pw"))
+        );
         let own = "redis://u:own-pw@h:1".into_connection_info().unwrap();
         let kept = with_credentials(own, &options);
         assert_eq!(kept.redis_settings().password(), Some("own-pw"));

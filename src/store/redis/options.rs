@@ -172,7 +172,10 @@ mod tests {
             .password("hunter2")
             .pool_size(0);
         let debug = format!("{options:?}");
-        assert!(!debug.contains("hunter2") && debug.contains("***"), "{debug}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("***"),
+            "{debug}"
+        );
         assert_eq!(options.pool_size, Some(1));
         assert_eq!(options.credentials(), Some((Some("app"), "hunter2")));
     }

@@ -43,7 +43,8 @@ mod sentinel {
         pub(crate) insecure: bool,
         /// The master's connection details, its address left to the sentinels: credentials,
         /// TLS settings.
-        pub(crate) complete: Box<dyn Fn(ConnectionInfo) -> redis::RedisResult<ConnectionInfo> + Send + Sync>,
+        pub(crate) complete:
+            Box<dyn Fn(ConnectionInfo) -> redis::RedisResult<ConnectionInfo> + Send + Sync>,
     }
 
     impl SentinelManager {
@@ -55,7 +56,9 @@ mod sentinel {
                 .set_connection_timeout(Some(SENTINEL_TIMEOUT))
                 .set_response_timeout(Some(SENTINEL_TIMEOUT));
             let client = redis::Client::open(sentinel.clone())?;
-            let mut asking = client.get_multiplexed_async_connection_with_config(&config).await?;
+            let mut asking = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
             let address: Option<(String, u16)> = redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(&self.master)
@@ -72,7 +75,8 @@ mod sentinel {
                 false => host,
             };
             let fragment = if self.insecure { "#insecure" } else { "" };
-            let info = format!("{}://{host}:{port}{fragment}", self.scheme).into_connection_info()?;
+            let info =
+                format!("{}://{host}:{port}{fragment}", self.scheme).into_connection_info()?;
             let info = (self.complete)(info)?;
             let mut connection = redis::Client::open(info)?
                 .get_multiplexed_async_connection()

@@ -23,12 +23,8 @@ pub(crate) fn install_crypto_provider() {
 /// Checks what a [`RedisTls`] holds before any connection uses it: a PEM that holds no
 /// certificate (or no key) would otherwise fail every handshake, long after the start.
 pub(crate) fn validate(tls: &RedisTls) -> Result<(), ConfigError> {
-    let invalid = |what: &str| {
-        ConfigError::of(
-            ConfigErrorKind::Store,
-            format!("Redis TLS: {what}"),
-        )
-    };
+    let invalid =
+        |what: &str| ConfigError::of(ConfigErrorKind::Store, format!("Redis TLS: {what}"));
     let certificates = |pem: &[u8]| {
         CertificateDer::pem_slice_iter(pem)
             .collect::<Result<Vec<_>, _>>()
