@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
-use deadpool_redis::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
+use deadpool_redis::redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 use deadpool_redis::{PoolConfig, Runtime, Timeouts};
 
 use super::cached::CachedConnection;
@@ -99,6 +99,7 @@ fn parse(urls: &[String]) -> RedisResult<Vec<ConnectionInfo>> {
 /// Whether `info` is a TLS address (`rediss://`).
 #[cfg(any(feature = "tls", feature = "sentinel"))]
 fn is_tls(info: &ConnectionInfo) -> bool {
+    use deadpool_redis::redis::ConnectionAddr;
     matches!(info.addr(), ConnectionAddr::TcpTls { .. })
 }
 
@@ -206,6 +207,7 @@ impl Connection {
         let infos = parse(&urls).map_err(|e| fail(e.to_string()))?;
         prepare_tls(options, &infos)?;
         let tls = infos.iter().any(is_tls);
+        use deadpool_redis::redis::ConnectionAddr;
         let insecure = (infos.iter())
             .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { insecure: true, .. }));
         // The sentinels keep the credentials of their own URLs; TLS settings apply to them too.
