@@ -372,6 +372,53 @@ async fn tls_with_a_private_ca_and_with_client_certificates() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Under Sentinel, `REDIS_TLS` and the CA cover the sentinel and the master alike, as the
+/// reference's one TLS dialer does (`src/redis/driver_impl.go`, `createDialer`).
+#[tokio::test]
+async fn a_sentinel_and_its_master_over_tls_with_a_private_ca() {
+    let dir = temp_dir("redis-settings-sentinel-tls");
+    let pki = Pki::new(&dir);
+    pki.leaf(
+        "server",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth",
+    );
+    let (_master, master_tls, master_plain) = tls_redis(&pki, "server", "no");
+    let sentinel_port = free_port();
+    let sentinel_dir = temp_dir("redis-settings-sentinel-tls-conf");
+    let config = format!(
+        "port 0\nbind 127.0.0.1\ntls-port {sentinel_port}\n\
+         tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+         tls-auth-clients no\ntls-replication yes\n\
+         sentinel monitor tollgate 127.0.0.1 {master_tls} 1\n",
+        cert = pki.path("server.pem"),
+        key = pki.path("server.key"),
+        ca = pki.path("ca.pem"),
+    );
+    std::fs::write(sentinel_dir.join("sentinel.conf"), config).unwrap();
+    let _sentinel = Spawned::start(
+        "redis-server",
+        &["sentinel.conf", "--sentinel"],
+        sentinel_dir,
+        sentinel_port,
+    );
+    let runtime = runtime("sentinel-tls");
+    let url = format!("tollgate,127.0.0.1:{sentinel_port}");
+    let ca = pki.path("ca.pem");
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("REDIS_TYPE", "sentinel"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", &url),
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", &ca),
+            ("STORE_TIMEOUT", "2s"),
+        ],
+    );
+    assert_decided_in_redis(&rls, "sentinel-tls", master_plain, "").await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The server's certificate names `redis.internal`, not the address connected to. Skipping the
 /// host name works with the right CA; with another CA the chain is still refused.
 #[tokio::test]
