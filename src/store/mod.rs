@@ -130,6 +130,9 @@ pub trait Store: Send + Sync + 'static {
 
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use self::redis::RedisTls;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisOptions, RedisStore};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use axum::routing::get;
 use axum::Router;
 use support::RedisCluster;
-use tollgate::store::{RedisStore, StoreFailure};
+use tollgate::store::{RedisOptions, RedisStore, StoreFailure};
 use tollgate::{key, Algorithm, OnStoreError, Policy, Quota, RateLimitLayer, Store};
 
 /// How many of 12 concurrent requests of `key` at limit 5 the store allows.
@@ -238,4 +238,29 @@ async fn a_cluster_over_tls_with_a_password_limits_exactly() {
             );
         }
     }
+}
+
+/// A password given in [`RedisOptions`] (the seeds' URLs carry none) reaches every node the
+/// cluster client meets, and the pool takes the options' size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_password_in_the_options_reaches_every_node() {
+    let cluster = RedisCluster::start_tls("options-pw");
+    let urls: Vec<String> = (cluster.urls().iter())
+        .map(|u| u.replace(":options-pw@", ""))
+        .collect();
+    assert!(!urls[0].contains("options-pw"), "{urls:?}");
+    let options = RedisOptions::new().password("options-pw").pool_size(3);
+    let store = RedisStore::cluster_with_options(&urls, &options).unwrap();
+    let shown = format!("{store:?}");
+    assert!(shown.contains("max_size: 3"), "{shown}");
+    let warm = Policy::new("warm", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap();
+    store.check("warm", &warm, 1).await.unwrap();
+    let policy =
+        Arc::new(Policy::new("opt", Quota::per_minute(5).unwrap(), Algorithm::Gcra).unwrap());
+    for key in cluster.keys_on_every_master("opt") {
+        assert_eq!(allowed_of_twelve(&store, &policy, &key).await, 5, "{key}");
+    }
+    // Without the options' password, no node lets the store in.
+    let bare = RedisStore::cluster(&urls).unwrap();
+    assert!(bare.check("warm", &warm, 1).await.is_err());
 }

@@ -76,7 +76,15 @@ pub(crate) struct Redis {
     pub(crate) auth: String,
     pub(crate) sentinel_auth: String,
     pub(crate) tls: bool,
-    pub(crate) tls_insecure: bool,
+    /// `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`: the chain is still verified.
+    pub(crate) tls_skip_hostname: bool,
+    /// `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`, `REDIS_TLS_CLIENT_KEY`: file paths, empty
+    /// when unset.
+    pub(crate) tls_cacert: String,
+    pub(crate) tls_client_cert: String,
+    pub(crate) tls_client_key: String,
+    /// `REDIS_POOL_SIZE` (the reference's default, 10).
+    pub(crate) pool_size: usize,
     pub(crate) prefix: String,
 }
 
@@ -123,18 +131,6 @@ const IGNORED: &[(&str, &str)] = &[
         "metrics are named as the reference's default mapping names them",
     ),
     (
-        "BACKEND_TYPE",
-        "the store is Redis when REDIS_URL is set, else memory",
-    ),
-    (
-        "MEMCACHE_HOST_PORT",
-        "memcache is not a store here; Redis or memory",
-    ),
-    (
-        "MEMCACHE_SRV",
-        "memcache is not a store here; Redis or memory",
-    ),
-    (
         "MEMCACHE_MAX_IDLE_CONNS",
         "memcache is not a store here; Redis or memory",
     ),
@@ -149,10 +145,6 @@ const IGNORED: &[(&str, &str)] = &[
     (
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
         "always: a request's descriptors are decided atomically",
-    ),
-    (
-        "REDIS_POOL_SIZE",
-        "one multiplexed connection carries every call",
     ),
     (
         "REDIS_PIPELINE_WINDOW",
@@ -179,18 +171,6 @@ const IGNORED: &[(&str, &str)] = &[
     (
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         "a Redis outage is answered by ON_STORE_ERROR, not by failing health checks",
-    ),
-    (
-        "REDIS_TLS_CLIENT_CERT",
-        "client certificates are not supported; use rediss:// with a password",
-    ),
-    (
-        "REDIS_TLS_CLIENT_KEY",
-        "client certificates are not supported; use rediss:// with a password",
-    ),
-    (
-        "REDIS_TLS_CACERT",
-        "the system's root certificates are used",
     ),
     (
         "RUNTIME_WATCH_ROOT",
@@ -240,6 +220,7 @@ impl Settings {
                 return Err(format!("{name}={v:?}: {why}"));
             }
         }
+        backend(&var)?;
         match get("CONFIG_TYPE", "FILE").as_str() {
             "FILE" => {}
             other => return Err(format!("CONFIG_TYPE={other:?}: only FILE is supported")),
@@ -269,7 +250,18 @@ impl Settings {
                 auth: get("REDIS_AUTH", ""),
                 sentinel_auth: get("REDIS_SENTINEL_AUTH", ""),
                 tls: flag("REDIS_TLS", false)?,
-                tls_insecure: flag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+                tls_skip_hostname: flag("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)?,
+                tls_cacert: get("REDIS_TLS_CACERT", ""),
+                tls_client_cert: get("REDIS_TLS_CLIENT_CERT", ""),
+                tls_client_key: get("REDIS_TLS_CLIENT_KEY", ""),
+                pool_size: match var("REDIS_POOL_SIZE") {
+                    None => 10,
+                    Some(v) => v.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!(
+                            "REDIS_POOL_SIZE={v:?}: expected a number of connections above zero"
+                        )
+                    })?,
+                },
                 prefix: get("CACHE_KEY_PREFIX", ""),
             }),
         };
@@ -376,6 +368,24 @@ impl Settings {
             ignored,
         })
     }
+}
+
+/// The store `BACKEND_TYPE` names: Redis (`redis`, or empty, as the reference's `runner.go`
+/// reads it), else a refusal. memcached is not a store of tollgate-rls yet, so its settings stop
+/// the start rather than leave each instance counting alone.
+fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    const NO_MEMCACHED: &str =
+        "memcached is not supported yet; use BACKEND_TYPE=redis with REDIS_URL";
+    match var("BACKEND_TYPE").as_deref().map(str::trim) {
+        None | Some("" | "redis") => {}
+        Some(other) => return Err(format!("BACKEND_TYPE={other:?}: {NO_MEMCACHED}")),
+    }
+    for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {
+        if var(name).is_some_and(|v| !v.trim().is_empty()) {
+            return Err(format!("{name} is set: {NO_MEMCACHED}"));
+        }
+    }
+    Ok(())
 }
 
 /// Go's `strconv.ParseBool`, which the reference's settings use.
@@ -511,6 +521,39 @@ mod tests {
                 .stats_max_series,
             20
         );
+    }
+
+    /// The reference's `src/service_cmd/runner/runner.go` (`switch s.BackendType`) takes
+    /// `redis` and the empty value as Redis, `memcache` as memcached; tollgate-rls has no
+    /// memcached store yet, so a memcached setting stops the start instead of each instance
+    /// counting on its own.
+    #[test]
+    fn a_backend_tollgate_rls_lacks_stops_the_start() {
+        for ok in ["redis", ""] {
+            assert!(settings(&[("BACKEND_TYPE", ok)]).is_ok(), "{ok:?}");
+        }
+        let e = settings(&[("BACKEND_TYPE", "memcache")]).unwrap_err();
+        assert!(
+            e.starts_with("BACKEND_TYPE=\"memcache\": memcached is not supported"),
+            "{e}"
+        );
+        for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {
+            let e = settings(&[(name, "memcached:11211")]).unwrap_err();
+            assert!(e.starts_with(&format!("{name} is set")), "{e}");
+        }
+    }
+
+    /// The reference's `src/settings/settings.go`: `REDIS_POOL_SIZE` defaults to 10.
+    #[test]
+    fn the_redis_pool_size() {
+        let redis = |vars: &[(&str, &str)]| settings(vars).map(|s| s.redis.unwrap().pool_size);
+        assert_eq!(redis(&[("REDIS_URL", "h:1")]), Ok(10));
+        assert_eq!(
+            redis(&[("REDIS_URL", "h:1"), ("REDIS_POOL_SIZE", "3")]),
+            Ok(3)
+        );
+        let e = redis(&[("REDIS_URL", "h:1"), ("REDIS_POOL_SIZE", "0")]).unwrap_err();
+        assert!(e.starts_with("REDIS_POOL_SIZE="), "{e}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The store the settings name: Redis (standalone, Sentinel or Cluster) at `REDIS_URL` in the
 //! reference's forms, or memory without it.
 
-use tollgate::store::RedisStore;
+use tollgate::store::{RedisOptions, RedisStore, RedisTls};
 
 use crate::settings::Redis;
 
@@ -11,19 +11,22 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
     let Some(r) = redis else {
         return Ok((None, "memory (this instance only)".into()));
     };
+    let options = options(r)?;
     let fail = |e: tollgate::ConfigError| format!("REDIS_URL: {e}");
     let store = match r.kind.as_str() {
-        "single" => RedisStore::from_url(&url(r, r.url.trim(), &r.auth)).map_err(fail)?,
+        "single" => RedisStore::with_options(&url(r, r.url.trim(), ""), &options).map_err(fail)?,
         "cluster" => {
-            let nodes: Vec<String> = (r.url.split(',').map(str::trim))
+            let nodes: Vec<String> = (split(&r.url).into_iter())
                 .filter(|n| !n.is_empty())
-                .map(|n| url(r, n, &r.auth))
+                .map(|n| url(r, n, ""))
                 .collect();
-            RedisStore::cluster(&nodes).map_err(fail)?
+            RedisStore::cluster_with_options(&nodes, &options).map_err(fail)?
         }
         "sentinel" => {
-            // The reference's form: `master,sentinel1:port,sentinel2:port`.
-            let mut parts = r.url.split(',').map(str::trim).filter(|p| !p.is_empty());
+            // The reference's form: `master,sentinel1:port,sentinel2:port`. REDIS_AUTH is the
+            // master's, REDIS_SENTINEL_AUTH the sentinels' (its `driver_impl.go` gives each
+            // its own dialer).
+            let mut parts = split(&r.url).into_iter().filter(|p| !p.is_empty());
             let master = parts.next().unwrap_or_default().to_owned();
             let sentinels: Vec<String> = parts.map(|s| url(r, s, &r.sentinel_auth)).collect();
             if sentinels.is_empty() {
@@ -33,7 +36,7 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
                         .into(),
                 );
             }
-            RedisStore::sentinel(&sentinels, &master).map_err(fail)?
+            RedisStore::sentinel_with_options(&sentinels, &master, &options).map_err(fail)?
         }
         other => {
             return Err(format!(
@@ -51,27 +54,104 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
     ))
 }
 
-/// One address as a URL: kept as given when it is one; else `host:port` (or, with
-/// `REDIS_SOCKET_TYPE=unix`, a socket path) with `REDIS_AUTH` and `REDIS_TLS` applied.
+/// The comma-separated list of `REDIS_URL`, trimmed. Where it holds URLs, it is split only at a
+/// comma before a scheme (`redis://`), so that a password or a query holding a comma stays in
+/// its URL.
+fn split(list: &str) -> Vec<&str> {
+    if !list.contains("://") {
+        return list.split(',').map(str::trim).collect();
+    }
+    let starts_url = |rest: &str| {
+        rest.trim_start()
+            .split_once("://")
+            .is_some_and(|(scheme, _)| {
+                !scheme.is_empty()
+                    && scheme
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'+')
+            })
+    };
+    let mut parts = Vec::new();
+    let mut start = 0;
+    for (at, _) in list.match_indices(',') {
+        // A comma after the master's name (`mymaster,redis://…`) or before the next URL.
+        let before = &list[start..at];
+        if starts_url(&list[at + 1..]) || !before.contains("://") {
+            parts.push(before.trim());
+            start = at + 1;
+        }
+    }
+    parts.push(list[start..].trim());
+    parts
+}
+
+/// `REDIS_AUTH` (`password` or `user:password`, split at the first colon as the reference's
+/// `driver_impl.go` does), `REDIS_POOL_SIZE` and the TLS settings, for every address form.
+fn options(r: &Redis) -> Result<RedisOptions, String> {
+    let mut options = RedisOptions::new().pool_size(r.pool_size);
+    if !r.auth.is_empty() {
+        options = match r.auth.split_once(':') {
+            Some((user, password)) => options.username(user).password(password),
+            None => options.password(r.auth.as_str()),
+        };
+    }
+    let read = |name: &str, path: &str| {
+        std::fs::read(path).map_err(|e| format!("{name}={path:?}: cannot read it: {e}"))
+    };
+    let mut tls = RedisTls::new().skip_hostname_verification(r.tls_skip_hostname);
+    if !r.tls_cacert.is_empty() {
+        tls = tls.root_certificates(read("REDIS_TLS_CACERT", &r.tls_cacert)?);
+    }
+    match (r.tls_client_cert.as_str(), r.tls_client_key.as_str()) {
+        ("", "") => {}
+        (cert, "") if !cert.is_empty() => {
+            return Err("REDIS_TLS_CLIENT_CERT is set without REDIS_TLS_CLIENT_KEY".into())
+        }
+        ("", _) => return Err("REDIS_TLS_CLIENT_KEY is set without REDIS_TLS_CLIENT_CERT".into()),
+        (cert, key) => {
+            tls = tls.client_certificate(
+                read("REDIS_TLS_CLIENT_CERT", cert)?,
+                read("REDIS_TLS_CLIENT_KEY", key)?,
+            );
+        }
+    }
+    let set = [
+        ("REDIS_TLS_CACERT", !r.tls_cacert.is_empty()),
+        ("REDIS_TLS_CLIENT_CERT", !r.tls_client_cert.is_empty()),
+        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", r.tls_skip_hostname),
+    ];
+    let Some((first, _)) = set.iter().find(|(_, on)| *on) else {
+        return Ok(options);
+    };
+    if !r.tls && !r.url.contains("rediss://") {
+        return Err(format!(
+            "{first} is set but Redis is not reached over TLS: set REDIS_TLS=true"
+        ));
+    }
+    Ok(options.tls(tls))
+}
+
+/// One address as a URL: kept as given when it is one (with `auth` added when it carries no
+/// credentials); else `host:port` (or, with `REDIS_SOCKET_TYPE=unix`, a socket path) with
+/// `REDIS_TLS` and `auth` applied. `auth` is the sentinels'; every Redis gets `REDIS_AUTH`
+/// through the store's options.
 fn url(r: &Redis, address: &str, auth: &str) -> String {
-    if address.contains("://") {
-        return address.to_owned();
-    }
-    if r.socket_type == "unix" && address.starts_with('/') {
-        return format!("redis+unix://{address}");
-    }
-    let scheme = if r.tls { "rediss" } else { "redis" };
     let credentials = match auth.split_once(':') {
         _ if auth.is_empty() => String::new(),
         Some((user, password)) => format!("{}:{}@", encode(user), encode(password)),
         None => format!(":{}@", encode(auth)),
     };
-    let insecure = if r.tls && r.tls_insecure {
-        "/#insecure"
-    } else {
-        ""
-    };
-    format!("{scheme}://{credentials}{address}{insecure}")
+    if let Some((scheme, rest)) = address.split_once("://") {
+        return match rest.contains('@') {
+            true => address.to_owned(),
+            false => format!("{scheme}://{credentials}{rest}"),
+        };
+    }
+    if r.socket_type == "unix" && address.starts_with('/') {
+        return format!("redis+unix://{address}");
+    }
+    let scheme = if r.tls { "rediss" } else { "redis" };
+    format!("{scheme}://{credentials}{address}")
 }
 
 /// Percent-encodes what a URL's user information cannot hold as it is.
@@ -88,15 +168,40 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// The URL list with any `user:password@` left out.
+/// `REDIS_URL` as the log shows it: each URL's user information (up to the last `@` before the
+/// next URL, so a password holding a comma or an `@` goes whole) becomes `***`, and each query
+/// (`?password=…`) is left out; a bare `user:password@host` loses its credentials too.
 fn redacted(urls: &str) -> String {
-    (urls.split(','))
-        .map(|u| match u.rsplit_once('@') {
-            Some((before, host)) => match before.split_once("://") {
-                Some((scheme, _)) => format!("{scheme}://***@{host}"),
-                None => format!("***@{host}"),
-            },
-            None => u.to_owned(),
+    let mut out = String::new();
+    let mut rest = urls;
+    while let Some(at) = rest.find("://") {
+        out.push_str(&bare(&rest[..at]));
+        out.push_str("://");
+        rest = &rest[at + 3..];
+        // This URL runs until the next scheme's name: from the comma before the next `://`.
+        let next = rest
+            .find("://")
+            .map_or(rest.len(), |n| rest[..n].rfind(',').unwrap_or(n));
+        let (this, after) = rest.split_at(next);
+        let this = this
+            .rsplit_once('@')
+            .map_or(this.to_owned(), |(_, host)| format!("***@{host}"));
+        match this.split_once('?') {
+            Some((before, _)) => out.push_str(before),
+            None => out.push_str(&this),
+        }
+        rest = after;
+    }
+    out.push_str(&bare(rest));
+    out
+}
+
+/// Addresses without a scheme (`host:port`, `master,host:port`) with any credentials left out.
+fn bare(list: &str) -> String {
+    (list.split(','))
+        .map(|a| match a.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => a.to_owned(),
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -114,7 +219,11 @@ mod tests {
             auth: String::new(),
             sentinel_auth: String::new(),
             tls: false,
-            tls_insecure: false,
+            tls_skip_hostname: false,
+            tls_cacert: String::new(),
+            tls_client_cert: String::new(),
+            tls_client_key: String::new(),
+            pool_size: 10,
             prefix: String::new(),
         }
     }
@@ -125,22 +234,47 @@ mod tests {
         assert_eq!(url(&r, "redis:6379", ""), "redis://redis:6379");
         r.tls = true;
         assert_eq!(url(&r, "h:6380", "p@ss"), "rediss://:p%40ss@h:6380");
-        r.tls_insecure = true;
-        assert_eq!(
-            url(&r, "h:6380", "user:pw"),
-            "rediss://user:pw@h:6380/#insecure"
-        );
+        r.tls_skip_hostname = true;
+        assert_eq!(url(&r, "h:6380", "user:pw"), "rediss://user:pw@h:6380");
         r.socket_type = "unix".into();
         assert_eq!(
             url(&r, "/var/run/redis.sock", ""),
             "redis+unix:///var/run/redis.sock"
         );
-        assert_eq!(url(&r, "redis://x:1", "ignored"), "redis://x:1");
+        assert_eq!(url(&r, "redis://x:1", "s"), "redis://:s@x:1");
+        assert_eq!(url(&r, "redis://u:own@x:1", "s"), "redis://u:own@x:1");
+    }
+
+    #[test]
+    fn lists_split_between_urls_only() {
+        assert_eq!(split("m, h1:1,h2:2"), ["m", "h1:1", "h2:2"]);
+        assert_eq!(
+            split("redis://:a,b@h1:1,rediss://h2:2?password=c,d"),
+            ["redis://:a,b@h1:1", "rediss://h2:2?password=c,d"]
+        );
+        assert_eq!(split("m,redis://:a,b@h:1"), ["m", "redis://:a,b@h:1"]);
     }
 
     #[test]
     fn credentials_never_reach_the_log() {
-        assert_eq!(redacted("redis://u:p@h:1,h2:2"), "redis://***@h:1,h2:2");
+        for (given, shown) in [
+            ("redis://u:p@h:1,h2:2", "redis://***@h:1,h2:2"),
+            ("redis://:pa,ss@h:1", "redis://***@h:1"),
+            (
+                "redis://:a,b@h1:1,redis://:c@d,e@h2:2",
+                "redis://***@h1:1,redis://***@h2:2",
+            ),
+            ("redis://h:1/0?password=s3cret", "redis://h:1/0"),
+            ("redis://h:1?password=a,b", "redis://h:1"),
+            (
+                "redis+unix:///tmp/r.sock?pass=x",
+                "redis+unix:///tmp/r.sock",
+            ),
+            ("m,u:pw@h:1", "m,***@h:1"),
+            ("h:1", "h:1"),
+        ] {
+            assert_eq!(redacted(given), shown, "{given}");
+        }
         let (_, described) = from_settings(Some(&redis("redis://:secret@127.0.0.1:1"))).unwrap();
         assert!(!described.contains("secret"), "{described}");
     }
@@ -154,5 +288,41 @@ mod tests {
             .starts_with("REDIS_TYPE="));
         r.kind = "sentinel".into();
         assert!(from_settings(Some(&r)).is_err());
+    }
+
+    #[test]
+    fn tls_settings_without_tls_stop_the_start() {
+        let mut r = redis("h:1");
+        r.tls_skip_hostname = true;
+        let e = from_settings(Some(&r)).unwrap_err();
+        assert!(
+            e.starts_with("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is set"),
+            "{e}"
+        );
+        r.tls = true;
+        r.tls_client_cert = "/c.pem".into();
+        let e = from_settings(Some(&r)).unwrap_err();
+        assert_eq!(
+            e,
+            "REDIS_TLS_CLIENT_CERT is set without REDIS_TLS_CLIENT_KEY"
+        );
+        r.tls_client_cert = String::new();
+        r.tls_cacert = "/nonexistent/ca.pem".into();
+        let e = from_settings(Some(&r)).unwrap_err();
+        assert!(
+            e.starts_with("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": cannot read"),
+            "{e}"
+        );
+    }
+
+    /// The reference's `src/settings/settings.go` reads `REDIS_POOL_SIZE` (default 10) and
+    /// `driver_impl.go` makes its pool that size; here it is the store's pool's `max_size`.
+    #[test]
+    fn the_pool_size_reaches_the_pool() {
+        let mut r = redis("h:1");
+        r.pool_size = 7;
+        let (store, _) = from_settings(Some(&r)).unwrap();
+        let debug = format!("{:?}", store.unwrap());
+        assert!(debug.contains("max_size: 7"), "{debug}");
     }
 }

@@ -127,7 +127,7 @@ async fn the_good_fixtures_load_and_rlconfig_lists_them() {
     );
     let rls = Rls::start(
         &runtime,
-        &[("USE_STATSD", "false"), ("REDIS_POOL_SIZE", "10")],
+        &[("USE_STATSD", "false"), ("REDIS_PIPELINE_WINDOW", "0")],
     );
     let dump = support::http()
         .get(format!("http://{}/rlconfig", rls.debug))
@@ -147,7 +147,7 @@ async fn the_good_fixtures_load_and_rlconfig_lists_them() {
     // Settings of the reference that mean nothing here are logged once as ignored.
     let log = rls.stderr();
     assert!(
-        log.contains("USE_STATSD is ignored") && log.contains("REDIS_POOL_SIZE is ignored"),
+        log.contains("USE_STATSD is ignored") && log.contains("REDIS_PIPELINE_WINDOW is ignored"),
         "{log}"
     );
 }

@@ -5,9 +5,15 @@ use std::fmt;
 use std::time::Duration;
 
 use deadpool_redis::redis::aio::MultiplexedConnection;
+use deadpool_redis::redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 use deadpool_redis::{PoolConfig, Runtime, Timeouts};
 
 use super::cached::CachedConnection;
+use super::options::RedisOptions;
+#[cfg(feature = "cluster")]
+use super::pools::{ClusterManager, ClusterPool};
+#[cfg(feature = "sentinel")]
+use super::pools::{SentinelManager, SentinelPool};
 use super::redact::Secrets;
 use super::script::Call;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
@@ -32,7 +38,7 @@ pub(crate) enum Connection {
     /// answers `READONLY`), it is dropped, and the next call asks the sentinels again.
     #[cfg(feature = "sentinel")]
     Sentinel {
-        pool: deadpool_redis::sentinel::Pool,
+        pool: SentinelPool,
         /// The sentinel URLs (redacted) and the master's name, for `Debug`.
         sentinels: Option<(Vec<String>, String)>,
         cached: CachedConnection<MultiplexedConnection>,
@@ -41,22 +47,24 @@ pub(crate) enum Connection {
     /// `MOVED` and `ASK` and refreshes its slot map after a failover or a resharding.
     #[cfg(feature = "cluster")]
     Cluster {
-        pool: deadpool_redis::cluster::Pool,
+        pool: ClusterPool,
         /// The seed URLs, redacted, for `Debug`.
         nodes: Option<Vec<String>>,
         cached: CachedConnection<deadpool_redis::cluster::ClusterConnection>,
     },
 }
 
-/// The pool settings of a pool the store makes.
-fn pool_config() -> PoolConfig {
+/// The pool settings of a pool the store makes: `options`' size, and bounded waits.
+fn pool_config(options: &RedisOptions) -> PoolConfig {
+    let default = PoolConfig::default();
     PoolConfig {
+        max_size: options.pool_size.unwrap_or(default.max_size),
         timeouts: Timeouts {
             wait: Some(POOL_TIMEOUT),
             create: Some(POOL_TIMEOUT),
             recycle: Some(POOL_TIMEOUT),
         },
-        ..PoolConfig::default()
+        ..default
     }
 }
 
@@ -80,16 +88,88 @@ fn invalid(what: &str, shown: impl fmt::Debug, error: String) -> ConfigError {
     )
 }
 
+/// Each URL's connection details.
+#[cfg(any(feature = "sentinel", feature = "cluster"))]
+fn parse(urls: &[String]) -> RedisResult<Vec<ConnectionInfo>> {
+    urls.iter()
+        .map(|u| u.as_str().into_connection_info())
+        .collect()
+}
+
+/// Whether `info` is a TLS address (`rediss://`).
+#[cfg(any(feature = "tls", feature = "sentinel"))]
+fn is_tls(info: &ConnectionInfo) -> bool {
+    use deadpool_redis::redis::ConnectionAddr;
+    matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+}
+
+/// `info` with `options`' credentials when its URL carries no password.
+fn with_credentials(info: ConnectionInfo, options: &RedisOptions) -> ConnectionInfo {
+    let Some((username, password)) = options.credentials() else {
+        return info;
+    };
+    if info.redis_settings().password().is_some() {
+        return info;
+    }
+    let mut settings = info.redis_settings().clone().set_password(password);
+    if let Some(username) = username {
+        settings = settings.set_username(username);
+    }
+    info.set_redis_settings(settings)
+}
+
+/// `info` with `options`' credentials and TLS settings applied.
+fn complete(info: ConnectionInfo, options: &RedisOptions) -> RedisResult<ConnectionInfo> {
+    let info = with_credentials(info, options);
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &options.tls {
+        return super::tls::apply(info, tls);
+    }
+    Ok(info)
+}
+
+/// Readies TLS (the crypto provider) and checks `options`' TLS settings against the addresses:
+/// settings no address would use are refused rather than silently dropped.
+fn prepare_tls(options: &RedisOptions, infos: &[ConnectionInfo]) -> Result<(), ConfigError> {
+    #[cfg(feature = "tls")]
+    {
+        install_tls_provider();
+        if let Some(tls) = &options.tls {
+            super::tls::validate(tls)?;
+            if !infos.iter().any(is_tls) {
+                return Err(ConfigError::of(
+                    ConfigErrorKind::Store,
+                    "Redis TLS settings are given but no address uses TLS (rediss://)",
+                ));
+            }
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = (options, infos);
+    Ok(())
+}
+
+#[cfg(feature = "tls")]
+fn install_tls_provider() {
+    super::tls::install_crypto_provider();
+}
+
 impl Connection {
     /// A standalone pool for `url`.
-    pub(crate) fn standalone(url: &str) -> Result<Self, ConfigError> {
+    pub(crate) fn standalone(url: &str, options: &RedisOptions) -> Result<Self, ConfigError> {
         let urls = [url.to_owned()];
         let (shown, redact) = redacted(&urls);
-        #[cfg(feature = "tls")]
-        super::tls::install_crypto_provider();
-        let mut config = deadpool_redis::Config::from_url(url);
-        config.pool = Some(pool_config());
-        let pool = (config.create_pool(Some(Runtime::Tokio1)))
+        let fail = |e: deadpool_redis::redis::RedisError| {
+            invalid("Redis URL", &shown[0], redact(&e.to_string()))
+        };
+        let info = url.into_connection_info().map_err(fail)?;
+        prepare_tls(options, std::slice::from_ref(&info))?;
+        let info = complete(info, options).map_err(fail)?;
+        let manager = deadpool_redis::Manager::new(info).map_err(fail)?;
+        let pool = (deadpool_redis::Pool::builder(manager))
+            .config(pool_config(options))
+            .runtime(Runtime::Tokio1)
+            .build()
             .map_err(|e| invalid("Redis URL", &shown[0], redact(&e.to_string())))?;
         Ok(Self::Standalone {
             pool,
@@ -107,13 +187,14 @@ impl Connection {
         }
     }
 
-    /// A pool that asks `sentinels` for the master named `master`.
+    /// A pool that asks `sentinels` for the master named `master`, and reaches it with
+    /// `options`' credentials, over TLS when the sentinels' URLs are `rediss://`.
     #[cfg(feature = "sentinel")]
     pub(crate) fn sentinel<S: AsRef<str>>(
         sentinels: &[S],
         master: &str,
+        options: &RedisOptions,
     ) -> Result<Self, ConfigError> {
-        use deadpool_redis::sentinel::{Config, SentinelServerType};
         let urls: Vec<String> = sentinels.iter().map(|u| u.as_ref().to_owned()).collect();
         if urls.is_empty() {
             return Err(ConfigError::of(
@@ -122,15 +203,38 @@ impl Connection {
             ));
         }
         let (shown, redact) = redacted(&urls);
-        #[cfg(feature = "tls")]
-        super::tls::install_crypto_provider();
-        let mut config =
-            Config::from_urls(urls.clone(), master.to_owned(), SentinelServerType::Master);
-        config.pool = Some(pool_config());
-        let pool = (config.create_pool(Some(Runtime::Tokio1)))
-            .map_err(|e| invalid("Redis sentinels", &shown, redact(&e.to_string())))?;
+        let fail = |e: String| invalid("Redis sentinels", &shown, redact(&e));
+        let infos = parse(&urls).map_err(|e| fail(e.to_string()))?;
+        prepare_tls(options, &infos)?;
+        let tls = infos.iter().any(is_tls);
+        use deadpool_redis::redis::ConnectionAddr;
+        let insecure = (infos.iter())
+            .any(|i| matches!(i.addr(), ConnectionAddr::TcpTls { insecure: true, .. }));
+        // The sentinels keep the credentials of their own URLs; TLS settings apply to them too.
+        let sentinel_options = RedisOptions {
+            username: None,
+            password: None,
+            ..options.clone()
+        };
+        let infos = (infos.into_iter())
+            .map(|i| complete(i, &sentinel_options))
+            .collect::<RedisResult<Vec<_>>>()
+            .map_err(|e| fail(e.to_string()))?;
+        let master_options = options.clone();
+        let manager = SentinelManager {
+            sentinels: infos,
+            master: master.to_owned(),
+            scheme: if tls { "rediss" } else { "redis" },
+            insecure,
+            complete: Box::new(move |info| complete(info, &master_options)),
+        };
+        let pool = (deadpool::managed::Pool::builder(manager))
+            .config(pool_config(options))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| fail(e.to_string()))?;
         Ok(Self::Sentinel {
-            pool,
+            pool: SentinelPool::Own(pool),
             sentinels: Some((shown, master.to_owned())),
             cached: CachedConnection::new(),
         })
@@ -140,7 +244,7 @@ impl Connection {
     #[cfg(feature = "sentinel")]
     pub(crate) fn sentinel_pool(pool: deadpool_redis::sentinel::Pool) -> Self {
         Self::Sentinel {
-            pool,
+            pool: SentinelPool::App(pool),
             sentinels: None,
             cached: CachedConnection::new(),
         }
@@ -148,7 +252,10 @@ impl Connection {
 
     /// A cluster pool seeded with `nodes`.
     #[cfg(feature = "cluster")]
-    pub(crate) fn cluster<S: AsRef<str>>(nodes: &[S]) -> Result<Self, ConfigError> {
+    pub(crate) fn cluster<S: AsRef<str>>(
+        nodes: &[S],
+        options: &RedisOptions,
+    ) -> Result<Self, ConfigError> {
         let urls: Vec<String> = nodes.iter().map(|u| u.as_ref().to_owned()).collect();
         if urls.is_empty() {
             return Err(ConfigError::of(
@@ -157,14 +264,28 @@ impl Connection {
             ));
         }
         let (shown, redact) = redacted(&urls);
+        let fail = |e: String| invalid("Redis Cluster nodes", &shown, redact(&e));
+        let infos = parse(&urls).map_err(|e| fail(e.to_string()))?;
+        prepare_tls(options, &infos)?;
+        // The cluster client applies TLS to every node it meets, the seeds' and the others'.
+        let infos = infos.into_iter().map(|i| with_credentials(i, options));
+        #[allow(unused_mut)]
+        let mut builder = deadpool_redis::cluster::ClusterClientBuilder::new(infos);
         #[cfg(feature = "tls")]
-        super::tls::install_crypto_provider();
-        let mut config = deadpool_redis::cluster::Config::from_urls(urls.clone());
-        config.pool = Some(pool_config());
-        let pool = (config.create_pool(Some(Runtime::Tokio1)))
-            .map_err(|e| invalid("Redis Cluster nodes", &shown, redact(&e.to_string())))?;
+        if let Some(tls) = &options.tls {
+            if let Some(certificates) = super::tls::certificates(tls) {
+                builder = builder.certs(certificates);
+            }
+            builder = builder.danger_accept_invalid_hostnames(tls.skip_hostname_verification);
+        }
+        let client = builder.build().map_err(|e| fail(e.to_string()))?;
+        let pool = (deadpool::managed::Pool::builder(ClusterManager(client)))
+            .config(pool_config(options))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| fail(e.to_string()))?;
         Ok(Self::Cluster {
-            pool,
+            pool: ClusterPool::Own(pool),
             nodes: Some(shown),
             cached: CachedConnection::new(),
         })
@@ -174,7 +295,7 @@ impl Connection {
     #[cfg(feature = "cluster")]
     pub(crate) fn cluster_pool(pool: deadpool_redis::cluster::Pool) -> Self {
         Self::Cluster {
-            pool,
+            pool: ClusterPool::App(pool),
             nodes: None,
             cached: CachedConnection::new(),
         }
@@ -210,21 +331,9 @@ impl Connection {
                 cached.run(call, connect).await
             }
             #[cfg(feature = "sentinel")]
-            Self::Sentinel { pool, cached, .. } => {
-                let connect = || async {
-                    let pooled = pool.get().await.map_err(StoreError::backend)?;
-                    Ok(MultiplexedConnection::clone(&pooled))
-                };
-                cached.run(call, connect).await
-            }
+            Self::Sentinel { pool, cached, .. } => cached.run(call, || pool.connection()).await,
             #[cfg(feature = "cluster")]
-            Self::Cluster { pool, cached, .. } => {
-                let connect = || async {
-                    let pooled = pool.get().await.map_err(StoreError::backend)?;
-                    Ok(deadpool_redis::cluster::ClusterConnection::clone(&pooled))
-                };
-                cached.run(call, connect).await
-            }
+            Self::Cluster { pool, cached, .. } => cached.run(call, || pool.connection()).await,
         }
     }
 
@@ -289,6 +398,53 @@ mod tests {
         );
         let empty: [&str; 0] = [];
         assert!(RedisStore::sentinel(&empty, "m").is_err());
+    }
+
+    #[test]
+    fn options_credentials_fill_only_what_a_url_lacks() {
+        use super::{with_credentials, IntoConnectionInfo, RedisOptions};
+        let options = RedisOptions::new().username("app").password("opt-pw");
+        let bare = "redis+unix:///tmp/r.sock".into_connection_info().unwrap();
+        let filled = with_credentials(bare, &options);
+        let settings = filled.redis_settings();
+        assert_eq!(
+            (settings.username(), settings.password()),
+            (Some("app"), Some("opt-pw"))
+        );
+        let own = "redis://u:own-pw@h:1".into_connection_info().unwrap();
+        let kept = with_credentials(own, &options);
+        assert_eq!(kept.redis_settings().password(), Some("own-pw"));
+    }
+
+    #[test]
+    fn every_kind_takes_the_pool_size() {
+        use super::RedisOptions;
+        let options = RedisOptions::new().pool_size(5);
+        let standalone = RedisStore::with_options("redis://127.0.0.1:1", &options).unwrap();
+        assert!(format!("{standalone:?}").contains("max_size: 5"));
+        #[cfg(feature = "sentinel")]
+        {
+            let sentinel =
+                RedisStore::sentinel_with_options(&["redis://127.0.0.1:1"], "m", &options).unwrap();
+            assert!(format!("{sentinel:?}").contains("max_size: 5"));
+        }
+        #[cfg(feature = "cluster")]
+        {
+            let cluster =
+                RedisStore::cluster_with_options(&["redis://127.0.0.1:1"], &options).unwrap();
+            assert!(format!("{cluster:?}").contains("max_size: 5"));
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_settings_no_address_uses_are_refused() {
+        use super::RedisOptions;
+        use crate::store::RedisTls;
+        let options = RedisOptions::new().tls(RedisTls::new().skip_hostname_verification(true));
+        let error = RedisStore::with_options("redis://127.0.0.1:1", &options).unwrap_err();
+        assert!(error.to_string().contains("no address uses TLS"), "{error}");
+        assert!(RedisStore::with_options("rediss://127.0.0.1:1", &options).is_ok());
     }
 
     #[test]

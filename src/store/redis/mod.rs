@@ -17,12 +17,18 @@ pub(crate) mod calls;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
+mod options;
+#[cfg(any(feature = "sentinel", feature = "cluster"))]
+mod pools;
 pub(crate) mod redact;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 use calls::ScriptRunner;
 use connection::Connection;
+pub use options::RedisOptions;
+#[cfg(feature = "tls")]
+pub use options::RedisTls;
 use script::{Call, Control, Scripts, DEFAULT_PREFIX};
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
@@ -91,7 +97,19 @@ impl RedisStore {
     /// A [`ConfigError`] only when the URL cannot be parsed; Redis need not be up. The error,
     /// like everything the store prints, shows the URL with its password replaced by `***`.
     pub fn from_url(url: &str) -> Result<Self, ConfigError> {
-        Ok(Self::on(Connection::standalone(url)?))
+        Self::with_options(url, &RedisOptions::new())
+    }
+
+    /// A store on a new connection pool for one Redis at `url` (`redis://host:port/db`,
+    /// `redis+unix:///path`, `rediss://…` with the `tls` feature), connecting as `options`
+    /// say: credentials when the URL carries none, the pool's size, TLS certificates.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] when the URL cannot be parsed, or `options` hold TLS settings that
+    /// the address would not use or certificates that do not parse; Redis need not be up.
+    pub fn with_options(url: &str, options: &RedisOptions) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::standalone(url, options)?))
     }
 
     /// A store on an existing deadpool-redis pool for one Redis (e.g. one the app also uses);
@@ -109,7 +127,26 @@ impl RedisStore {
     #[cfg(feature = "sentinel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel<S: AsRef<str>>(sentinels: &[S], master: &str) -> Result<Self, ConfigError> {
-        Ok(Self::on(Connection::sentinel(sentinels, master)?))
+        Self::sentinel_with_options(sentinels, master, &RedisOptions::new())
+    }
+
+    /// A store on the master named `master`, as `sentinels` name it, connecting as `options`
+    /// say. The sentinels are reached with the credentials of their own URLs, the master with
+    /// `options`' (see [`RedisOptions::password`]); the master is reached over TLS when the
+    /// sentinels' URLs are `rediss://`, and `options`' TLS settings apply to both.
+    ///
+    /// # Errors
+    ///
+    /// As [`sentinel`](Self::sentinel), and as [`with_options`](Self::with_options) for
+    /// `options`.
+    #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
+    pub fn sentinel_with_options<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+        options: &RedisOptions,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::sentinel(sentinels, master, options)?))
     }
 
     /// A store on an existing deadpool-redis sentinel pool.
@@ -138,7 +175,23 @@ impl RedisStore {
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster<S: AsRef<str>>(nodes: &[S]) -> Result<Self, ConfigError> {
-        Ok(Self::on(Connection::cluster(nodes)?))
+        Self::cluster_with_options(nodes, &RedisOptions::new())
+    }
+
+    /// A store on a Redis Cluster seeded with `nodes`, connecting to every node as `options`
+    /// say.
+    ///
+    /// # Errors
+    ///
+    /// As [`cluster`](Self::cluster), and as [`with_options`](Self::with_options) for
+    /// `options`.
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster_with_options<S: AsRef<str>>(
+        nodes: &[S],
+        options: &RedisOptions,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self::on(Connection::cluster(nodes, options)?))
     }
 
     /// A store on an existing deadpool-redis cluster pool.

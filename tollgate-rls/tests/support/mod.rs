@@ -17,9 +17,8 @@ use tonic::transport::Channel;
 
 #[path = "../../../tests/support/mod.rs"]
 mod shared;
-pub use shared::{
-    client as http, command_calls, free_port, redis_cli, redis_connection, RedisServer,
-};
+pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
+pub use shared::{free_port, temp_dir, wait_for_port, Spawned};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 
@@ -86,7 +85,7 @@ pub struct Rls {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub debug: SocketAddr,
-    /// The `listening on` line it printed.
+    /// The start-up line (`tollgate-rls listening on … store=…`).
     pub line: String,
     stderr: Arc<Mutex<String>>,
 }
