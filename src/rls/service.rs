@@ -54,7 +54,8 @@ pub struct RateLimitService {
 struct Inner {
     config: Arc<ConfigSource>,
     decider: Decider,
-    on_error: OnStoreError,
+    /// How a failing store is answered: `None` is a gRPC error, as the reference answers.
+    on_error: Option<OnStoreError>,
     modes: Modes,
     headers: Option<ResponseHeaders>,
     /// Requests answered OK although a limit was over (a shadow-mode limit, or `SHADOW_MODE`).
@@ -72,6 +73,7 @@ impl RateLimitService {
             watch: true,
             store: Backend::of(MemoryStore::new()),
             failure: StoreFailure::default(),
+            on_error: None,
             modes: Modes::default(),
             headers: None,
         }
@@ -83,8 +85,10 @@ impl RateLimitService {
     }
 
     /// Answers one request, as `ShouldRateLimit` does. An empty domain or no descriptor is
-    /// an error, as in the reference; nothing else is (a failing store is answered by the
-    /// [`OnStoreError`] policy).
+    /// an error, as in the reference. So is a store that fails (an error, a timeout, an open
+    /// circuit breaker): `UNAVAILABLE`, for Envoy's `failure_mode_deny` to decide, unless an
+    /// [`OnStoreError`] policy was chosen with
+    /// [`on_store_error`](RateLimitServiceBuilder::on_store_error).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
             return Err(Status::unknown("rate limit domain must not be empty"));
@@ -109,11 +113,12 @@ impl RateLimitService {
         };
         let outcome = match decided {
             Ok(decisions) => Outcome::Decided { decisions, looked },
-            Err(_) => {
+            Err(error) => {
                 stats::store_error();
                 match inner.on_error {
-                    OnStoreError::Deny => Outcome::FailedClosed,
-                    _ => Outcome::FailedOpen,
+                    None => return Err(Status::unavailable(format!("rate limit store: {error}"))),
+                    Some(OnStoreError::Deny) => Outcome::FailedClosed,
+                    Some(_) => Outcome::FailedOpen,
                 }
             }
         };
@@ -203,6 +208,7 @@ pub struct RateLimitServiceBuilder {
     watch: bool,
     store: Backend,
     failure: StoreFailure,
+    on_error: Option<OnStoreError>,
     modes: Modes,
     headers: Option<ResponseHeaders>,
 }
@@ -254,20 +260,37 @@ impl RateLimitServiceBuilder {
         self
     }
 
-    /// How a failing store is treated: the [`OnStoreError`] policy, the timeout, the circuit
-    /// breaker and an error hook, in one value (default [`StoreFailure::default`]: answer OK,
-    /// 50 ms). [`OnStoreError::Allow`] answers OK without numbers, [`OnStoreError::Deny`]
-    /// answers OVER_LIMIT for every limited descriptor, and
-    /// [`OnStoreError::FallbackToMemory`] decides in this process until the store is back.
+    /// How a failing store is treated: the timeout, the circuit breaker and an error hook, and
+    /// its [`OnStoreError`] policy, which replaces the default answer (a gRPC error) as
+    /// [`on_store_error`](Self::on_store_error) does.
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
+        self.on_error = Some(failure.on_error);
         self.failure = failure;
         self
     }
 
-    /// What to answer while the store fails (default [`OnStoreError::Allow`]): shorthand for
-    /// that part of [`store_failure`](Self::store_failure).
-    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.failure.on_error = on_store_error;
+    /// What to answer while the store fails (an error, a timeout, an open circuit breaker).
+    /// By default (`None`) the reference's answer: the gRPC error `UNAVAILABLE` (on `/json`,
+    /// 400), so Envoy's `failure_mode_deny` decides: it lets the request through and counts
+    /// `ratelimit.error`, or with `failure_mode_deny: true` refuses it. A policy answers
+    /// instead: [`OnStoreError::Allow`] OK without numbers, [`OnStoreError::Deny`]
+    /// OVER_LIMIT for every limited descriptor, [`OnStoreError::FallbackToMemory`] decides in
+    /// this process until the store is back.
+    ///
+    /// ```
+    /// use tollgate::rls::RateLimitService;
+    /// use tollgate::OnStoreError;
+    ///
+    /// let reference = RateLimitService::builder(); // a gRPC error
+    /// let local = RateLimitService::builder().on_store_error(OnStoreError::FallbackToMemory);
+    /// let error_again = local.on_store_error(None);
+    /// # let _ = (reference, error_again);
+    /// ```
+    pub fn on_store_error(mut self, on_store_error: impl Into<Option<OnStoreError>>) -> Self {
+        self.on_error = on_store_error.into();
+        if let Some(policy) = self.on_error {
+            self.failure.on_error = policy;
+        }
         self
     }
 
@@ -322,11 +345,16 @@ impl RateLimitServiceBuilder {
         if self.watch {
             config.watch();
         }
+        let mut failure = self.failure;
+        if self.on_error.is_none() {
+            // The stack hands every failure up, to be answered as an error.
+            failure.on_error = OnStoreError::Deny;
+        }
         Ok(RateLimitService {
             inner: Arc::new(Inner {
                 config,
-                decider: Decider::new(self.store, &self.failure),
-                on_error: self.failure.on_error,
+                decider: Decider::new(self.store, &failure),
+                on_error: self.on_error,
                 modes: self.modes,
                 headers: self.headers,
                 shadow_denials: AtomicU64::new(0),
@@ -341,6 +369,7 @@ impl fmt::Debug for RateLimitServiceBuilder {
             .field("config", &self.config)
             .field("store", &self.store)
             .field("failure", &self.failure)
+            .field("on_error", &self.on_error)
             .finish_non_exhaustive()
     }
 }

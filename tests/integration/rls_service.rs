@@ -547,6 +547,47 @@ fn dead_redis() -> RedisStore {
     RedisStore::from_url(&format!("redis://127.0.0.1:{}", support::free_port())).unwrap()
 }
 
+/// The reference answers a failing store with a gRPC error: `ShouldRateLimit` recovers the
+/// panic of its Redis client and returns it as the call's error (envoyproxy/ratelimit
+/// `src/service/ratelimit.go` lines 415-443, `case redis.RedisError: ... finalError = t`), and
+/// `POST /json` answers any such error with 400 (`src/server/server_impl.go` lines 103-107).
+/// Envoy's `failure_mode_deny` then decides. tollgate-rls answers `UNAVAILABLE`, within the
+/// store timeout, before and after its circuit breaker opens.
+#[tokio::test]
+async fn a_store_that_is_down_is_a_grpc_error_by_default_before_and_after_the_breaker_opens() {
+    let service = RateLimitService::builder()
+        .config(config(&[("basic.yaml", BASIC)]))
+        .store(dead_redis())
+        .store_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let mut client = serve(service.clone()).await;
+    for i in 0..8 {
+        let started = Instant::now();
+        let answer = client
+            .should_rate_limit(request("basic", &[&[("one_per_minute", "x")]], 1))
+            .await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(600),
+            "answer {i} took {took:?}"
+        );
+        let status = answer.expect_err("a store error is an error");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "answer {i}");
+        assert!(
+            status.message().starts_with("rate limit store"),
+            "{status:?}"
+        );
+    }
+    assert!(
+        service.stats().circuit_open,
+        "the breaker opened on the way"
+    );
+    let body =
+        br#"{"domain": "basic", "descriptors": [{"entries": [{"key": "key1", "value": "j"}]}]}"#;
+    assert_eq!(service.decide_json(body).await.status, 400);
+}
+
 #[tokio::test]
 async fn a_store_that_is_down_is_answered_by_the_policy_within_the_timeout() {
     let files = [("basic.yaml", BASIC)];

@@ -29,7 +29,8 @@ pub(crate) struct Settings {
     pub(crate) headers: Option<[String; 3]>,
     pub(crate) redis: Option<Redis>,
     pub(crate) store_timeout: Duration,
-    pub(crate) on_store_error: OnStoreError,
+    /// `None`: a failing store is answered with a gRPC error, as the reference answers.
+    pub(crate) on_store_error: Option<OnStoreError>,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -287,14 +288,16 @@ impl Settings {
                 format!("STORE_TIMEOUT={v:?}: expected a duration above zero such as 50ms or 1s")
             })?,
         };
-        let on_store_error = match get("ON_STORE_ERROR", "open").to_ascii_lowercase().as_str() {
-            "open" | "allow" => OnStoreError::Allow,
-            "closed" | "deny" => OnStoreError::Deny,
-            "local" | "fallback" => OnStoreError::FallbackToMemory,
+        let on_store_error = match get("ON_STORE_ERROR", "error").to_ascii_lowercase().as_str() {
+            "error" => None,
+            "open" | "allow" => Some(OnStoreError::Allow),
+            "closed" | "deny" => Some(OnStoreError::Deny),
+            "local" | "fallback" => Some(OnStoreError::FallbackToMemory),
             other => {
                 return Err(format!(
-                    "ON_STORE_ERROR={other:?}: expected open (answer OK), closed (answer \
-                     OVER_LIMIT) or local (decide in this process)"
+                    "ON_STORE_ERROR={other:?}: expected error (answer UNAVAILABLE, as the \
+                     reference), open (answer OK), closed (answer OVER_LIMIT) or local (decide \
+                     in this process)"
                 ))
             }
         };
@@ -390,7 +393,7 @@ mod tests {
         );
         assert!(s.redis.is_none() && s.headers.is_none() && s.ignored.is_empty());
         assert_eq!(s.store_timeout, Duration::from_millis(50));
-        assert_eq!(s.on_store_error, OnStoreError::Allow);
+        assert_eq!(s.on_store_error, None);
     }
 
     #[test]
@@ -410,7 +413,7 @@ mod tests {
         assert_eq!(s.redis.unwrap().url, "redis:6379");
         assert_eq!(s.headers.unwrap()[0], "RateLimit-Limit");
         assert_eq!(s.ignored[0].0, "USE_STATSD");
-        assert_eq!(s.on_store_error, OnStoreError::FallbackToMemory);
+        assert_eq!(s.on_store_error, Some(OnStoreError::FallbackToMemory));
         assert_eq!(s.store_timeout, Duration::from_secs(90));
     }
 

@@ -344,16 +344,28 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call
     }
 }
 
+/// A Redis outage, as the reference answers it by default: a gRPC error for every decision
+/// (envoyproxy/ratelimit `src/service/ratelimit.go` lines 415-443 return the Redis error as
+/// the call's error), so Envoy's `failure_mode_deny` decides; within the store timeout, before
+/// and after the breaker opens. With `ON_STORE_ERROR=open`, OK without numbers.
 #[tokio::test]
-async fn a_redis_outage_is_answered_ok_within_the_store_timeout_and_counting_resumes() {
+async fn a_redis_outage_is_answered_within_the_store_timeout_and_counting_resumes() {
     let redis = RedisServer::start();
     let runtime = Runtime::with("outage", &REFERENCE_RUNTIME);
     let url = format!("redis://127.0.0.1:{}", redis.port);
-    let rls = Rls::start(
+    let reference = Rls::start(
         &runtime,
         &[("REDIS_URL", url.as_str()), ("STORE_TIMEOUT", "100ms")],
     );
-    let mut client = rls.client().await;
+    let open = Rls::start(
+        &runtime,
+        &[
+            ("REDIS_URL", url.as_str()),
+            ("STORE_TIMEOUT", "100ms"),
+            ("ON_STORE_ERROR", "open"),
+        ],
+    );
+    let (mut client, mut open_client) = (reference.client().await, open.client().await);
     let key1 = |v: &str| request("basic", &[&[("key1", v)]]);
     let counted = ask(&mut client, key1("warm")).await;
     assert!(counted.statuses[0].current_limit.is_some());
@@ -361,12 +373,18 @@ async fn a_redis_outage_is_answered_ok_within_the_store_timeout_and_counting_res
     redis.pause();
     for i in 0..8 {
         let started = Instant::now();
-        let r = ask(&mut client, key1("down")).await;
+        let answer = client.should_rate_limit(key1("down")).await;
         let took = started.elapsed();
         assert!(
             took < Duration::from_millis(400),
             "answer {i} took {took:?}"
         );
+        let status = answer.expect_err("a store failure is a gRPC error");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "answer {i}");
+
+        let started = Instant::now();
+        let r = ask(&mut open_client, key1("down")).await;
+        assert!(started.elapsed() < Duration::from_millis(400), "open {i}");
         assert_eq!(r.overall_code, OK, "fail open");
         assert!(
             r.statuses[0].current_limit.is_none(),
@@ -378,8 +396,10 @@ async fn a_redis_outage_is_answered_ok_within_the_store_timeout_and_counting_res
     let back = eventually(Duration::from_secs(10), || {
         let mut client = client.clone();
         async move {
-            let r = ask(&mut client, key1("back")).await;
-            r.statuses[0].current_limit.is_some()
+            match client.should_rate_limit(key1("back")).await {
+                Ok(r) => r.into_inner().statuses[0].current_limit.is_some(),
+                Err(_) => false,
+            }
         }
     })
     .await;
