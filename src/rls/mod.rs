@@ -10,6 +10,7 @@
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `POST /json`);
 //! `stats.rs` counts it.
 
+mod charging;
 mod config;
 mod decide;
 mod json;
@@ -21,6 +22,7 @@ mod source;
 mod stats;
 mod yaml;
 
+pub use charging::Charging;
 pub use config::RlsConfig;
 pub use json::JsonAnswer;
 pub use response::ResponseHeaders;

@@ -9,6 +9,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
+use super::charging::Charging;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::decide::Ask;
 use super::matching::{client_key, override_key, LimitRef, Matched};
@@ -24,6 +25,8 @@ pub(crate) struct Modes {
     pub(crate) shadow: bool,
     /// The reference's `QUOTA_MODE`: every limit is a quota.
     pub(crate) quota: bool,
+    /// Which hits are charged (default: every hit, as the reference).
+    pub(crate) charging: Charging,
 }
 
 /// One descriptor's part of the request.

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
+use super::charging::Charging;
 use super::config::RlsConfig;
 use super::decide::Decider;
 use super::plan::{Item, Modes, Plan};
@@ -27,10 +28,10 @@ use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
 /// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over
 /// any tollgate store: a drop-in for envoyproxy/ratelimit inside your own tonic server.
 ///
-/// One difference on purpose: a request's descriptors are decided atomically. If any of them
-/// is over its limit, nothing is consumed from any of them, and the others report their
-/// unchanged remaining (the reference counts them; its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
-/// narrows that, but not under concurrency).
+/// A request's descriptors are decided in one atomic step and charged as the reference
+/// charges them: every hit by default, refused or not ([`Charging`] has its
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, and tollgate's "a refused request consumes
+/// nothing").
 ///
 /// ```
 /// use tollgate::rls::{RateLimitService, RlsConfig};
@@ -106,9 +107,12 @@ impl RateLimitService {
         let plan = Plan::new(&config, request, inner.modes);
         let asks = plan.asks();
         let looked = plan.refused_locally();
+        // A limit of zero refuses the request without the store; charging every hit, the
+        // other limits are charged all the same.
+        let looked = looked && inner.modes.charging != Charging::EveryHit;
         let decided = match (asks.is_empty(), looked) {
             (true, _) => Ok(Vec::new()),
-            (false, false) => inner.decider.decide(&asks).await,
+            (false, false) => inner.decider.decide(&asks, inner.modes.charging).await,
             (false, true) => inner.decider.look(&asks).await,
         };
         let outcome = match decided {
@@ -298,6 +302,13 @@ impl RateLimitServiceBuilder {
     /// [`StoreFailure::timeout`].
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.failure = self.failure.timeout(timeout);
+        self
+    }
+
+    /// Which hits are charged to a request's descriptors (default [`Charging::EveryHit`],
+    /// as the reference): see [`Charging`].
+    pub fn charging(mut self, charging: Charging) -> Self {
+        self.modes.charging = charging;
         self
     }
 

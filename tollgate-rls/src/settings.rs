@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tollgate::rls::Charging;
 use tollgate::OnStoreError;
 
 /// Everything the server reads from its environment.
@@ -31,6 +32,9 @@ pub(crate) struct Settings {
     pub(crate) store_timeout: Duration,
     /// `None`: a failing store is answered with a gRPC error, as the reference answers.
     pub(crate) on_store_error: Option<OnStoreError>,
+    /// Which hits are charged: `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, and tollgate's
+    /// `CHARGE_REFUSED=false` (a refused request consumes nothing).
+    pub(crate) charging: Charging,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -132,10 +136,6 @@ const IGNORED: &[(&str, &str)] = &[
     (
         "NEAR_LIMIT_RATIO",
         "near_limit counts above 0.8 of the limit",
-    ),
-    (
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        "always: a request's descriptors are decided atomically",
     ),
     (
         "REDIS_POOL_SIZE",
@@ -301,6 +301,22 @@ impl Settings {
                 ))
             }
         };
+        let charging = match (
+            flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+            flag("CHARGE_REFUSED", true)?,
+        ) {
+            (false, true) => Charging::EveryHit,
+            (true, true) => Charging::StopWhenOverLimit,
+            (false, false) => Charging::AllowedOnly,
+            (true, false) => {
+                return Err(
+                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true and CHARGE_REFUSED=false: \
+                            pick one (the first charges the descriptors over their limit, the \
+                            second charges nothing of a refused request)"
+                        .into(),
+                )
+            }
+        };
         let log_json = match get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
             "text" => false,
             "json" => true,
@@ -325,6 +341,7 @@ impl Settings {
             redis,
             store_timeout,
             on_store_error,
+            charging,
             ignored,
         })
     }
@@ -394,6 +411,21 @@ mod tests {
         assert!(s.redis.is_none() && s.headers.is_none() && s.ignored.is_empty());
         assert_eq!(s.store_timeout, Duration::from_millis(50));
         assert_eq!(s.on_store_error, None);
+        assert_eq!(s.charging, Charging::EveryHit);
+    }
+
+    #[test]
+    fn charging_is_the_references_switch_or_ours() {
+        let s = |vars: &[(&str, &str)]| settings(vars).map(|s| s.charging);
+        let stop = ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true");
+        assert_eq!(s(&[stop]), Ok(Charging::StopWhenOverLimit));
+        assert_eq!(s(&[("CHARGE_REFUSED", "false")]), Ok(Charging::AllowedOnly));
+        assert_eq!(s(&[("CHARGE_REFUSED", "true")]), Ok(Charging::EveryHit));
+        let both = s(&[stop, ("CHARGE_REFUSED", "false")]).unwrap_err();
+        assert!(both.starts_with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true and CHARGE_REFUSED"));
+        assert!(s(&[("CHARGE_REFUSED", "no")])
+            .unwrap_err()
+            .starts_with("CHARGE_REFUSED="));
     }
 
     #[test]

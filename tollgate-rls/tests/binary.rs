@@ -165,8 +165,22 @@ async fn the_references_scenario_over_grpc_and_http() {
         (50, Unit::Second as i32)
     );
 
-    // Two descriptors: once key3 is over, key2 keeps what it had (decided atomically).
+    // Two descriptors: key3 is over after 10, and key2 is charged all the same; with
+    // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT it keeps 10 (envoyproxy/ratelimit
+    // test/integration/integration_test.go lines 688-699).
+    let stop = Rls::start(
+        &runtime,
+        &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+    );
+    let mut stop_client = stop.client().await;
     let value = format!("{}", std::process::id());
+    let mut stopped = Vec::new();
+    for _ in 0..12 {
+        let pair = request("another", &[&[("key2", &value)], &[("key3", &value)]]);
+        let r = ask(&mut stop_client, pair).await;
+        stopped.push((r.overall_code, r.statuses[0].limit_remaining));
+    }
+    assert_eq!(stopped[9..], [(OK, 10), (OVER, 10), (OVER, 10)]);
     let mut seen = Vec::new();
     for _ in 0..12 {
         let r = ask(
@@ -190,8 +204,8 @@ async fn the_references_scenario_over_grpc_and_http() {
         );
     }
     assert_eq!(seen[9], (OK, 10, 0));
-    assert_eq!(seen[10], (OVER, 10, 0));
-    assert_eq!(seen[11], (OVER, 10, 0));
+    assert_eq!(seen[10], (OVER, 9, 0));
+    assert_eq!(seen[11], (OVER, 8, 0));
 
     // The same over HTTP: POST /json, health, metrics.
     let http = support::http();
