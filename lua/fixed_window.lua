@@ -6,7 +6,8 @@
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          "c": writes, and a denial is charged (src/algorithm/window.rs, `record`).
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
 --          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
@@ -71,6 +72,25 @@ if left < 0 then
   left = 0
 end
 local reply = {0, left, reset_after, retry_after}
+if ARGV[7] == 'c' then
+  -- Charged while over (src/algorithm/window.rs, `record`): the count goes past the limit,
+  -- to at most 2 * L (a count already above stays).
+  local most = 2 * limit
+  if count > most then
+    most = count
+  end
+  local charged = count + cost
+  if charged > most then
+    charged = most
+  end
+  local ttl_ms = math.ceil((window_end - now) / 1000)
+  if ttl_ms < 1 then
+    ttl_ms = 1
+  end
+  redis.call('SET', key, string.format('w%d:%d', start, charged), 'PX',
+    string.format('%d', ttl_ms))
+  return reply
+end
 if ARGV[8] then
   return rare().block_after(key, false, ARGV, reply, now, limit, cost)
 end

@@ -12,7 +12,9 @@
 -- ARGV[5]  cost, >= 1
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          "c": writes, and a denial is charged (src/algorithm/gcra.rs, `record`): the TAT
+--          moves on by cost * T into debt, to at most 2 * B * T ahead of now.
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
 --          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
@@ -21,8 +23,8 @@
 --
 -- Calls: the server's clock (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not
 -- in a dry run).
--- A denial writes nothing. The TTL is ceil((TAT - now) / 1000) ms: the key lives exactly as
--- long as it decides differently from a new one.
+-- A denial writes nothing unless charged. The TTL is ceil((TAT - now) / 1000) ms: the key
+-- lives exactly as long as it decides differently from a new one.
 --
 -- By hand (after lua/prelude.lua, the rare paths' helpers, and lua/request.lua, which reads
 -- ARGV and the clock), 10/s with burst 20
@@ -62,6 +64,18 @@ if cost > burst then
   if free < 0 then
     free = 0
   end
+  if ARGV[7] == 'c' then
+    -- Charged while over: the same debt as below.
+    local after, most = backlog + cost * t, 2 * capacity
+    if backlog > most then
+      most = backlog
+    end
+    if after > most then
+      after = most
+    end
+    redis.call('SET', KEYS[1], string.format('%d', now + after), 'PX',
+      string.format('%d', math.ceil(after / 1000)))
+  end
   return {0, math.floor(free / t), backlog, -1}
 end
 -- new - now
@@ -72,6 +86,20 @@ if after > capacity then
     free = 0
   end
   local reply = {0, math.floor(free / t), backlog, after - capacity}
+  if ARGV[7] == 'c' then
+    -- Charged while over: into debt, to at most 2 * B * T ahead of now (a TAT already
+    -- further, from a clock that went back, stays).
+    local most = 2 * capacity
+    if backlog > most then
+      most = backlog
+    end
+    if after > most then
+      after = most
+    end
+    redis.call('SET', KEYS[1], string.format('%d', now + after), 'PX',
+      string.format('%d', math.ceil(after / 1000)))
+    return reply
+  end
   if ARGV[8] then
     return rare().block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
   end

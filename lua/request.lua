@@ -6,7 +6,7 @@
 -- KEYS[1]  the client's state key
 -- ARGV[1]  L, the limit per period          ARGV[2]  P, the period in µs
 -- ARGV[3]  B, burst (the bucket capacity)   ARGV[4]  T, µs per token (ceil(P / L))
--- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs since the Unix epoch, or "" to
+-- ARGV[5]  cost, >= 0 (0: a look, in a dry run)  ARGV[6]  now in µs since the Unix epoch, or "" to
 --                                                    read the server's clock
 -- Each algorithm reads the ones it needs. ARGV is read with `+ 0` (the store sends plain
 -- decimals), which is cheaper than tonumber; see lua/prelude.lua for what things cost.
@@ -23,8 +23,8 @@ end
 if t < 1 then
   t = 1
 end
-if cost < 1 then
-  cost = 1
+if cost < 0 then
+  cost = 0
 end
 local now = ARGV[6]
 if now == '' then

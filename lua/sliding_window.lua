@@ -8,7 +8,8 @@
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          "c": writes, and a denial is charged (src/algorithm/sliding_window.rs, `record`).
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
 --          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
@@ -76,6 +77,13 @@ if estimate + cost <= limit then
     left = 0
   end
   local reset_after = ws + 2 * period - now
+  if nc == 0 then
+    -- A look (cost 0) at a key with nothing in this window: a lone prev, or nothing.
+    reset_after = 0
+    if p > 0 then
+      reset_after = ws + period - now
+    end
+  end
   if reset_after < 0 then
     reset_after = 0
   end
@@ -165,6 +173,25 @@ if reset_after < 0 then
   reset_after = 0
 end
 local reply = {0, left, reset_after, retry_after}
+if ARGV[7] == 'c' then
+  -- Charged while over (src/algorithm/sliding_window.rs, `record`): the current window's
+  -- count goes past the limit, to at most 2 * L (a count already above stays).
+  local most = 2 * limit
+  if c > most then
+    most = c
+  end
+  local nc = c + cost
+  if nc > most then
+    nc = most
+  end
+  local ttl_ms = math.ceil((ws + 2 * period - now) / 1000)
+  if ttl_ms < 1 then
+    ttl_ms = 1
+  end
+  redis.call('SET', key, string.format('s%d:%d:%d', ws, p, nc), 'PX',
+    string.format('%d', ttl_ms))
+  return reply
+end
 if ARGV[8] then
   return rare().block_after(key, false, ARGV, reply, now, limit, cost)
 end

@@ -12,7 +12,8 @@
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          "c": writes, and a denial is charged (src/algorithm/sliding_window_log.rs, `record`).
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
 --          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
@@ -165,6 +166,32 @@ if left < 0 then
   left = 0
 end
 local reply = {0, left, reset_after, retry_after}
+if ARGV[7] == 'c' then
+  -- Charged while over (src/algorithm/sliding_window_log.rs, `record`): logged as an allowed
+  -- request is, but only as much as keeps the log's total within 2 * L.
+  local charged = 2 * limit - count
+  if charged > cost then
+    charged = cost
+  end
+  if charged > 0 then
+    if newest_member and not (newest and base == 0) then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', at - period))
+    end
+    local total = (base + count + charged) % WRAP
+    local logged = charged
+    if newest == at then
+      redis.call('ZREM', key, newest_member)
+      logged = newest_cost + charged
+    end
+    redis.call('ZADD', key, string.format('%d', at), string.format('%d:%d', total, logged))
+    local ttl_ms = math.ceil((at + period - now) / 1000)
+    if ttl_ms < 2 then
+      ttl_ms = 2
+    end
+    redis.call('PEXPIRE', key, string.format('%d', ttl_ms))
+  end
+  return reply
+end
 if ARGV[8] then
   return rare().block_after(key, true, ARGV, reply, now, limit, cost)
 end

@@ -16,8 +16,9 @@
 -- ARGV[1]  now in µs, or "" to read the server's clock once for every check
 -- then 8 values per check i (ARGV[2 + 8*(i-1)] onwards):
 --          algorithm index (1-based, Algorithm::ALL order), L, P, B, T, cost (>= 1),
---          blocking ("1": a denial blocks the request; "0": shadow mode, never blocks),
---          block_for in µs (0: none; see below)
+--          flags (1: blocking, a denial blocks the request, else shadow mode, which never
+--          blocks; + 2: charged, a denial still records its cost, see below), block_for in µs
+--          (0: none; see below)
 -- ARGV[2 + 8*n] (optional) "dry": decide every check and write nothing, blocked or not; the
 --          cluster store's first phase when a stacked decision spans hash slots
 -- Reply:   a flat array of 4 integers per check, in order, each as that algorithm's script
@@ -33,6 +34,12 @@
 -- A key named by two checks (the same limit twice) is decided the way two single calls would
 -- decide it, the second seeing what the first consumed: its checks run for real in the first
 -- pass, and if the request is blocked the key is put back as it was (DUMP, then RESTORE or DEL).
+--
+-- A charged check (Envoy's rate limit service counts every hit) that is denied records its cost
+-- all the same (its algorithm's ARGV[7] = "c"): after the allowed ones are stored when the
+-- request goes through, or, when it is blocked, on its key as it was before the request, in
+-- the checks' order (src/store/memory/stacked.rs decides alike). A check that starts a block
+-- keeps the block.
 --
 -- Every replica and the AOF see only the writes (scripts replicate their effects), so a dry run
 -- costs reads only.
@@ -59,19 +66,34 @@ for i = 1, n do
   seen[KEYS[i]] = true
 end
 
--- One check's run: its algorithm's script with its own KEYS and ARGV.
-local function run(i, dry)
+-- Check i's flags: whether its denial blocks the request, and whether it is charged.
+local function blocking(i)
+  local flags = ARGV[2 + 8 * (i - 1) + 6]
+  return flags == '1' or flags == '3'
+end
+local function charged(i)
+  local flags = ARGV[2 + 8 * (i - 1) + 6]
+  return flags == '2' or flags == '3'
+end
+
+-- One check's run: its algorithm's script with its own KEYS and ARGV; `mode` is its ARGV[7]:
+-- '1' a dry run, '0' writes, 'c' writes and charges a denial.
+local function run(i, mode)
   local base = 2 + 8 * (i - 1)
   local algorithm = ALGORITHMS[tonumber(ARGV[base])]
   if not algorithm then
     return redis.error_reply('tollgate stacked: unknown algorithm ' .. tostring(ARGV[base]))
   end
-  local flag = '0'
-  if dry then
-    flag = '1'
-  end
   return algorithm({KEYS[i]}, {ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4],
-    ARGV[base + 5], now_arg, flag})
+    ARGV[base + 5], now_arg, mode})
+end
+
+-- How check i runs for real: charging its denial or not.
+local function real(i)
+  if charged(i) then
+    return 'c'
+  end
+  return '0'
 end
 
 -- Repeated keys as they were, to put back if the request is blocked.
@@ -82,12 +104,16 @@ end
 
 local replies, blocked = {}, false
 for i = 1, n do
-  local reply = run(i, not repeated[KEYS[i]])
+  local mode = '1'
+  if repeated[KEYS[i]] then
+    mode = real(i)
+  end
+  local reply = run(i, mode)
   if reply.err then
     return reply
   end
   replies[i] = reply
-  if reply[1] ~= 1 and ARGV[2 + 8 * (i - 1) + 6] == '1' then
+  if reply[1] ~= 1 and blocking(i) then
     blocked = true
   end
 end
@@ -112,7 +138,7 @@ if blocked or dry_only then
     for i = 1, n do
       local base = 2 + 8 * (i - 1)
       local block_for = tonumber(ARGV[base + 7])
-      if replies[i][1] ~= 1 and ARGV[base + 6] == '1' and block_for > 0 and replies[i][4] >= 0 then
+      if replies[i][1] ~= 1 and blocking(i) and block_for > 0 and replies[i][4] >= 0 then
         r = r or rare()
         local zset = tonumber(ARGV[base]) == 6
         local now = tonumber(now_arg)
@@ -130,13 +156,16 @@ if blocked or dry_only then
         end
         replies[i] = r.blocked_reply(until_us, now, tonumber(ARGV[base + 3]),
           math.max(tonumber(ARGV[base + 5]), 1))
+      elseif replies[i][1] ~= 1 and charged(i) and block_for == 0 then
+        -- Charged on the key as it was: the reply stays the request's.
+        run(i, 'c')
       end
     end
   end
 else
   for i = 1, n do
-    if replies[i][1] == 1 and not repeated[KEYS[i]] then
-      run(i, false)
+    if not repeated[KEYS[i]] and (replies[i][1] == 1 or charged(i)) then
+      run(i, real(i))
     end
   end
 end

@@ -12,7 +12,8 @@
 -- ARGV[5]  cost in tokens, >= 1
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes.
+--          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          "c": writes, and a denial is charged (src/algorithm/token_bucket.rs, `record`).
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
 --          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
@@ -21,7 +22,8 @@
 --
 -- Calls: the server's clock (only when ARGV[6] is ""), one GET, and one SET ... PX on allow (not
 -- in a dry run).
--- A denial writes nothing. The TTL is ceil(time until the bucket is full / 1000) ms.
+-- A denial writes nothing unless charged. The TTL is ceil(time until the bucket is full /
+-- 1000) ms.
 --
 -- By hand (after lua/prelude.lua, the rare paths' helpers, and lua/request.lua, which reads
 -- ARGV and the clock), 10/s with burst 20
@@ -61,12 +63,30 @@ if value then
 end
 
 local need = cost * t
-if cost > burst or credit < need then
+-- A look (cost 0) is refused only in debt: more refill pending than credit in hand.
+local in_debt = cost == 0 and pending > credit
+if cost > burst or credit < need or in_debt then
   local retry_after = -1
-  if cost <= burst then
+  if in_debt then
+    retry_after = pending - credit
+  elseif cost <= burst then
     retry_after = need - credit + pending
   end
   local reply = {0, math.floor(credit / t), capacity - credit + pending, retry_after}
+  if ARGV[7] == 'c' then
+    -- Charged while over (src/algorithm/token_bucket.rs, `record`): the bucket is left empty
+    -- and its refill starts later by the debt, at most B * T (a later start stays).
+    local debt, most = pending + need - credit, capacity
+    if pending - credit > most then
+      most = pending - credit
+    end
+    if debt > most then
+      debt = most
+    end
+    redis.call('SET', KEYS[1], string.format('0:%d', now + debt), 'PX',
+      string.format('%d', math.ceil((capacity + debt) / 1000)))
+    return reply
+  end
   if ARGV[8] then
     return rare().block_after(KEYS[1], false, ARGV, reply, now, burst, cost)
   end

@@ -25,6 +25,13 @@ impl FixedWindow {
         self.0.check(p, now, cost, current, aligned)
     }
 
+    /// Records a denied request of `cost` at `now` (charged while over): see `Window::record`.
+    pub(crate) fn record(&mut self, p: &Params, now: u64, cost: u64) {
+        let aligned = now - now % p.period.max(1);
+        let current = self.0.started().is_some_and(|start| aligned <= start);
+        self.0.record(p, cost, current, aligned);
+    }
+
     /// From the end of the stored window on, the key decides like a new one.
     /// Gives back `n` units of the current window.
     pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {

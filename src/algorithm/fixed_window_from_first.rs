@@ -29,6 +29,15 @@ impl FixedWindowFromFirst {
         self.0.check(p, now, cost, current, now)
     }
 
+    /// Records a denied request of `cost` at `now` (charged while over): see `Window::record`.
+    pub(crate) fn record(&mut self, p: &Params, now: u64, cost: u64) {
+        let current = self
+            .0
+            .started()
+            .is_some_and(|start| now < start.saturating_add(p.period.max(1)));
+        self.0.record(p, cost, current, now);
+    }
+
     /// From the end of the stored window on, the key decides like a new one.
     /// Gives back `n` units of the current window.
     pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {

@@ -55,6 +55,17 @@ impl Gcra {
         Decision::from_micros(true, p.burst, (capacity - after) / t, after, None)
     }
 
+    /// Records a denied request of `cost` at `now` (charged while over): the TAT moves on by
+    /// `c·T` into debt, but never past `now + 2·B·T` (one bucket beyond the capacity), and a
+    /// TAT already further (a clock that went back) stays where it is.
+    pub(crate) fn record(&mut self, p: &Params, now: u64, cost: u64) {
+        let t = p.interval.max(1);
+        let most = p.burst.saturating_mul(t).saturating_mul(2);
+        let backlog = self.tat.saturating_sub(now);
+        let after = backlog.saturating_add(cost.saturating_mul(t));
+        self.tat = now.saturating_add(after.min(most.max(backlog)));
+    }
+
     /// The bucket is full again, and the key decides like a new one, from `tat` on.
     /// Gives back `n` units at `now`: the TAT moves back by `n·T`, never before `now` (units
     /// already drained were given back by time itself).

@@ -192,6 +192,42 @@ impl State {
         }
     }
 
+    /// Decides a request of `cost` (≥ 1) at `now` and records its cost even when it is
+    /// denied: "charged while over", as Envoy's rate limit service counts every hit. An
+    /// allowed request is stored as [`check`](Self::check) stores it; a denied one takes the
+    /// state past its limit, by at most one more quota (each algorithm's `record` says how),
+    /// so that a flood keeps its state bounded. Returns the decision `check` made.
+    pub(crate) fn charge(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
+        let cost = cost.max(1);
+        let decision = self.check(p, now, cost);
+        if !decision.allowed {
+            match self {
+                State::Gcra(s) | State::LeakyBucket(s) => s.record(p, now, cost),
+                State::TokenBucket(s) => s.record(p, now, cost),
+                State::FixedWindow(s) => s.record(p, now, cost),
+                State::FixedWindowFromFirst(s) => s.record(p, now, cost),
+                State::SlidingWindowLog(s) => s.record(p, now, cost),
+                State::SlidingWindow(s) => s.record(p, now, cost),
+            }
+        }
+        decision
+    }
+
+    /// A look at `now` that consumes nothing: the decision for a request of cost 0, which
+    /// is denied only when the state is past its limit (charged while over), and whose
+    /// `remaining` is what is left.
+    pub(crate) fn look(&self, p: &Params, now: u64) -> Decision {
+        let mut copy = self.clone();
+        match &mut copy {
+            State::Gcra(s) | State::LeakyBucket(s) => s.check(p, now, 0),
+            State::TokenBucket(s) => s.check(p, now, 0),
+            State::FixedWindow(s) => s.check(p, now, 0),
+            State::FixedWindowFromFirst(s) => s.check(p, now, 0),
+            State::SlidingWindowLog(s) => s.check(p, now, 0),
+            State::SlidingWindow(s) => s.check(p, now, 0),
+        }
+    }
+
     /// The time (µs) from which this state decides exactly like `State::new`, so a store may
     /// forget it. Redis keys get the same expiry as a TTL.
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {
@@ -494,6 +530,86 @@ mod tests {
             state.refund(&p, S, 10);
             assert_eq!(left_after_one(&state, &p, S), 4, "{algorithm}");
             assert!(state.expires_at(&p) <= S, "{algorithm}");
+        }
+    }
+
+    /// `limit` per minute under `algorithm`, with a burst of `limit` for the buckets.
+    fn per_minute(algorithm: Algorithm, limit: u32) -> Params {
+        *Policy::new("p", Quota::per_minute(limit).unwrap(), algorithm)
+            .unwrap()
+            .params()
+    }
+
+    /// The sequences, as the reference counts them: every hit is added to the
+    /// counter, refused or not (envoyproxy/ratelimit `src/redis/fixed_cache_impl.go` line 36,
+    /// `INCRBY key hitsAddend`, whatever the answer), and a descriptor is over once the
+    /// counter after the hits is past the limit (`src/limiter/base_limiter.go` line 104,
+    /// `limitAfterIncrease > overLimitThreshold`), a look (`hits_addend` 0) included.
+    #[test]
+    fn charged_hits_close_the_budget_in_every_algorithm() {
+        // A minute-aligned instant, inside one window of every kind.
+        const AT: u64 = 1_700_000_040_000_000;
+        for algorithm in Algorithm::ALL {
+            let p = per_minute(algorithm, 10);
+            let mut s = State::new(algorithm);
+            assert!(s.charge(&p, AT, 8).allowed, "{algorithm}: 8 of 10");
+            assert!(!s.charge(&p, AT, 5).allowed, "{algorithm}: 13 > 10");
+            assert!(!s.look(&p, AT).allowed, "{algorithm}: a look at 13 of 10");
+            assert!(!s.charge(&p, AT, 1).allowed, "{algorithm}: 14 > 10");
+            // Without charging, the refused 5 were never counted: 8 + 1 fits.
+            let mut free = State::new(algorithm);
+            assert!(free.check(&p, AT, 8).allowed);
+            assert!(!free.check(&p, AT, 5).allowed);
+            assert!(free.look(&p, AT).allowed, "{algorithm}: a look at 8 of 10");
+            assert!(free.check(&p, AT, 1).allowed, "{algorithm}: 9 of 10");
+
+            let p = per_minute(algorithm, 1000);
+            let mut s = State::new(algorithm);
+            assert!(s.charge(&p, AT, 600).allowed, "{algorithm}");
+            assert!(!s.charge(&p, AT, 600).allowed, "{algorithm}: 1200 > 1000");
+            let look = s.look(&p, AT);
+            assert!(!look.allowed, "{algorithm}: a look at 1200 of 1000");
+            assert_eq!(look.remaining, 0, "{algorithm}");
+        }
+    }
+
+    #[test]
+    fn a_look_is_over_only_past_the_limit() {
+        const AT: u64 = 1_700_000_040_000_000;
+        for algorithm in Algorithm::ALL {
+            let p = per_minute(algorithm, 10);
+            let mut s = State::new(algorithm);
+            assert_eq!(s.look(&p, AT).remaining, 10, "{algorithm}");
+            assert!(s.charge(&p, AT, 10).allowed);
+            // At the limit: not over, nothing left (the reference: 10 > 10 is false).
+            let look = s.look(&p, AT);
+            assert!(look.allowed, "{algorithm}");
+            assert_eq!(look.remaining, 0, "{algorithm}");
+            assert!(!s.charge(&p, AT, 1).allowed);
+            assert!(!s.look(&p, AT).allowed, "{algorithm}: 11 > 10");
+        }
+    }
+
+    /// A flood charged while over keeps the state bounded: at most one more quota of debt,
+    /// so the key is whole again within two quotas' time of its last request.
+    #[test]
+    fn a_flood_charged_while_over_stays_bounded() {
+        const AT: u64 = 1_700_000_040_000_000;
+        const MINUTE: u64 = 60_000_000;
+        for algorithm in Algorithm::ALL {
+            let p = per_minute(algorithm, 10);
+            let mut s = State::new(algorithm);
+            for i in 0..10_000 {
+                s.charge(&p, AT + i, 1 + i % 7);
+            }
+            let last = AT + 9_999;
+            assert!(s.expires_at(&p) <= last + 2 * MINUTE, "{algorithm}");
+            if let State::SlidingWindowLog(log) = &s {
+                assert!(log.count() <= 20, "{algorithm}: {}", log.count());
+            }
+            // Two quotas' time later, whole again.
+            let whole = s.clone().check(&p, last + 2 * MINUTE, 1);
+            assert_eq!((whole.allowed, whole.remaining), (true, 9), "{algorithm}");
         }
     }
 

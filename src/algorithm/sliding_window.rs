@@ -90,6 +90,18 @@ impl SlidingWindow {
         )
     }
 
+    /// Records a denied request of `cost` at `now` (charged while over): the current
+    /// window's count goes past the limit, to at most `2·L` (a count already above stays).
+    pub(crate) fn record(&mut self, p: &Params, now: u64, cost: u64) {
+        let v = self.view(p.period.max(1), now);
+        let most = p.limit.saturating_mul(2).max(v.curr);
+        *self = SlidingWindow {
+            start: v.start,
+            prev: v.prev,
+            curr: v.curr.saturating_add(cost).min(most),
+        };
+    }
+
     /// Both counts stop counting one window after the last one they belong to.
     /// Gives back `n` units of the current window (the previous one's count stays).
     pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {

@@ -102,8 +102,28 @@ impl SlidingWindowLog {
         )
     }
 
+    /// Records a denied request of `cost` at `now` (charged while over), after `check` has
+    /// dropped the expired entries: logged like an allowed one, but only as much of it as
+    /// keeps the log's total within `2·L` (a log already above gets nothing more), so the
+    /// log stays bounded.
+    pub(crate) fn record(&mut self, p: &Params, now: u64, cost: u64) {
+        let room = p.limit.saturating_mul(2).saturating_sub(self.count());
+        let cost = cost.min(room);
+        if cost == 0 {
+            return;
+        }
+        let at = now.max(self.entries.back().map_or(0, |e| e.at));
+        match self.entries.back_mut() {
+            Some(e) if e.at == at => e.end = e.end.wrapping_add(cost),
+            _ => {
+                let end = self.total().wrapping_add(cost);
+                self.entries.push_back(Entry { at, end });
+            }
+        }
+    }
+
     /// The cost logged in the entries kept.
-    fn count(&self) -> u64 {
+    pub(super) fn count(&self) -> u64 {
         self.total().wrapping_sub(self.base)
     }
 

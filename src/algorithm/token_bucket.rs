@@ -48,8 +48,13 @@ impl TokenBucket {
             ),
         };
         let need = cost.saturating_mul(t);
-        if cost > p.burst || credit < need {
-            let retry_after = (cost <= p.burst).then(|| (need - credit).saturating_add(pending));
+        // A look (cost 0) is refused only in debt: more refill pending than credit in hand.
+        let in_debt = cost == 0 && pending > credit;
+        if cost > p.burst || credit < need || in_debt {
+            let retry_after = (cost <= p.burst).then(|| match in_debt {
+                true => pending - credit,
+                false => (need - credit).saturating_add(pending),
+            });
             let reset_after = (capacity - credit).saturating_add(pending);
             return Decision::from_micros(false, p.burst, credit / t, reset_after, retry_after);
         }
@@ -57,6 +62,31 @@ impl TokenBucket {
         self.bucket = Some(Bucket { credit, updated_at });
         let reset_after = (capacity - credit).saturating_add(pending);
         Decision::from_micros(true, p.burst, credit / t, reset_after, None)
+    }
+
+    /// Records a denied request of `cost` at `now` (charged while over): the bucket is left
+    /// empty and its refill starts later by what the request owed beyond the credit in hand,
+    /// a debt of at most `B·T` (one more bucket; a later start from a clock that went back
+    /// stays). The same TAT as [`Gcra::record`](super::gcra::Gcra::record) leaves.
+    pub(crate) fn record(&mut self, p: &Params, now: u64, cost: u64) {
+        let t = p.interval.max(1);
+        let capacity = p.burst.saturating_mul(t);
+        let (credit, pending) = match self.bucket {
+            None => (capacity, 0),
+            Some(b) => (
+                b.credit
+                    .saturating_add(now.saturating_sub(b.updated_at))
+                    .min(capacity),
+                b.updated_at.saturating_sub(now),
+            ),
+        };
+        let owed = pending.saturating_add(cost.saturating_mul(t));
+        let debt = owed.saturating_sub(credit);
+        let most = capacity.max(pending.saturating_sub(credit));
+        self.bucket = Some(Bucket {
+            credit: 0,
+            updated_at: now.saturating_add(debt.min(most)),
+        });
     }
 
     /// The time the bucket is full again; from then on it decides like a new key.

@@ -61,6 +61,20 @@ impl Window {
         )
     }
 
+    /// Records a denied request of `cost` (charged while over) in the stored window if
+    /// `current`, else in a new one opening at `new_start`: the count goes past the limit, to
+    /// at most `2·L` (a count already above stays).
+    pub(crate) fn record(&mut self, p: &Params, cost: u64, current: bool, new_start: u64) {
+        let (start, count) = if current {
+            (self.start, self.count)
+        } else {
+            (new_start, 0)
+        };
+        let most = p.limit.saturating_mul(2).max(count);
+        let count = count.saturating_add(cost).min(most);
+        *self = Window { start, count };
+    }
+
     /// From the end of the stored window on, the key decides like a new one.
     /// Lowers the count by `n` (not below 0) when the stored window is the current one.
     pub(crate) fn refund(&mut self, current: bool, n: u64) {

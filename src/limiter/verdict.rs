@@ -184,6 +184,7 @@ impl Limiter {
                         policy: pending.policy(c),
                         cost: c.cost,
                         blocking: rules[c.rule].mode != Mode::Shadow,
+                        charge: false,
                     })
                     .collect();
                 let decided = Box::pin(self.store.check_many(&checks)).await;

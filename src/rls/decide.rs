@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use super::charging::Charging;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
@@ -38,21 +39,27 @@ impl Decider {
         }
     }
 
-    /// One decision per ask, in order, all taken at once and atomically: if a blocking ask
-    /// with a cost is denied, nothing is consumed from any limit, and each decision is what
-    /// that limit alone would have decided. Asks of cost 0 are looked at (as a request of
-    /// cost 1 would be) and consume nothing.
+    /// One decision per ask, in order, all taken at once and atomically, charged as
+    /// `charging` says: [`Charging::AllowedOnly`], if a blocking ask with a cost is denied,
+    /// consumes nothing from any limit; [`Charging::EveryHit`] charges every ask, allowed or
+    /// not; [`Charging::StopWhenOverLimit`], if any ask is denied, charges only the denied
+    /// ones. Each decision is what that limit alone would have decided. Asks of cost 0 are
+    /// looks (a request of cost 0: denied only past the limit) and consume nothing.
     ///
-    /// A request with one counted ask (the common case) is one `check`: answered at once when
-    /// the stack can (memory store, cached denial, lease in hand), and leased when its policy
-    /// says so. Several are one `check_many`: one script call on Redis, one locked step in
-    /// memory.
-    pub(crate) async fn decide(&self, asks: &[Ask<'_>]) -> Result<Vec<Decision>, StoreError> {
+    /// A request with one counted ask, not charged while over (the common case of
+    /// `AllowedOnly`), is one `check`: answered at once when the stack can (memory store,
+    /// cached denial, lease in hand), and leased when its policy says so. Otherwise it is one
+    /// `check_many`: one script call on Redis, one locked step in memory.
+    pub(crate) async fn decide(
+        &self,
+        asks: &[Ask<'_>],
+        charging: Charging,
+    ) -> Result<Vec<Decision>, StoreError> {
         let counted: Vec<usize> = (0..asks.len()).filter(|&i| asks[i].cost > 0).collect();
         let mut decided: Vec<(usize, Decision)> = Vec::with_capacity(asks.len());
-        match counted.as_slice() {
-            [] => {}
-            &[i] => {
+        match (counted.as_slice(), charging) {
+            ([], _) => {}
+            (&[i], Charging::AllowedOnly) => {
                 let a = &asks[i];
                 let decision = match self.stack.check_ready(a.key, a.policy, a.cost) {
                     Some(decision) => decision,
@@ -60,16 +67,27 @@ impl Decider {
                 };
                 decided.push((i, decision));
             }
-            many => {
+            (many, _) => {
+                // Charged while over: no ask blocks another (every hit), or every denial
+                // blocks the rest (stop when over limit).
+                let (blocking, charge) = match charging {
+                    Charging::EveryHit => (Some(false), true),
+                    Charging::StopWhenOverLimit => (Some(true), true),
+                    Charging::AllowedOnly => (None, false),
+                };
                 let checks: Vec<Check<'_>> = (many.iter().map(|&i| &asks[i]))
-                    .map(|a| Check::new(a.key, a.policy, a.cost).blocking(a.blocking))
+                    .map(|a| {
+                        Check::new(a.key, a.policy, a.cost)
+                            .blocking(blocking.unwrap_or(a.blocking))
+                            .charge(charge)
+                    })
                     .collect();
                 let decisions = self.stack.check_many(&checks).await?;
                 decided.extend(many.iter().copied().zip(decisions));
             }
         }
         for (i, a) in asks.iter().enumerate().filter(|(_, a)| a.cost == 0) {
-            decided.push((i, self.stack.peek(a.key, a.policy, 1).await?));
+            decided.push((i, self.stack.peek(a.key, a.policy, 0).await?));
         }
         decided.sort_unstable_by_key(|&(i, _)| i);
         Ok(decided.into_iter().map(|(_, d)| d).collect())
@@ -80,7 +98,7 @@ impl Decider {
     pub(crate) async fn look(&self, asks: &[Ask<'_>]) -> Result<Vec<Decision>, StoreError> {
         let mut decisions = Vec::with_capacity(asks.len());
         for a in asks {
-            decisions.push(self.stack.peek(a.key, a.policy, a.cost.max(1)).await?);
+            decisions.push(self.stack.peek(a.key, a.policy, a.cost).await?);
         }
         Ok(decisions)
     }

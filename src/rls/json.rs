@@ -19,7 +19,8 @@ use super::service::RateLimitService;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JsonAnswer {
-    /// 200, 429 when over the limit, 400 for a request that cannot be read.
+    /// 200, 429 when over the limit, 400 for a request that cannot be read or that the service
+    /// answers with an error (a failing store, as in the reference).
     pub status: u16,
     /// The response in proto3 JSON (or a short text for a 400).
     pub body: String,

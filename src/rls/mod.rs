@@ -26,6 +26,7 @@
 //! worst request accepted is cheap, and on Redis it is one script call of at most
 //! [`MAX_DESCRIPTORS`] checks.
 
+mod charging;
 mod check;
 mod config;
 mod decide;
@@ -44,6 +45,7 @@ mod stat_name;
 mod stats;
 mod yaml;
 
+pub use charging::Charging;
 pub use check::DirCheck;
 pub use config::RlsConfig;
 pub use json::JsonAnswer;

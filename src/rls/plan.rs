@@ -9,6 +9,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
+use super::charging::Charging;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::decide::Ask;
 use super::matching::{client_key, override_key, LimitRef, Matched};
@@ -26,6 +27,8 @@ pub(crate) struct Modes {
     pub(crate) quota: bool,
     /// The reference's `RESPONSE_DYNAMIC_METADATA`: answers carry dynamic metadata.
     pub(crate) dynamic_metadata: bool,
+    /// Which hits are charged (default: every hit, as the reference).
+    pub(crate) charging: Charging,
 }
 
 /// One descriptor's part of the request.

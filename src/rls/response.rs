@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 
+use super::charging::Charging;
 use super::config::unit_seconds;
 use super::plan::{Item, Limited, Modes, Plan};
 use crate::decision::Decision;
@@ -104,12 +105,23 @@ pub(crate) fn respond(
         })
         .collect();
     let looked = matches!(outcome, Outcome::Decided { looked: true, .. });
-    // Whether nothing was consumed because a blocking limit refused the request.
-    let refused = looked
-        || (plan.items.iter().zip(&decided)).any(|(item, d)| match (item, d) {
-            (Item::Limited(l), Some(d)) => l.blocking() && l.cost > 0 && !d.allowed,
+    // Whether the allowed limits consumed nothing because the request was refused: by a
+    // blocking limit (a refused request consumes nothing), by any limit (stop when over
+    // limit), never when every hit is charged.
+    let denied_by = |blocking_only: bool| {
+        (plan.items.iter().zip(&decided)).any(|(item, d)| match (item, d) {
+            (Item::Limited(l), Some(d)) => {
+                (l.blocking() || !blocking_only) && l.cost > 0 && !d.allowed
+            }
             _ => false,
-        });
+        })
+    };
+    let refused = looked
+        || match modes.charging {
+            Charging::EveryHit => false,
+            Charging::StopWhenOverLimit => denied_by(false),
+            Charging::AllowedOnly => denied_by(true),
+        };
     let mut statuses = Vec::with_capacity(plan.items.len());
     let mut over = Vec::with_capacity(plan.items.len());
     let mut used_before = Vec::with_capacity(plan.items.len());
@@ -195,15 +207,15 @@ fn limited(
     };
     let cost = u64::from(l.cost);
     let remaining = match (l.cost, d.allowed) {
-        // A look, as a request of cost 1: what it had before.
-        (0, true) => d.remaining.saturating_add(1),
-        (0, false) => d.remaining,
-        (_, true) if refused => d.remaining.saturating_add(cost),
+        // Not consumed: what it had before.
+        (1.., true) if refused => d.remaining.saturating_add(cost),
+        // A look (a request of cost 0) leaves what there is.
         (_, true) => d.remaining,
         (_, false) => 0,
     };
     let remaining = u32::try_from(remaining.min(d.limit)).unwrap_or(u32::MAX);
-    let over = l.cost > 0 && !d.allowed;
+    // A look is denied only past the limit (charged while over): over, as in the reference.
+    let over = !d.allowed;
     let reset = match d.retry_after {
         Some(retry) if !d.allowed => retry,
         _ => d.reset_after,

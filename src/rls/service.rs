@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
+use super::charging::Charging;
 use super::config::RlsConfig;
 use super::decide::Decider;
 use super::limits;
@@ -30,10 +31,10 @@ use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
 /// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over
 /// any tollgate store: a drop-in for envoyproxy/ratelimit inside your own tonic server.
 ///
-/// One difference on purpose: a request's descriptors are decided atomically. If any of them
-/// is over its limit, nothing is consumed from any of them, and the others report their
-/// unchanged remaining (the reference counts them; its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
-/// narrows that, but not under concurrency).
+/// A request's descriptors are decided in one atomic step and charged as the reference
+/// charges them: every hit by default, refused or not ([`Charging`] has its
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, and tollgate's "a refused request consumes
+/// nothing").
 ///
 /// ```
 /// use tollgate::rls::{RateLimitService, RlsConfig};
@@ -57,7 +58,8 @@ pub struct RateLimitService {
 struct Inner {
     config: Arc<ConfigSource>,
     decider: Decider,
-    on_error: OnStoreError,
+    /// How a failing store is answered: `None` is a gRPC error, as the reference answers.
+    on_error: Option<OnStoreError>,
     modes: Modes,
     headers: Option<ResponseHeaders>,
     stats: stats::Statistics,
@@ -76,6 +78,7 @@ impl RateLimitService {
             watch: true,
             store: Backend::of(MemoryStore::new()),
             failure: StoreFailure::default(),
+            on_error: None,
             modes: Modes::default(),
             headers: None,
             max_series: DEFAULT_MAX_SERIES,
@@ -93,8 +96,10 @@ impl RateLimitService {
     /// Answers one request, as `ShouldRateLimit` does. An empty domain or no descriptor is
     /// an error, as in the reference; so is a request past one of the [bounds](crate::rls#limits)
     /// ([`MAX_DESCRIPTORS`](crate::rls::MAX_DESCRIPTORS) and the others): `INVALID_ARGUMENT`, naming
-    /// the bound and what was sent, before anything is matched or counted. Nothing else is an
-    /// error (a failing store is answered by the [`OnStoreError`] policy).
+    /// the bound and what was sent, before anything is matched or counted. So is a store that
+    /// fails (an error, a timeout, an open circuit breaker): `UNAVAILABLE`, for Envoy's
+    /// `failure_mode_deny` to decide, unless an [`OnStoreError`] policy was chosen with
+    /// [`on_store_error`](RateLimitServiceBuilder::on_store_error).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
             stats::service_error();
@@ -115,18 +120,22 @@ impl RateLimitService {
         let plan = Plan::new(&config, request, inner.modes);
         let asks = plan.asks();
         let looked = plan.refused_locally();
+        // A limit of zero refuses the request without the store; charging every hit, the
+        // other limits are charged all the same.
+        let looked = looked && inner.modes.charging != Charging::EveryHit;
         let decided = match (asks.is_empty(), looked) {
             (true, _) => Ok(Vec::new()),
-            (false, false) => inner.decider.decide(&asks).await,
+            (false, false) => inner.decider.decide(&asks, inner.modes.charging).await,
             (false, true) => inner.decider.look(&asks).await,
         };
         let outcome = match decided {
             Ok(decisions) => Outcome::Decided { decisions, looked },
-            Err(_) => {
+            Err(error) => {
                 stats::store_error();
                 match inner.on_error {
-                    OnStoreError::Deny => Outcome::FailedClosed,
-                    _ => Outcome::FailedOpen,
+                    None => return Err(Status::unavailable(format!("rate limit store: {error}"))),
+                    Some(OnStoreError::Deny) => Outcome::FailedClosed,
+                    Some(_) => Outcome::FailedOpen,
                 }
             }
         };
@@ -218,6 +227,7 @@ pub struct RateLimitServiceBuilder {
     watch: bool,
     store: Backend,
     failure: StoreFailure,
+    on_error: Option<OnStoreError>,
     modes: Modes,
     headers: Option<ResponseHeaders>,
     max_series: usize,
@@ -271,20 +281,37 @@ impl RateLimitServiceBuilder {
         self
     }
 
-    /// How a failing store is treated: the [`OnStoreError`] policy, the timeout, the circuit
-    /// breaker and an error hook, in one value (default [`StoreFailure::default`]: answer OK,
-    /// 50 ms). [`OnStoreError::Allow`] answers OK without numbers, [`OnStoreError::Deny`]
-    /// answers OVER_LIMIT for every limited descriptor, and
-    /// [`OnStoreError::FallbackToMemory`] decides in this process until the store is back.
+    /// How a failing store is treated: the timeout, the circuit breaker and an error hook, and
+    /// its [`OnStoreError`] policy, which replaces the default answer (a gRPC error) as
+    /// [`on_store_error`](Self::on_store_error) does.
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
+        self.on_error = Some(failure.on_error);
         self.failure = failure;
         self
     }
 
-    /// What to answer while the store fails (default [`OnStoreError::Allow`]): shorthand for
-    /// that part of [`store_failure`](Self::store_failure).
-    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.failure.on_error = on_store_error;
+    /// What to answer while the store fails (an error, a timeout, an open circuit breaker).
+    /// By default (`None`) the reference's answer: the gRPC error `UNAVAILABLE` (on `/json`,
+    /// 400), so Envoy's `failure_mode_deny` decides: it lets the request through and counts
+    /// `ratelimit.error`, or with `failure_mode_deny: true` refuses it. A policy answers
+    /// instead: [`OnStoreError::Allow`] OK without numbers, [`OnStoreError::Deny`]
+    /// OVER_LIMIT for every limited descriptor, [`OnStoreError::FallbackToMemory`] decides in
+    /// this process until the store is back.
+    ///
+    /// ```
+    /// use tollgate::rls::RateLimitService;
+    /// use tollgate::OnStoreError;
+    ///
+    /// let reference = RateLimitService::builder(); // a gRPC error
+    /// let local = RateLimitService::builder().on_store_error(OnStoreError::FallbackToMemory);
+    /// let error_again = local.on_store_error(None);
+    /// # let _ = (reference, error_again);
+    /// ```
+    pub fn on_store_error(mut self, on_store_error: impl Into<Option<OnStoreError>>) -> Self {
+        self.on_error = on_store_error.into();
+        if let Some(policy) = self.on_error {
+            self.failure.on_error = policy;
+        }
         self
     }
 
@@ -292,6 +319,13 @@ impl RateLimitServiceBuilder {
     /// [`StoreFailure::timeout`].
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.failure = self.failure.timeout(timeout);
+        self
+    }
+
+    /// Which hits are charged to a request's descriptors (default [`Charging::EveryHit`],
+    /// as the reference): see [`Charging`].
+    pub fn charging(mut self, charging: Charging) -> Self {
+        self.modes.charging = charging;
         self
     }
 
@@ -369,11 +403,16 @@ impl RateLimitServiceBuilder {
         if self.watch {
             config.watch();
         }
+        let mut failure = self.failure;
+        if self.on_error.is_none() {
+            // The stack hands every failure up, to be answered as an error.
+            failure.on_error = OnStoreError::Deny;
+        }
         Ok(RateLimitService {
             inner: Arc::new(Inner {
                 config,
-                decider: Decider::new(self.store, &self.failure),
-                on_error: self.failure.on_error,
+                decider: Decider::new(self.store, &failure),
+                on_error: self.on_error,
                 modes: self.modes,
                 headers: self.headers,
                 stats: stats::Statistics {
@@ -392,6 +431,7 @@ impl fmt::Debug for RateLimitServiceBuilder {
             .field("config", &self.config)
             .field("store", &self.store)
             .field("failure", &self.failure)
+            .field("on_error", &self.on_error)
             .finish_non_exhaustive()
     }
 }

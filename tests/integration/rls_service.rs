@@ -19,7 +19,7 @@ use tollgate::rls::proto::rate_limit_response::{
 };
 use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
-use tollgate::rls::{RateLimitService, ResponseHeaders, RlsConfig};
+use tollgate::rls::{Charging, RateLimitService, ResponseHeaders, RlsConfig};
 use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
 use tollgate::{Decision, OnStoreError, Policy, Store, StoreError};
 use tonic::transport::server::TcpIncoming;
@@ -53,11 +53,17 @@ fn config(files: &[(&str, &str)]) -> RlsConfig {
 /// The service on `store`, with a store timeout long enough that no answer is a timeout's
 /// (these tests count exactly; the outage tests use short ones).
 async fn service_on(store: impl Store, files: &[(&str, &str)]) -> Client {
+    service_charging(store, files, Charging::default()).await
+}
+
+/// [`service_on`], charging hits as `charging` says.
+async fn service_charging(store: impl Store, files: &[(&str, &str)], charging: Charging) -> Client {
     serve(
         RateLimitService::builder()
             .config(config(files))
             .store(store)
             .store_timeout(Duration::from_secs(5))
+            .charging(charging)
             .build()
             .unwrap(),
     )
@@ -158,7 +164,9 @@ async fn basic_scenario(client: &mut Client) {
         assert!((1..=60).contains(&reset_seconds(&r.statuses[0])));
     }
 
-    // Two keys: once key3 is over, key2 is not counted any more (atomic), so it keeps 10.
+    // Two keys: key3 is over after 10, and key2 goes on counting, as the reference's own
+    // scenario expects (test/integration/integration_test.go lines 688-699: limitRemaining1
+    // stays 10 only with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
     let value = format!("{}", rand::random::<u64>());
     for i in 0..15u32 {
         let r = ask(
@@ -167,7 +175,7 @@ async fn basic_scenario(client: &mut Client) {
         )
         .await;
         let (code, remaining2, remaining1) = match i >= 10 {
-            true => (Code::OverLimit, 0, 10),
+            true => (Code::OverLimit, 0, 20 - (i + 1)),
             false => (Code::Ok, 10 - (i + 1), 20 - (i + 1)),
         };
         assert_eq!(r.overall_code, code as i32, "request {i}");
@@ -251,19 +259,27 @@ async fn concurrent_pair(client: &Client, n: usize) {
     assert_eq!(r.statuses[0].limit_remaining, 4);
 }
 
+/// tollgate's atomic mode and the reference's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+/// both leave the wide limit alone once the narrow one is over; the reference reads the
+/// counters before it increments them (`src/redis/fixed_cache_impl.go` lines 117-187), so
+/// under concurrency it still charges refused requests. Here it is one atomic step: exact.
 #[tokio::test]
 async fn descriptors_are_decided_atomically_under_concurrency_on_memory() {
-    let client = service_on(MemoryStore::new(), &[("two.yaml", TWO)]).await;
-    concurrent_pair(&client, 60).await;
+    for charging in [Charging::AllowedOnly, Charging::StopWhenOverLimit] {
+        let client = service_charging(MemoryStore::new(), &[("two.yaml", TWO)], charging).await;
+        concurrent_pair(&client, 60).await;
+    }
 }
 
 #[tokio::test]
 async fn descriptors_are_decided_atomically_under_concurrency_on_redis() {
-    let store = RedisStore::from_url(&support::shared_redis_url())
-        .unwrap()
-        .prefix(support::unique_prefix("rls-atomic"));
-    let client = service_on(store, &[("two.yaml", TWO)]).await;
-    concurrent_pair(&client, 60).await;
+    for charging in [Charging::AllowedOnly, Charging::StopWhenOverLimit] {
+        let store = RedisStore::from_url(&support::shared_redis_url())
+            .unwrap()
+            .prefix(support::unique_prefix("rls-atomic"));
+        let client = service_charging(store, &[("two.yaml", TWO)], charging).await;
+        concurrent_pair(&client, 60).await;
+    }
 }
 
 const MODES: &str = "
@@ -334,16 +350,17 @@ async fn unlimited_replaces_and_limits_of_zero() {
             ..DescriptorStatus::default()
         }
     );
-    // A limit of zero refuses, and what else the request asks for is not consumed.
-    for _ in 0..3 {
+    // A limit of zero refuses, and what else the request asks for is charged all the same, as
+    // the reference's INCRBY does (`src/redis/fixed_cache_impl.go` line 36): 1, 0, then over.
+    for (left, strict) in [(1, Code::Ok), (0, Code::Ok), (0, Code::OverLimit)] {
         let r = ask(
             &mut client,
             request("modes", &[&[("strict", "z")], &[("banned", "x")]], 1),
         )
         .await;
         assert_eq!(r.overall_code, Code::OverLimit as i32);
-        assert_eq!(r.statuses[0].code, Code::Ok as i32);
-        assert_eq!(r.statuses[0].limit_remaining, 2, "strict is untouched");
+        assert_eq!(r.statuses[0].code, strict as i32);
+        assert_eq!(r.statuses[0].limit_remaining, left, "strict is charged");
         assert_eq!(r.statuses[1].code, Code::OverLimit as i32);
         assert_eq!(
             r.statuses[1]
@@ -533,9 +550,10 @@ async fn the_extensions_algorithms_decide() {
     }
     let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
     assert_eq!(seen, [(ok, 2), (ok, 1), (ok, 0), (over, 0)]);
-    // The refusal says when one token is back: within the second.
+    // The refusal says when one token is back: the refused fourth was charged (as every hit
+    // is), so one token more than the bucket holds is owed: within two seconds.
     let r = ask(&mut client, request("ext", &[&[("bucket", "b")]], 1)).await;
-    assert_eq!(reset_seconds(&r.statuses[0]), 1);
+    assert_eq!(reset_seconds(&r.statuses[0]), 2);
     for expect in [ok, ok, over] {
         let r = ask(&mut client, request("ext", &[&[("sliding", "s")]], 1)).await;
         assert_eq!(r.overall_code, expect);
@@ -545,6 +563,47 @@ async fn the_extensions_algorithms_decide() {
 /// A Redis store on a port nothing listens on.
 fn dead_redis() -> RedisStore {
     RedisStore::from_url(&format!("redis://127.0.0.1:{}", support::free_port())).unwrap()
+}
+
+/// The reference answers a failing store with a gRPC error: `ShouldRateLimit` recovers the
+/// panic of its Redis client and returns it as the call's error (envoyproxy/ratelimit
+/// `src/service/ratelimit.go` lines 415-443, `case redis.RedisError: ... finalError = t`), and
+/// `POST /json` answers any such error with 400 (`src/server/server_impl.go` lines 103-107).
+/// Envoy's `failure_mode_deny` then decides. tollgate-rls answers `UNAVAILABLE`, within the
+/// store timeout, before and after its circuit breaker opens.
+#[tokio::test]
+async fn a_store_that_is_down_is_a_grpc_error_by_default_before_and_after_the_breaker_opens() {
+    let service = RateLimitService::builder()
+        .config(config(&[("basic.yaml", BASIC)]))
+        .store(dead_redis())
+        .store_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let mut client = serve(service.clone()).await;
+    for i in 0..8 {
+        let started = Instant::now();
+        let answer = client
+            .should_rate_limit(request("basic", &[&[("one_per_minute", "x")]], 1))
+            .await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(600),
+            "answer {i} took {took:?}"
+        );
+        let status = answer.expect_err("a store error is an error");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "answer {i}");
+        assert!(
+            status.message().starts_with("rate limit store"),
+            "{status:?}"
+        );
+    }
+    assert!(
+        service.stats().circuit_open,
+        "the breaker opened on the way"
+    );
+    let body =
+        br#"{"domain": "basic", "descriptors": [{"entries": [{"key": "key1", "value": "j"}]}]}"#;
+    assert_eq!(service.decide_json(body).await.status, 400);
 }
 
 #[tokio::test]
@@ -633,10 +692,13 @@ async fn a_users_store_decides_inside_the_layers_stack() {
         inner: MemoryStore::new(),
         checks: Arc::clone(&checks),
     };
+    // A store of the user's is charged only what it allows: its `check` consumes nothing
+    // when it denies. The cache of denials answers for it in tollgate's own mode.
     let service = RateLimitService::builder()
         .config(config(&[("basic.yaml", BASIC)]))
         .store(store)
         .store_timeout(Duration::from_secs(5))
+        .charging(Charging::AllowedOnly)
         .build()
         .unwrap();
     let mut client = serve(service.clone()).await;

@@ -107,6 +107,7 @@ async fn run(settings: Settings) -> ExitCode {
         .ignore_dot_files(settings.ignore_dot_files)
         .store_timeout(settings.store_timeout)
         .on_store_error(settings.on_store_error)
+        .charging(settings.charging)
         .shadow_mode(settings.shadow_mode)
         .quota_mode(settings.quota_mode)
         .response_dynamic_metadata(settings.dynamic_metadata)

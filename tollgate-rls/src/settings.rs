@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tollgate::rls::Charging;
 use tollgate::OnStoreError;
 
 /// Everything the server reads from its environment.
@@ -43,7 +44,6 @@ pub(crate) struct Settings {
     pub(crate) headers: Option<[String; 3]>,
     pub(crate) redis: Option<Redis>,
     pub(crate) store_timeout: Duration,
-    pub(crate) on_store_error: OnStoreError,
     /// `STATS_MAX_SERIES` (ours): how many statistics series request values may make.
     pub(crate) stats_max_series: usize,
     /// `NEAR_LIMIT_RATIO`: hits past this share of a limit count as near it.
@@ -51,6 +51,11 @@ pub(crate) struct Settings {
     /// With `USE_PROMETHEUS`: `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and
     /// `PROMETHEUS_PATH`, where the metrics are served too.
     pub(crate) prometheus: Option<(String, String)>,
+    /// `None`: a failing store is answered with a gRPC error, as the reference answers.
+    pub(crate) on_store_error: Option<OnStoreError>,
+    /// Which hits are charged: `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, and tollgate's
+    /// `CHARGE_REFUSED=false` (a refused request consumes nothing).
+    pub(crate) charging: Charging,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -141,10 +146,6 @@ const IGNORED: &[(&str, &str)] = &[
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
         "each key expires when its algorithm no longer needs it",
-    ),
-    (
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        "always: a request's descriptors are decided atomically",
     ),
     (
         "REDIS_PIPELINE_WINDOW",
@@ -282,14 +283,16 @@ impl Settings {
                 format!("STORE_TIMEOUT={v:?}: expected a duration above zero such as 50ms or 1s")
             })?,
         };
-        let on_store_error = match get("ON_STORE_ERROR", "open").to_ascii_lowercase().as_str() {
-            "open" | "allow" => OnStoreError::Allow,
-            "closed" | "deny" => OnStoreError::Deny,
-            "local" | "fallback" => OnStoreError::FallbackToMemory,
+        let on_store_error = match get("ON_STORE_ERROR", "error").to_ascii_lowercase().as_str() {
+            "error" => None,
+            "open" | "allow" => Some(OnStoreError::Allow),
+            "closed" | "deny" => Some(OnStoreError::Deny),
+            "local" | "fallback" => Some(OnStoreError::FallbackToMemory),
             other => {
                 return Err(format!(
-                    "ON_STORE_ERROR={other:?}: expected open (answer OK), closed (answer \
-                     OVER_LIMIT) or local (decide in this process)"
+                    "ON_STORE_ERROR={other:?}: expected error (answer UNAVAILABLE, as the \
+                     reference), open (answer OK), closed (answer OVER_LIMIT) or local (decide \
+                     in this process)"
                 ))
             }
         };
@@ -320,6 +323,22 @@ impl Settings {
                     ));
                 }
                 Some((addr, path))
+            }
+        };
+        let charging = match (
+            flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
+            flag("CHARGE_REFUSED", true)?,
+        ) {
+            (false, true) => Charging::EveryHit,
+            (true, true) => Charging::StopWhenOverLimit,
+            (false, false) => Charging::AllowedOnly,
+            (true, false) => {
+                return Err(
+                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true and CHARGE_REFUSED=false: \
+                            pick one (the first charges the descriptors over their limit, the \
+                            second charges nothing of a refused request)"
+                        .into(),
+                )
             }
         };
         let log_json = match get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
@@ -365,6 +384,7 @@ impl Settings {
             stats_max_series,
             near_limit_ratio,
             prometheus,
+            charging,
             ignored,
         })
     }
@@ -451,7 +471,22 @@ mod tests {
         );
         assert!(s.redis.is_none() && s.headers.is_none() && s.ignored.is_empty());
         assert_eq!(s.store_timeout, Duration::from_millis(50));
-        assert_eq!(s.on_store_error, OnStoreError::Allow);
+        assert_eq!(s.on_store_error, None);
+        assert_eq!(s.charging, Charging::EveryHit);
+    }
+
+    #[test]
+    fn charging_is_the_references_switch_or_ours() {
+        let s = |vars: &[(&str, &str)]| settings(vars).map(|s| s.charging);
+        let stop = ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true");
+        assert_eq!(s(&[stop]), Ok(Charging::StopWhenOverLimit));
+        assert_eq!(s(&[("CHARGE_REFUSED", "false")]), Ok(Charging::AllowedOnly));
+        assert_eq!(s(&[("CHARGE_REFUSED", "true")]), Ok(Charging::EveryHit));
+        let both = s(&[stop, ("CHARGE_REFUSED", "false")]).unwrap_err();
+        assert!(both.starts_with("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true and CHARGE_REFUSED"));
+        assert!(s(&[("CHARGE_REFUSED", "no")])
+            .unwrap_err()
+            .starts_with("CHARGE_REFUSED="));
     }
 
     #[test]
@@ -471,7 +506,7 @@ mod tests {
         assert_eq!(s.redis.unwrap().url, "redis:6379");
         assert_eq!(s.headers.unwrap()[0], "RateLimit-Limit");
         assert_eq!(s.ignored[0].0, "USE_STATSD");
-        assert_eq!(s.on_store_error, OnStoreError::FallbackToMemory);
+        assert_eq!(s.on_store_error, Some(OnStoreError::FallbackToMemory));
         assert_eq!(s.store_timeout, Duration::from_secs(90));
     }
 

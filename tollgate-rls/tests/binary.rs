@@ -171,8 +171,22 @@ async fn the_references_scenario_over_grpc_and_http() {
         (50, Unit::Second as i32)
     );
 
-    // Two descriptors: once key3 is over, key2 keeps what it had (decided atomically).
+    // Two descriptors: key3 is over after 10, and key2 is charged all the same; with
+    // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT it keeps 10 (envoyproxy/ratelimit
+    // test/integration/integration_test.go lines 688-699).
+    let stop = Rls::start(
+        &runtime,
+        &[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+    );
+    let mut stop_client = stop.client().await;
     let value = format!("{}", std::process::id());
+    let mut stopped = Vec::new();
+    for _ in 0..12 {
+        let pair = request("another", &[&[("key2", &value)], &[("key3", &value)]]);
+        let r = ask(&mut stop_client, pair).await;
+        stopped.push((r.overall_code, r.statuses[0].limit_remaining));
+    }
+    assert_eq!(stopped[9..], [(OK, 10), (OVER, 10), (OVER, 10)]);
     let mut seen = Vec::new();
     for _ in 0..12 {
         let r = ask(
@@ -196,8 +210,8 @@ async fn the_references_scenario_over_grpc_and_http() {
         );
     }
     assert_eq!(seen[9], (OK, 10, 0));
-    assert_eq!(seen[10], (OVER, 10, 0));
-    assert_eq!(seen[11], (OVER, 10, 0));
+    assert_eq!(seen[10], (OVER, 9, 0));
+    assert_eq!(seen[11], (OVER, 8, 0));
 
     // The same over HTTP: POST /json, health, metrics.
     let http = support::http();
@@ -350,16 +364,28 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call
     }
 }
 
+/// A Redis outage, as the reference answers it by default: a gRPC error for every decision
+/// (envoyproxy/ratelimit `src/service/ratelimit.go` lines 415-443 return the Redis error as
+/// the call's error), so Envoy's `failure_mode_deny` decides; within the store timeout, before
+/// and after the breaker opens. With `ON_STORE_ERROR=open`, OK without numbers.
 #[tokio::test]
-async fn a_redis_outage_is_answered_ok_within_the_store_timeout_and_counting_resumes() {
+async fn a_redis_outage_is_answered_within_the_store_timeout_and_counting_resumes() {
     let redis = RedisServer::start();
     let runtime = Runtime::with("outage", &REFERENCE_RUNTIME);
     let url = format!("redis://127.0.0.1:{}", redis.port);
-    let rls = Rls::start(
+    let reference = Rls::start(
         &runtime,
         &[("REDIS_URL", url.as_str()), ("STORE_TIMEOUT", "100ms")],
     );
-    let mut client = rls.client().await;
+    let open = Rls::start(
+        &runtime,
+        &[
+            ("REDIS_URL", url.as_str()),
+            ("STORE_TIMEOUT", "100ms"),
+            ("ON_STORE_ERROR", "open"),
+        ],
+    );
+    let (mut client, mut open_client) = (reference.client().await, open.client().await);
     let key1 = |v: &str| request("basic", &[&[("key1", v)]]);
     let counted = ask(&mut client, key1("warm")).await;
     assert!(counted.statuses[0].current_limit.is_some());
@@ -367,12 +393,18 @@ async fn a_redis_outage_is_answered_ok_within_the_store_timeout_and_counting_res
     redis.pause();
     for i in 0..8 {
         let started = Instant::now();
-        let r = ask(&mut client, key1("down")).await;
+        let answer = client.should_rate_limit(key1("down")).await;
         let took = started.elapsed();
         assert!(
             took < Duration::from_millis(400),
             "answer {i} took {took:?}"
         );
+        let status = answer.expect_err("a store failure is a gRPC error");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "answer {i}");
+
+        let started = Instant::now();
+        let r = ask(&mut open_client, key1("down")).await;
+        assert!(started.elapsed() < Duration::from_millis(400), "open {i}");
         assert_eq!(r.overall_code, OK, "fail open");
         assert!(
             r.statuses[0].current_limit.is_none(),
@@ -384,8 +416,10 @@ async fn a_redis_outage_is_answered_ok_within_the_store_timeout_and_counting_res
     let back = eventually(Duration::from_secs(10), || {
         let mut client = client.clone();
         async move {
-            let r = ask(&mut client, key1("back")).await;
-            r.statuses[0].current_limit.is_some()
+            match client.should_rate_limit(key1("back")).await {
+                Ok(r) => r.into_inner().statuses[0].current_limit.is_some(),
+                Err(_) => false,
+            }
         }
     })
     .await;

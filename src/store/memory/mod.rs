@@ -128,7 +128,10 @@ impl MemoryStore {
         });
         match found {
             Some((Some(until), _)) => algorithm::blocked(p, now, until, cost),
+            // Cost 0: a look, denied only past the limit (see `State::look`).
+            Some((None, Some(state))) if cost == 0 => state.look(p, now),
             Some((None, Some(mut state))) => state.check(p, now, cost),
+            _ if cost == 0 => State::new(policy.algorithm()).look(p, now),
             _ => State::new(policy.algorithm()).check(p, now, cost),
         }
     }

@@ -28,7 +28,9 @@ impl MemoryStore {
     /// `rls` service takes at most `rls::MAX_DESCRIPTORS`).
     pub(crate) fn check_many_now(&self, checks: &[Check<'_>]) -> Vec<Decision> {
         if let [one] = checks {
-            return vec![self.check_now(one.key, one.policy, one.cost)];
+            if !one.charge {
+                return vec![self.check_now(one.key, one.policy, one.cost)];
+            }
         }
         let now = self.inner.clock.now();
         let hasher = &self.inner.hasher;
@@ -100,8 +102,11 @@ impl MemoryStore {
                 continue;
             };
             q.params = p;
-            let decision = q.state.check(p, now, cost);
-            q.allowed |= decision.allowed;
+            let decision = match check.charge {
+                true => q.state.charge(p, now, cost),
+                false => q.state.check(p, now, cost),
+            };
+            q.allowed |= decision.allowed || check.charge;
             if let Some(d) = decisions.get_mut(i) {
                 *d = Some(decision);
             }
@@ -136,6 +141,15 @@ impl MemoryStore {
                 let cost = u64::from(check.cost);
                 *decision = algorithm::blocked(check.policy.params(), now, until, cost);
             }
+            charge_denied(
+                &mut guards,
+                checks,
+                &located,
+                &decisions,
+                &by_block,
+                now,
+                self,
+            );
             return decisions;
         }
         // Stored as check_now stores: a tracked key always (its state may have been renewed
@@ -179,4 +193,46 @@ struct Pending<'a> {
     tracked: bool,
     /// Whether any check of this key was allowed.
     allowed: bool,
+}
+
+/// In a blocked stacked decision, records the cost of each denied check that charges
+/// ([`Check::charge`]) on its key's state as it was before the decision (nothing allowed in
+/// it is consumed), in the checks' order, as `lua/stacked.lua` does.
+fn charge_denied(
+    guards: &mut [(usize, MutexGuard<'_, Shard>)],
+    checks: &[Check<'_>],
+    located: &[(u64, usize)],
+    decisions: &[Decision],
+    by_block: &[bool],
+    now: u64,
+    store: &MemoryStore,
+) {
+    let (hasher, max) = (&store.inner.hasher, store.inner.max_keys_per_shard);
+    for (i, check) in checks.iter().enumerate() {
+        let denied = decisions.get(i).is_some_and(|d| !d.allowed);
+        let blocked = by_block.get(i).copied().unwrap_or(true);
+        // A key that a block replaced keeps its block.
+        let blocks = check.policy.block_for_us() > 0;
+        let (true, true, false, false, Some(&(hash, shard_index))) =
+            (check.charge, denied, blocked, blocks, located.get(i))
+        else {
+            continue;
+        };
+        let Some(shard) = guard(guards, shard_index) else {
+            continue;
+        };
+        let p = check.policy.params();
+        let table = shard.table_index(check.policy);
+        let live = shard
+            .table_at(table)
+            .and_then(|t| t.live_state(check.key, hash, now));
+        let mut state = live.unwrap_or_else(|| State::new(check.policy.algorithm()));
+        state.charge(p, now, u64::from(check.cost));
+        if let Some(max) = max {
+            shard.make_room_for(max, check.policy, check.key, hash, now, hasher);
+        }
+        if let Some(table) = shard.table_at(table) {
+            table.store(check.key, hash, state, p, hasher);
+        }
+    }
 }

@@ -166,6 +166,7 @@ fn check<'a>(key: &'a str, policy: &'a Policy, blocking: bool) -> Check<'a> {
         policy,
         cost: 1,
         blocking,
+        charge: false,
     }
 }
 
@@ -295,6 +296,7 @@ fn a_denied_new_key_is_not_tracked_and_a_blocked_request_stores_nothing() {
         policy: &small,
         cost: 2,
         blocking: true,
+        charge: false,
     };
     let ds = store.check_many_now(&[check("k", &big, true), heavy]);
     assert!(ds[0].allowed && !ds[1].allowed);

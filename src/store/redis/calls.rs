@@ -92,7 +92,9 @@ pub(crate) async fn check_stacked(
 ) -> Result<Vec<Decision>, StoreError> {
     match checks {
         [] => return Ok(Vec::new()),
-        [one] => return Ok(vec![check(store, one.key, one.policy, one.cost).await?]),
+        [one] if !one.charge => {
+            return Ok(vec![check(store, one.key, one.policy, one.cost).await?])
+        }
         _ => {}
     }
     let keys: Vec<String> = checks

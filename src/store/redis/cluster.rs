@@ -22,7 +22,7 @@ pub(super) async fn check_many(
 ) -> Result<Vec<Decision>, StoreError> {
     match checks {
         [] => return Ok(Vec::new()),
-        [one] => return Ok(vec![store.check(one.key, one.policy, one.cost).await?]),
+        [one] if !one.charge => return Ok(vec![store.check(one.key, one.policy, one.cost).await?]),
         _ => {}
     }
     let keys: Vec<String> = checks
@@ -43,9 +43,47 @@ pub(super) async fn check_many(
         .zip(&dry)
         .any(|(c, d)| c.blocking && !d.allowed);
     if blocked {
+        charge_denied(store, checks, &keys, &now, &dry).await?;
         return start_blocks(store, checks, &keys, &groups, &now, dry).await;
     }
     decide_groups(store, checks, &keys, &groups, &now, false).await
+}
+
+/// After a dry run that blocked the request: the denied checks that are charged
+/// ([`Check::charge`]) record their cost, each slot's in one call of their own, where none
+/// blocks another (nothing else of the request is consumed; a check allowed by then is
+/// charged as allowed).
+async fn charge_denied(
+    store: &RedisStore,
+    checks: &[Check<'_>],
+    keys: &[String],
+    now: &str,
+    dry: &[Decision],
+) -> Result<(), StoreError> {
+    let denied: Vec<usize> = (0..checks.len())
+        .filter(|&i| {
+            let charged = checks
+                .get(i)
+                .is_some_and(|c| c.charge && c.policy.block_for_us() == 0);
+            charged && dry.get(i).is_some_and(|d| !d.allowed)
+        })
+        .collect();
+    let denied_keys: Vec<String> = denied
+        .iter()
+        .filter_map(|&i| keys.get(i))
+        .cloned()
+        .collect();
+    let charged: Vec<Check<'_>> = (denied.iter().filter_map(|&i| checks.get(i)))
+        .map(|c| c.blocking(false))
+        .collect();
+    let groups = group_by_slot(&denied_keys);
+    try_join_all(
+        groups
+            .iter()
+            .map(|group| decide_group(store, &charged, &denied_keys, group, now, false)),
+    )
+    .await
+    .map(drop)
 }
 
 /// Decides the checks at `indexes` (keys of one slot) in one stacked script call.

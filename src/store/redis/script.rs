@@ -113,7 +113,8 @@ impl Scripts {
             p.period,
             p.burst,
             p.interval,
-            u64::from(cost.max(1)),
+            // A dry run may look at cost 0: denied only past the limit (`State::look`).
+            u64::from(if dry { cost } else { cost.max(1) }),
         ];
         // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
         let script = &self.single[algorithm_index(policy.algorithm())];
@@ -148,7 +149,8 @@ impl Scripts {
                 p.burst,
                 p.interval,
                 u64::from(c.cost.max(1)),
-                u64::from(c.blocking),
+                // Flags: 1 blocking, + 2 charged (see `lua/stacked.lua`).
+                u64::from(c.blocking) + 2 * u64::from(c.charge),
                 c.policy.block_for_us(),
             ]);
         }

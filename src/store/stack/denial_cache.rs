@@ -310,7 +310,8 @@ impl<S: StoreExt> StoreExt for DenialCache<S> {
 
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
-            [one] => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
+            // A check that charges goes to the store, which records it even when denied.
+            [one] if !one.charge => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
             _ => self.inner.check_many(checks).await,
         }
     }

@@ -84,6 +84,10 @@ pub(crate) struct Check<'a> {
     /// Whether a denial by this check blocks the request. Shadow-mode limits are checked and
     /// counted but never block, so their denial must not keep the others from counting.
     pub(crate) blocking: bool,
+    /// Whether a denial of this check still records its cost ("charged while over", see
+    /// `State::charge`), as Envoy's rate limit service counts every hit. Only `rls` sets it;
+    /// the layer's refused requests consume nothing.
+    pub(crate) charge: bool,
 }
 
 impl<'a> Check<'a> {
@@ -94,12 +98,19 @@ impl<'a> Check<'a> {
             policy,
             cost,
             blocking: true,
+            charge: false,
         }
     }
 
     /// Whether a denial by this check blocks the request (default true).
     pub(crate) fn blocking(mut self, blocking: bool) -> Self {
         self.blocking = blocking;
+        self
+    }
+
+    /// Whether a denial of this check still records its cost (default false).
+    pub(crate) fn charge(mut self, charge: bool) -> Self {
+        self.charge = charge;
         self
     }
 }
@@ -110,12 +121,13 @@ impl<'a> Check<'a> {
 pub(crate) trait StoreExt: Store {
     /// Decides one request against several limits at once (stacked limits), all at the same
     /// instant and atomically: if any blocking check is denied, nothing is consumed from any
-    /// limit; otherwise every check that was allowed is consumed. Returns one decision per
+    /// limit; otherwise every check that was allowed is consumed. A denied check that
+    /// charges ([`Check::charge`]) records its cost either way. Returns one decision per
     /// check, in order, each as that limit alone decided it. Two checks of the same key and
     /// policy are decided in order, the second seeing what the first consumed.
     ///
     /// The default checks them one by one, in order, and is not atomic (an earlier limit
-    /// counts a request that a later one denies).
+    /// counts a request that a later one denies), and charges nothing that is denied.
     fn check_many(
         &self,
         checks: &[Check<'_>],

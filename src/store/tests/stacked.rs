@@ -8,7 +8,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use crate::store::stack::{Check, StoreExt};
-use crate::store::{MemoryStore, RedisStore};
+use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{Algorithm, Decision, ManualClock, Policy, Quota};
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
@@ -71,7 +71,7 @@ const STEPS: usize = 3_000;
 #[tokio::test]
 async fn stacked_decisions_are_identical_in_memory_and_redis() {
     let seeds = [0x57ac_4ed1_u64, 0x0dd_ba11, 0x5eed_0003];
-    let (matched, blocked, repeated, _) = differential(&policies(), &seeds).await;
+    let (matched, blocked, repeated, _) = differential(&policies(), &seeds, false).await;
     assert_eq!(matched, STEPS);
     // Both outcomes, and the same limit twice in one request, were exercised well.
     assert!(
@@ -98,16 +98,34 @@ async fn stacked_blocks_are_identical_in_memory_and_redis() {
         })
         .collect();
     let seeds = [0xb10c_0001_u64, 0xb10c_0002, 0xb10c_0003];
-    let (matched, _, _, blocks) = differential(&policies, &seeds).await;
+    let (matched, _, _, blocks) = differential(&policies, &seeds, false).await;
     assert_eq!(matched, STEPS);
     assert!(blocks > STEPS / 10, "{blocks} decisions by a block");
 }
 
+/// Charged while over (`Check::charge`, for Envoy's rate limit service): every algorithm
+/// records a denied check's cost alike in memory and in Redis (`State::charge` and the
+/// scripts' ARGV[7] = "c"), in blocked and unblocked requests, the same limit twice included,
+/// and a look (a peek of cost 0) after each request answers alike.
+#[tokio::test]
+async fn charged_decisions_and_looks_are_identical_in_memory_and_redis() {
+    let seeds = [0xc4a2_0001_u64, 0xc4a2_0002, 0xc4a2_0003];
+    let (matched, blocked, repeated, _) = differential(&policies(), &seeds, true).await;
+    assert_eq!(matched, STEPS);
+    assert!(blocked > STEPS / 10, "{blocked} blocked");
+    assert!(repeated > STEPS / 30, "{repeated} repeated");
+}
+
 /// Runs `STEPS` random stacked decisions over `policies` (a third per seed) in both stores
-/// and checks that they agree. Returns how many matched, how many requests were blocked,
+/// and checks that they agree; with `charge`, most checks are charged while over, requests
+/// may have one check, and every key's look is compared after each request. Returns how many matched, how many requests were blocked,
 /// how many named a limit twice, and how many decisions were a block's (nothing left, and
 /// retry when whole again).
-async fn differential(policies: &[Policy], seeds: &[u64]) -> (usize, usize, usize, usize) {
+async fn differential(
+    policies: &[Policy],
+    seeds: &[u64],
+    charge: bool,
+) -> (usize, usize, usize, usize) {
     let url = support::shared_redis_url();
     let start = Instant::now();
     let (mut matched, mut blocked, mut repeated, mut blocks) = (0, 0, 0, 0);
@@ -130,7 +148,7 @@ async fn differential(policies: &[Policy], seeds: &[u64]) -> (usize, usize, usiz
                 _ => rng.random_range(0..20_000_000),
             };
             clock.set(offset + start.elapsed().as_micros() as u64);
-            let n = rng.random_range(2..=3);
+            let n = rng.random_range(if charge { 1 } else { 2 }..=3);
             let checks: Vec<Check<'_>> = (0..n)
                 .map(|_| {
                     // Few keys and policies: the same limit twice in one request happens too.
@@ -141,7 +159,9 @@ async fn differential(policies: &[Policy], seeds: &[u64]) -> (usize, usize, usiz
                     } else {
                         rng.random_range(1..3)
                     };
-                    Check::new(key, policy, cost).blocking(rng.random_bool(0.75))
+                    Check::new(key, policy, cost)
+                        .blocking(rng.random_bool(0.75))
+                        .charge(charge && rng.random_bool(0.8))
                 })
                 .collect();
             let m = memory.check_many(&checks).await.unwrap();
@@ -160,6 +180,15 @@ async fn differential(policies: &[Policy], seeds: &[u64]) -> (usize, usize, usiz
                 })
                 .collect();
             assert_eq!(m, r, "seed {seed:#x} step {step}: {what:?}");
+            if charge {
+                // Real time went on: Redis may have expired a key since (see above).
+                clock.set(offset + start.elapsed().as_micros() as u64);
+                for c in &checks {
+                    let look_m = memory.peek(c.key, c.policy, 0).await.unwrap();
+                    let look_r = redis.peek(c.key, c.policy, 0).await.unwrap();
+                    assert_eq!(look_m, look_r, "seed {seed:#x} step {step} look: {what:?}");
+                }
+            }
             matched += 1;
             blocked += usize::from(checks.iter().zip(&m).any(|(c, d)| c.blocking && !d.allowed));
             repeated += usize::from(checks.iter().enumerate().any(|(i, a)| {

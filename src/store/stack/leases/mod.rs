@@ -334,7 +334,9 @@ impl<S: StoreExt> Store for Leases<S> {
 impl<S: StoreExt> StoreExt for Leases<S> {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
-            [one] => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
+            // A check that charges is decided by the store, which records it even when
+            // denied; no lease decides it.
+            [one] if !one.charge => Ok(vec![self.check(one.key, one.policy, one.cost).await?]),
             _ => self.shared.inner.check_many(checks).await,
         }
     }
