@@ -173,7 +173,7 @@ descriptors:
     #[test]
     fn unknown_domains_are_counted_without_their_name() {
         let requests = (0..20)
-            .map(|i| request(&format!("{i}{}", "d".repeat(1000)), &[("user", "a")]))
+            .map(|i| request(&format!("{i}{}", "d".repeat(200)), &[("user", "a")]))
             .collect();
         let text = rendered(1_000, requests);
         assert!(

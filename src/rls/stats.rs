@@ -391,11 +391,12 @@ mod tests {
                 .find_map(|l| l.strip_prefix(prefix.as_str()))
                 .map_or(0, |v| v.parse().unwrap())
         };
-        // 7 within; 5 refused at 7 used (2 past the limit, 2 between 8 and 10, none within);
-        // 2 within at 7 used, of which 1 past 8.
+        // Every hit is charged, as the reference charges them: 7 within; 5 refused at 7 used
+        // (12 after: 2 past the limit, 2 between 8 and 10, none within); 2 refused at 12 used,
+        // all past the limit (base_limiter.go, checkOverLimitThreshold).
         assert_eq!(count("total_hits"), 14, "{text}");
-        assert_eq!(count("within_limit"), 9);
-        assert_eq!(count("near_limit"), 3);
-        assert_eq!(count("over_limit"), 2);
+        assert_eq!(count("within_limit"), 7);
+        assert_eq!(count("near_limit"), 2);
+        assert_eq!(count("over_limit"), 4);
     }
 }
