@@ -8,7 +8,7 @@
 //! reloads it), `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
 //! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `POST /json`);
-//! `stats.rs` counts it.
+//! `stats.rs` counts it. Limits may instead come from an xDS control plane (`xds.rs`).
 
 mod config;
 mod decide;
@@ -20,12 +20,14 @@ mod response;
 mod service;
 mod source;
 mod stats;
+mod xds;
 mod yaml;
 
 pub use config::RlsConfig;
 pub use json::JsonAnswer;
 pub use response::ResponseHeaders;
 pub use service::{RateLimitService, RateLimitServiceBuilder};
+pub use xds::{XdsBackoff, XdsSource, XdsTls};
 
 /// Envoy's messages, as the service takes and gives them (from the `envoy-types` crate).
 pub mod proto {
