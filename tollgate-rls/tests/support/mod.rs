@@ -18,7 +18,8 @@ use tonic::transport::Channel;
 #[path = "../../../tests/support/mod.rs"]
 mod shared;
 pub use shared::{
-    client as http, command_calls, free_port, redis_cli, redis_connection, RedisServer,
+    client as http, command_calls, free_port, redis_cli, redis_connection, shared_redis_url,
+    RedisServer,
 };
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
