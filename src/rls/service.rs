@@ -218,7 +218,7 @@ impl fmt::Debug for RateLimitService {
 enum ConfigChoice {
     Fixed(RlsConfig),
     Dir(PathBuf),
-    Xds(XdsSource),
+    Xds(Box<XdsSource>),
 }
 
 /// Builds a [`RateLimitService`]; see [`RateLimitService::builder`].
@@ -257,7 +257,7 @@ impl RateLimitServiceBuilder {
     /// waits for it. `build` must run inside a Tokio runtime, where the client runs until
     /// the service is dropped.
     pub fn config_xds(mut self, source: XdsSource) -> Self {
-        self.config = Some(ConfigChoice::Xds(source));
+        self.config = Some(ConfigChoice::Xds(Box::new(source)));
         self
     }
 
@@ -368,7 +368,7 @@ impl RateLimitServiceBuilder {
             })?,
             Some(ConfigChoice::Xds(source)) => {
                 let config = ConfigSource::fed();
-                xds_task = Some(xds::spawn(source, &config, self.merge_domains)?);
+                xds_task = Some(xds::spawn(*source, &config, self.merge_domains)?);
                 config
             }
         };
