@@ -39,6 +39,20 @@ pub(crate) fn main_router(
         })
 }
 
+/// `PROMETHEUS_ADDR`: the metrics alone, at `path` (`PROMETHEUS_PATH`).
+pub(crate) fn metrics_router(path: &str, metrics: PrometheusHandle) -> Router {
+    let render = move || {
+        let metrics = metrics.clone();
+        async move {
+            (
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                metrics.render(),
+            )
+        }
+    };
+    Router::new().route(path, get(render))
+}
+
 /// `DEBUG_HOST:DEBUG_PORT`: the configuration in force.
 pub(crate) fn debug_router(service: RateLimitService) -> Router {
     Router::new()

@@ -149,6 +149,13 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(listeners) => listeners,
         Err(e) => return fail(1, &e),
     };
+    let prometheus = match &settings.prometheus {
+        Some(p) => match listen::bind("PROMETHEUS_ADDR", &p.host, p.port).await {
+            Ok(listener) => Some((listener, p.path.clone())),
+            Err(e) => return fail(1, &e),
+        },
+        None => None,
+    };
     let address = |l: &TcpListener| l.local_addr().map(|a| a.to_string()).unwrap_or_default();
     println!(
         "tollgate-rls listening on grpc={} http={} debug={} store={described}",
@@ -226,6 +233,10 @@ async fn run(settings: Settings) -> ExitCode {
             }
         }
     };
+    if let Some((listener, path)) = prometheus {
+        let app = http::metrics_router(&path, metrics.clone());
+        tokio::spawn(listen::serve_http(listener, app, stopped()));
+    }
     let main_app = http::main_router(service.clone(), Arc::clone(&health), metrics);
     let main_server = listen::serve_http(main, main_app, stopped());
     let debug_server = listen::serve_http(debug, http::debug_router(service), stopped());

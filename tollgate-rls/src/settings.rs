@@ -3,6 +3,7 @@
 //! are accepted and logged once as ignored; a bad value is an error that names it.
 
 mod grpc_tls;
+mod prometheus;
 mod xds;
 
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use tollgate::rls::XdsSource;
 use tollgate::OnStoreError;
 
 pub(crate) use grpc_tls::GrpcTls;
+pub(crate) use prometheus::PrometheusListener;
 
 /// Everything the server reads from its environment.
 #[derive(Debug, Clone)]
@@ -47,6 +49,8 @@ pub(crate) struct Settings {
     pub(crate) force_start: bool,
     /// `GRPC_SERVER_USE_TLS`: gRPC over TLS (mutual with `GRPC_CLIENT_TLS_CACERT`).
     pub(crate) grpc_tls: Option<GrpcTls>,
+    /// `USE_PROMETHEUS`: the metrics also on `PROMETHEUS_ADDR` at `PROMETHEUS_PATH`.
+    pub(crate) prometheus: Option<PrometheusListener>,
     pub(crate) ignore_dot_files: bool,
     pub(crate) merge_domains: bool,
     pub(crate) shadow_mode: bool,
@@ -120,18 +124,6 @@ const IGNORED: &[(&str, &str)] = &[
     (
         "DISABLE_STATS",
         "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "USE_PROMETHEUS",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
-        "PROMETHEUS_ADDR",
-        "metrics are always served on HOST:PORT/metrics",
-    ),
-    (
-        "PROMETHEUS_PATH",
-        "metrics are always served on HOST:PORT/metrics",
     ),
     (
         "PROMETHEUS_MAPPER_YAML",
@@ -359,6 +351,7 @@ impl Settings {
             xds,
             force_start: flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
             grpc_tls: grpc_tls::read(&var)?,
+            prometheus: prometheus::read(&var)?,
             ignore_dot_files: flag("RUNTIME_IGNOREDOTFILES", false)?,
             merge_domains: flag("MERGE_DOMAIN_CONFIG", false)?,
             shadow_mode: flag("SHADOW_MODE", false)?,

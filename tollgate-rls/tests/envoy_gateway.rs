@@ -35,7 +35,8 @@ fn envoy_gateway_env(pki: &Pki, control_plane: &str, redis: &str) -> Vec<(String
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".to_owned()),
         ("USE_STATSD", "false".to_owned()),
         ("USE_PROMETHEUS", "true".to_owned()),
-        ("PROMETHEUS_ADDR", ":19001".to_owned()),
+        // Envoy Gateway's is ":19001"; a free port here, as tests run side by side.
+        ("PROMETHEUS_ADDR", format!(":{}", free_port())),
         ("LOG_LEVEL", "info".to_owned()),
         ("BACKEND_TYPE", "redis".to_owned()),
         ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
@@ -231,6 +232,28 @@ async fn follows_the_control_plane_acks_nacks_and_reconnects() {
     assert_eq!(replies[0].version, "4");
     assert_eq!(replies[0].error, None);
     assert!(rls.stderr().contains("not loaded: "), "the NACK is logged");
+
+    // USE_PROMETHEUS: the metrics on PROMETHEUS_ADDR too, counting the loads (3 good, 1 bad).
+    let port = env
+        .iter()
+        .find(|(k, _)| k == "PROMETHEUS_ADDR")
+        .unwrap()
+        .1
+        .clone();
+    let text = reqwest::get(format!("http://127.0.0.1{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("ratelimit_service_config_load_success 3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ratelimit_service_config_load_error 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
