@@ -278,3 +278,143 @@ fn chain(e: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::ratelimit::config::ratelimit::v3::{
+        RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+    };
+
+    use super::*;
+
+    fn resource(domain: &str, unit: RateLimitUnit) -> Any {
+        let config = RateLimitConfig {
+            name: format!("{domain}.res"),
+            domain: domain.into(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "k".into(),
+                rate_limit: Some(RateLimitPolicy {
+                    unit: unit as i32,
+                    requests_per_unit: 3,
+                    ..RateLimitPolicy::default()
+                }),
+                ..RateLimitDescriptor::default()
+            }],
+        };
+        Any {
+            type_url: TYPE_URL.into(),
+            value: config.encode_to_vec(),
+        }
+    }
+
+    fn response(version: &str, nonce: &str, resources: Vec<Any>) -> DiscoveryResponse {
+        DiscoveryResponse {
+            version_info: version.into(),
+            resources,
+            type_url: TYPE_URL.into(),
+            nonce: nonce.into(),
+            ..DiscoveryResponse::default()
+        }
+    }
+
+    #[test]
+    fn a_set_that_loads_is_acked_one_that_does_not_is_nacked_and_the_last_good_stays() {
+        let source = XdsSource::new("localhost:18000").node_id("envoy-ratelimit");
+        let config = ConfigSource::fed();
+        let mut accepted = String::new();
+        assert!(!config.loaded());
+
+        let good = response("1", "a", vec![resource("edge", RateLimitUnit::Minute)]);
+        let ack = answer(&source, &config, good, false, &mut accepted);
+        assert_eq!(
+            (ack.version_info.as_str(), ack.response_nonce.as_str()),
+            ("1", "a")
+        );
+        assert_eq!(ack.error_detail, None);
+        assert_eq!(ack.node.unwrap().id, "envoy-ratelimit");
+        assert!(config.loaded());
+        assert_eq!(config.current().domains().collect::<Vec<_>>(), ["edge"]);
+
+        let bad = response("2", "b", vec![resource("other", RateLimitUnit::Unknown)]);
+        let nack = answer(&source, &config, bad, false, &mut accepted);
+        assert_eq!(
+            (nack.version_info.as_str(), nack.response_nonce.as_str()),
+            ("1", "b")
+        );
+        let detail = nack.error_detail.unwrap();
+        assert_eq!(
+            detail.message,
+            "other.res: invalid rate limit unit 'UNKNOWN'"
+        );
+        assert_eq!(detail.code, tonic::Code::InvalidArgument as i32);
+        assert_eq!(config.current().domains().collect::<Vec<_>>(), ["edge"]);
+
+        let undecodable = Any {
+            type_url: TYPE_URL.into(),
+            value: vec![0xff, 0xff],
+        };
+        let nack = answer(
+            &source,
+            &config,
+            response("3", "c", vec![undecodable]),
+            false,
+            &mut accepted,
+        );
+        assert!(nack
+            .error_detail
+            .unwrap()
+            .message
+            .starts_with("cannot decode a RateLimitConfig"));
+
+        // An empty set is a configuration with no domain, as the reference loads it.
+        let ack = answer(
+            &source,
+            &config,
+            response("4", "d", Vec::new()),
+            false,
+            &mut accepted,
+        );
+        assert_eq!(ack.error_detail, None);
+        assert!(config.current().is_empty() && config.loaded());
+    }
+
+    #[tokio::test]
+    async fn no_configuration_loaded_is_the_references_error() {
+        use crate::rls::proto::{
+            rate_limit_descriptor::Entry, RateLimitDescriptor, RateLimitRequest,
+        };
+        use crate::rls::RateLimitService;
+
+        // Nothing listens there: the service answers without a configuration.
+        let service = RateLimitService::builder()
+            .config_xds(XdsSource::new("127.0.0.1:9"))
+            .build()
+            .unwrap();
+        let request = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "k".into(),
+                    value: "v".into(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        };
+        let e = service.decide(&request).await.unwrap_err();
+        assert_eq!(
+            (e.code(), e.message()),
+            (tonic::Code::Unknown, "no rate limit configuration loaded")
+        );
+        assert!(!service.config_loaded());
+        // The reference's checks of the request come first (service.go).
+        let empty = RateLimitRequest {
+            domain: String::new(),
+            ..request
+        };
+        assert_eq!(
+            service.decide(&empty).await.unwrap_err().message(),
+            "rate limit domain must not be empty"
+        );
+    }
+}
