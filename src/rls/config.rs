@@ -9,7 +9,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 
 use super::stats::Counters;
-use super::yaml::{self, YamlDescriptor, YamlRateLimit};
+use super::yaml::{self, YamlDescriptor, YamlRateLimit, YamlRoot};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
@@ -124,7 +124,25 @@ impl RlsConfig {
     }
 
     pub(super) fn load_file(&mut self, content: &str, merge: bool) -> Result<(), String> {
-        let root = yaml::parse(content)?;
+        self.load_root(yaml::parse(content)?, merge)
+    }
+
+    /// Compiles files already read into the YAML's structs (from xDS resources), with the
+    /// same checks and messages as [`from_yaml`](Self::from_yaml).
+    pub(super) fn from_roots(
+        roots: impl IntoIterator<Item = (String, YamlRoot)>,
+        merge_domains: bool,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        for (name, root) in roots {
+            config.load_root(root, merge_domains).map_err(|why| {
+                ConfigError::of(ConfigErrorKind::RulesFile, format!("{name}: {why}"))
+            })?;
+        }
+        Ok(config)
+    }
+
+    fn load_root(&mut self, root: YamlRoot, merge: bool) -> Result<(), String> {
         if root.domain.is_empty() {
             return Err("config file cannot have empty domain".into());
         }

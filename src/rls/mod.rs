@@ -10,7 +10,8 @@
 //! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `/json`;
 //! `metadata.rs` the dynamic metadata); `stats.rs` counts it (`stat_name.rs` names its
-//! series, `series.rs` bounds those that request values make).
+//! series, `series.rs` bounds those that request values make). Limits may instead come from
+//! an xDS control plane (`xds.rs`).
 //!
 //! # Limits
 //!
@@ -43,6 +44,7 @@ mod source;
 #[cfg(feature = "metrics")]
 mod stat_name;
 mod stats;
+mod xds;
 mod yaml;
 
 pub use charging::Charging;
@@ -55,6 +57,7 @@ pub use limits::{
 };
 pub use response::ResponseHeaders;
 pub use service::{RateLimitService, RateLimitServiceBuilder};
+pub use xds::{XdsBackoff, XdsSource, XdsTls};
 
 /// Envoy's messages, as the service takes and gives them (from the `envoy-types` crate).
 pub mod proto {

@@ -22,6 +22,7 @@ use super::response::{respond, Outcome, ResponseHeaders};
 use super::series::{Series, DEFAULT_MAX_SERIES};
 use super::source::{ConfigDir, ConfigSource};
 use super::stats;
+use super::xds::{self, XdsSource, XdsTask};
 use crate::error::ConfigError;
 use crate::layer::Stats;
 use crate::store::stack::Backend;
@@ -65,6 +66,9 @@ struct Inner {
     stats: stats::Statistics,
     /// Requests answered OK although a limit was over (a shadow-mode limit, or `SHADOW_MODE`).
     shadow_denials: AtomicU64,
+    /// The xDS client feeding `config`, if it comes from a control plane; stops with the
+    /// service.
+    _xds: Option<XdsTask>,
 }
 
 impl RateLimitService {
@@ -113,6 +117,11 @@ impl RateLimitService {
         }
         limits::check(request)?;
         let inner = &self.inner;
+        if !inner.config.loaded() {
+            // The reference's service.go `checkServiceErr(snappedConfig != nil, ..)`: a
+            // plain Go error, which gRPC sends as UNKNOWN.
+            return Err(Status::unknown("no rate limit configuration loaded"));
+        }
         let config = inner.config.current();
         if !config.has_domain(&request.domain) {
             stats::domain_not_found();
@@ -164,9 +173,21 @@ impl RateLimitService {
         self.inner.config.reload()
     }
 
-    /// The configuration in force.
+    /// The configuration in force (empty while none is loaded).
     pub fn config(&self) -> Arc<RlsConfig> {
         self.inner.config.current()
+    }
+
+    /// Whether a configuration is loaded. Always true but for a service configured by
+    /// [`config_xds`](RateLimitServiceBuilder::config_xds), until the control plane's first
+    /// set loads; until then every request is answered with an error, as the reference does.
+    pub fn config_loaded(&self) -> bool {
+        self.inner.config.loaded()
+    }
+
+    /// Resolves once a configuration is loaded (at once but for an xDS-configured service).
+    pub async fn wait_for_config(&self) {
+        self.inner.config.wait_loaded().await;
     }
 
     /// The service's figures now, as a layer's [`Control::stats`](crate::Control::stats) gives
@@ -216,6 +237,7 @@ impl fmt::Debug for RateLimitService {
 enum ConfigChoice {
     Fixed(RlsConfig),
     Dir(PathBuf),
+    Xds(Box<XdsSource>),
 }
 
 /// Builds a [`RateLimitService`]; see [`RateLimitService::builder`].
@@ -246,6 +268,18 @@ impl RateLimitServiceBuilder {
     /// that does not load is logged with its file and the last good configuration stays.
     pub fn config_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config = Some(ConfigChoice::Dir(dir.into()));
+        self
+    }
+
+    /// Rate limits from an xDS control plane (the reference's `CONFIG_TYPE=GRPC_XDS_SOTW`, as
+    /// Envoy Gateway runs it): `RateLimitConfig` resources, each set compiled and checked as
+    /// files are, ACKed and put in force, or NACKed with the reason while the last good set
+    /// keeps serving. Until the first set loads, requests are answered with the reference's
+    /// error ("no rate limit configuration loaded"); [`RateLimitService::wait_for_config`]
+    /// waits for it. `build` must run inside a Tokio runtime, where the client runs until
+    /// the service is dropped.
+    pub fn config_xds(mut self, source: XdsSource) -> Self {
+        self.config = Some(ConfigChoice::Xds(Box::new(source)));
         self
     }
 
@@ -388,18 +422,23 @@ impl RateLimitServiceBuilder {
                 "near_limit_ratio must be a number from 0 up",
             ));
         }
-        let config =
-            match self.config {
-                None => return Err(ConfigError::new(
-                    "no configuration: set .config_dir(..) or .config(RlsConfig::from_yaml(..)?)",
-                )),
-                Some(ConfigChoice::Fixed(config)) => ConfigSource::fixed(config),
-                Some(ConfigChoice::Dir(path)) => ConfigSource::dir(ConfigDir {
-                    path,
-                    merge_domains: self.merge_domains,
-                    ignore_dot_files: self.ignore_dot_files,
-                })?,
-            };
+        let mut xds_task = None;
+        let config = match self.config {
+            None => return Err(ConfigError::new(
+                "no configuration: set .config_dir(..), .config_xds(..) or .config(RlsConfig::from_yaml(..)?)",
+            )),
+            Some(ConfigChoice::Fixed(config)) => ConfigSource::fixed(config),
+            Some(ConfigChoice::Dir(path)) => ConfigSource::dir(ConfigDir {
+                path,
+                merge_domains: self.merge_domains,
+                ignore_dot_files: self.ignore_dot_files,
+            })?,
+            Some(ConfigChoice::Xds(source)) => {
+                let config = ConfigSource::fed();
+                xds_task = Some(xds::spawn(*source, &config, self.merge_domains)?);
+                config
+            }
+        };
         if self.watch {
             config.watch();
         }
@@ -420,6 +459,7 @@ impl RateLimitServiceBuilder {
                     near_limit_ratio: self.near_limit_ratio,
                 },
                 shadow_denials: AtomicU64::new(0),
+                _xds: xds_task,
             }),
         })
     }

@@ -25,6 +25,9 @@ pub(crate) struct ConfigSource {
     /// What was last read and reported. Held while files are read and applied, so reloads
     /// run one at a time.
     seen: Mutex<Seen>,
+    /// Whether a configuration has been loaded; false only for a source fed from outside
+    /// ([`ConfigSource::fed`]) until its first configuration.
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 /// What the watcher has seen, so that it acts on changes and reports each failure once.
@@ -47,7 +50,36 @@ impl ConfigSource {
             current: ArcSwap::from_pointee(config),
             dir: None,
             seen: Mutex::default(),
+            loaded: tokio::sync::watch::Sender::new(true),
         })
+    }
+
+    /// A source fed from outside (an xDS control plane) through [`set`](Self::set): nothing
+    /// is loaded until the first configuration arrives.
+    pub(crate) fn fed() -> Arc<Self> {
+        Arc::new(Self {
+            current: ArcSwap::from_pointee(RlsConfig::default()),
+            dir: None,
+            seen: Mutex::default(),
+            loaded: tokio::sync::watch::Sender::new(false),
+        })
+    }
+
+    /// Puts `config` in force (a source fed from outside).
+    pub(crate) fn set(&self, config: RlsConfig) {
+        self.current.store(Arc::new(config));
+        self.loaded.send_replace(true);
+    }
+
+    /// Whether a configuration is loaded (always, but for a fed source before its first).
+    pub(crate) fn loaded(&self) -> bool {
+        *self.loaded.borrow()
+    }
+
+    /// Resolves once a configuration is loaded.
+    pub(crate) async fn wait_loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        let _ = loaded.wait_for(|loaded| *loaded).await;
     }
 
     /// The files of `dir`, loaded now: an error names the file and what is wrong with it.
@@ -65,6 +97,7 @@ impl ConfigSource {
             current: ArcSwap::from_pointee(config),
             dir: Some(dir),
             seen: Mutex::new(seen),
+            loaded: tokio::sync::watch::Sender::new(true),
         }))
     }
 

@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -17,6 +18,10 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::TcpIncoming;
 use tower_http::timeout::TimeoutLayer;
 
@@ -57,6 +62,50 @@ pub(crate) fn grpc_incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(TCP_KEEPALIVE))
+}
+
+/// How long a client may take over its TLS handshake.
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The gRPC listener's connections over TLS (`TCP_NODELAY` and keepalive set on each), each
+/// handshake on a task of its own so that a slow client holds up no other. A client that
+/// fails its handshake (no certificate, or one not signed by the CA) is logged and dropped.
+/// Accepting stops when the stream is dropped.
+pub(crate) fn grpc_tls_incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (connections, incoming) = mpsc::channel(64);
+    let acceptor = TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!("cannot accept a gRPC connection: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = connections.closed() => return,
+            };
+            tune(&stream);
+            let (acceptor, connections) = (acceptor.clone(), connections.clone());
+            tokio::spawn(async move {
+                let handshake =
+                    tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+                match handshake.await {
+                    Ok(Ok(tls)) => {
+                        let _ = connections.send(Ok(tls)).await;
+                    }
+                    Ok(Err(e)) => tracing::info!("gRPC TLS handshake with {peer} failed: {e}"),
+                    Err(_) => tracing::info!("gRPC TLS handshake with {peer} timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(incoming)
 }
 
 /// Sets what every accepted TCP connection gets.

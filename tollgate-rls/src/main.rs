@@ -19,6 +19,7 @@ mod http;
 mod listen;
 mod settings;
 mod store;
+mod tls;
 
 use std::future::Future;
 use std::io::Write as _;
@@ -101,8 +102,11 @@ async fn run(settings: Settings) -> ExitCode {
         Ok(store) => store,
         Err(e) => return fail(2, &e),
     };
-    let mut builder = RateLimitService::builder()
-        .config_dir(&settings.config_dir)
+    let mut builder = match &settings.xds {
+        Some(xds) => RateLimitService::builder().config_xds(xds.clone()),
+        None => RateLimitService::builder().config_dir(&settings.config_dir),
+    };
+    builder = builder
         .merge_domains(settings.merge_domains)
         .ignore_dot_files(settings.ignore_dot_files)
         .store_timeout(settings.store_timeout)
@@ -126,7 +130,30 @@ async fn run(settings: Settings) -> ExitCode {
     };
 
     // Before the `listening` line: a SIGTERM right after it must find the handler in place.
-    let signal = stop_signal();
+    let mut signal = Box::pin(stop_signal());
+    if settings.xds.is_some() && !settings.force_start {
+        // As the reference's NewService does without FORCE_START_WITHOUT_INITIAL_CONFIG.
+        tracing::info!("waiting for the first configuration from the xDS control plane");
+        tokio::select! {
+            () = service.wait_for_config() => {}
+            () = &mut signal => return ExitCode::SUCCESS,
+        }
+    }
+    let grpc_tls = match settings
+        .grpc_tls
+        .as_ref()
+        .map(tls::server_config)
+        .transpose()
+    {
+        Ok(config) => config,
+        Err(e) => return fail(1, &e),
+    };
+    if grpc_tls.is_some() && settings.grpc_uds.is_some() {
+        return fail(
+            2,
+            "GRPC_SERVER_USE_TLS: TLS is served on GRPC_PORT, not on GRPC_UDS",
+        );
+    }
     let (grpc, main, debug, prometheus) = match listen_all(&settings).await {
         Ok(listeners) => listeners,
         Err(e) => return fail(1, &e),
@@ -139,11 +166,20 @@ async fn run(settings: Settings) -> ExitCode {
         address(&debug),
     );
     let _ = std::io::stdout().flush();
-    tracing::info!(
-        "configuration from {}: {} domain(s)",
-        settings.config_dir.display(),
-        service.config().domains().count()
-    );
+    match &settings.xds {
+        Some(_) if !service.config_loaded() => {
+            tracing::info!("serving before the xDS control plane's first configuration")
+        }
+        Some(_) => tracing::info!(
+            "configuration from the xDS control plane: {} domain(s)",
+            service.config().domains().count()
+        ),
+        None => tracing::info!(
+            "configuration from {}: {} domain(s)",
+            settings.config_dir.display(),
+            service.config().domains().count()
+        ),
+    }
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let health = Arc::new(Health::new(settings.healthy_with_config, reporter));
@@ -178,14 +214,20 @@ async fn run(settings: Settings) -> ExitCode {
         .add_service(service.clone().into_server());
     let grpc_stopped = stopped();
     let grpc_server = async move {
-        match grpc {
-            GrpcListener::Tcp(listener) => {
+        match (grpc, grpc_tls) {
+            (GrpcListener::Tcp(listener), Some(config)) => {
+                let incoming = listen::grpc_tls_incoming(listener, config);
+                grpc_server
+                    .serve_with_incoming_shutdown(incoming, grpc_stopped)
+                    .await
+            }
+            (GrpcListener::Tcp(listener), None) => {
                 let incoming = listen::grpc_incoming(listener);
                 grpc_server
                     .serve_with_incoming_shutdown(incoming, grpc_stopped)
                     .await
             }
-            GrpcListener::Unix(listener, _) => {
+            (GrpcListener::Unix(listener, _), _) => {
                 let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
                 grpc_server
                     .serve_with_incoming_shutdown(incoming, grpc_stopped)

@@ -2,11 +2,16 @@
 //! defaults, so an existing deployment only swaps the image. Settings that make no sense here
 //! are accepted and logged once as ignored; a bad value is an error that names it.
 
+mod grpc_tls;
+mod xds;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tollgate::rls::Charging;
+use tollgate::rls::{Charging, XdsSource};
 use tollgate::OnStoreError;
+
+pub(crate) use grpc_tls::GrpcTls;
 
 /// Everything the server reads from its environment.
 #[derive(Debug, Clone)]
@@ -34,6 +39,14 @@ pub(crate) struct Settings {
     pub(crate) log_json: bool,
     /// `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`.
     pub(crate) config_dir: PathBuf,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits from this xDS control plane instead of the
+    /// directory.
+    pub(crate) xds: Option<XdsSource>,
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the first configuration
+    /// arrives (answering errors until then) instead of waiting for it.
+    pub(crate) force_start: bool,
+    /// `GRPC_SERVER_USE_TLS`: gRPC over TLS (mutual with `GRPC_CLIENT_TLS_CACERT`).
+    pub(crate) grpc_tls: Option<GrpcTls>,
     pub(crate) ignore_dot_files: bool,
     pub(crate) merge_domains: bool,
     pub(crate) shadow_mode: bool,
@@ -178,8 +191,8 @@ const IGNORED: &[(&str, &str)] = &[
         "the configuration directory is always watched, symlink swaps included",
     ),
     (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "the configuration is loaded at start; a bad one stops the start",
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "a failed connection to the xDS control plane waits XDS_CLIENT_BACKOFF_*",
     ),
     ("TRACING_ENABLED", "tracing is not exported"),
 ];
@@ -190,10 +203,7 @@ const IGNORED: &[(&str, &str)] = &[
 pub(crate) const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1024;
 
 /// Variables that ask for something tollgate-rls cannot do: starting would be wrong.
-const UNSUPPORTED: &[(&str, &str)] = &[(
-    "GRPC_SERVER_USE_TLS",
-    "TLS is not terminated here; terminate it in the mesh or a proxy",
-)];
+const UNSUPPORTED: &[(&str, &str)] = &[];
 
 impl Settings {
     /// Reads the process's environment.
@@ -222,10 +232,15 @@ impl Settings {
             }
         }
         backend(&var)?;
-        match get("CONFIG_TYPE", "FILE").as_str() {
-            "FILE" => {}
-            other => return Err(format!("CONFIG_TYPE={other:?}: only FILE is supported")),
-        }
+        let xds = match get("CONFIG_TYPE", "FILE").as_str() {
+            "FILE" => None,
+            "GRPC_XDS_SOTW" => Some(xds::source(&var)?),
+            other => {
+                return Err(format!(
+                    "CONFIG_TYPE={other:?}: expected FILE or GRPC_XDS_SOTW"
+                ))
+            }
+        };
         let ignored = (IGNORED.iter())
             .filter(|(name, _)| var(name).is_some())
             .map(|(name, why)| ((*name).to_owned(), *why))
@@ -371,6 +386,9 @@ impl Settings {
             log_level: get("LOG_LEVEL", "WARN"),
             log_json,
             config_dir,
+            xds,
+            force_start: flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+            grpc_tls: grpc_tls::read(&var)?,
             ignore_dot_files: flag("RUNTIME_IGNOREDOTFILES", false)?,
             merge_domains: flag("MERGE_DOMAIN_CONFIG", false)?,
             shadow_mode: flag("SHADOW_MODE", false)?,
@@ -520,9 +538,14 @@ mod tests {
         assert!(settings(&[("ON_STORE_ERROR", "panic")])
             .unwrap_err()
             .starts_with("ON_STORE_ERROR="));
-        assert!(settings(&[("GRPC_SERVER_USE_TLS", "true")]).is_err());
+        assert!(settings(&[("GRPC_SERVER_USE_TLS", "true")])
+            .unwrap_err()
+            .contains("GRPC_SERVER_TLS_CERT"));
         assert!(settings(&[("GRPC_SERVER_USE_TLS", "false")]).is_ok());
-        assert!(settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
+        assert!(settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_ok());
+        assert!(settings(&[("CONFIG_TYPE", "GRPC_XDS_DELTA")])
+            .unwrap_err()
+            .starts_with("CONFIG_TYPE="));
         assert!(settings(&[("STORE_TIMEOUT", "0s")]).is_err());
         assert!(settings(&[("STATS_MAX_SERIES", "lots")])
             .unwrap_err()

@@ -1,0 +1,148 @@
+//! `CONFIG_TYPE=GRPC_XDS_SOTW`: the reference's `CONFIG_GRPC_XDS_*` and `XDS_CLIENT_*`
+//! variables (its `src/settings/settings.go`), read into the library's [`XdsSource`].
+
+use std::time::Duration;
+
+use tollgate::rls::{XdsBackoff, XdsSource, XdsTls};
+
+use super::{parse_bool, parse_duration};
+
+/// The xDS source the variables describe.
+pub(crate) fn source(var: &dyn Fn(&str) -> Option<String>) -> Result<XdsSource, String> {
+    let get = |name: &str, default: &str| var(name).unwrap_or_else(|| default.to_owned());
+    let flag = |name: &str, default: bool| match var(name) {
+        None => Ok(default),
+        Some(v) => parse_bool(&v).ok_or_else(|| format!("{name}={v:?}: expected true or false")),
+    };
+    let duration = |name: &str, default: Duration| match var(name) {
+        None => Ok(default),
+        Some(v) => parse_duration(&v)
+            .ok_or_else(|| format!("{name}={v:?}: expected a duration such as 100ms, 10s or 1m")),
+    };
+    let defaults = XdsBackoff::default();
+    let random_factor = match var("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
+        None => defaults.random_factor,
+        Some(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|f| (0.0..=1.0).contains(f))
+            .ok_or_else(|| {
+                format!("XDS_CLIENT_BACKOFF_RANDOM_FACTOR={v:?}: expected a number from 0 to 1")
+            })?,
+    };
+    let backoff = XdsBackoff {
+        initial: duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", defaults.initial)?,
+        max: duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", defaults.max)?,
+        random_factor,
+        jitter: flag("XDS_CLIENT_BACKOFF_JITTER", defaults.jitter)?,
+    };
+    if backoff.initial.is_zero() {
+        return Err("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: expected a duration above zero".into());
+    }
+    let mut source = XdsSource::new(get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
+        .node_id(get("CONFIG_GRPC_XDS_NODE_ID", "default"))
+        .backoff(backoff);
+    // "key1=value1,key2=value2"; entries without `=` are skipped, as the reference does.
+    for entry in get("CONFIG_GRPC_XDS_NODE_METADATA", "").split(',') {
+        if let Some((key, value)) = entry.split_once('=') {
+            source = source.node_metadata(key, value);
+        }
+    }
+    // envconfig's map form: "name1:value1,name2:value2".
+    let headers = get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "");
+    for entry in headers.split(',').filter(|e| !e.is_empty()) {
+        let (name, value) = entry.split_once(':').ok_or_else(|| {
+            format!("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS={headers:?}: expected name:value,…")
+        })?;
+        source = source.header(name, value);
+    }
+    if let Some(v) = var("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES").filter(|v| !v.is_empty()) {
+        let bytes = v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            format!("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES={v:?}: expected a number of bytes")
+        })?;
+        source = source.max_message_size(bytes);
+    }
+    if flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
+        let path = |name: &str| var(name).filter(|v| !v.is_empty());
+        let mut tls = XdsTls::new();
+        match (
+            path("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+            path("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+        ) {
+            (Some(cert), Some(key)) => tls = tls.identity(cert, key),
+            (None, None) => {}
+            _ => {
+                return Err(
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY \
+                            go together: set both or neither"
+                        .into(),
+                )
+            }
+        }
+        if let Some(ca) = path("CONFIG_GRPC_XDS_SERVER_TLS_CACERT") {
+            tls = tls.server_ca(ca);
+        }
+        if let Some(san) = path("CONFIG_GRPC_XDS_SERVER_TLS_SAN") {
+            tls = tls.server_name(san);
+        }
+        source = source.tls(tls);
+    }
+    Ok(source)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn read(vars: &[(&str, &str)]) -> Result<XdsSource, String> {
+        let map: HashMap<&str, &str> = vars.iter().copied().collect();
+        source(&|name| map.get(name).map(|v| (*v).to_owned()))
+    }
+
+    #[test]
+    fn the_references_defaults_and_envoy_gateways_values() {
+        let s = format!("{:?}", read(&[]).unwrap());
+        assert!(s.contains(r#"server_url: "localhost:18000""#), "{s}");
+        assert!(s.contains(r#"node_id: "default""#), "{s}");
+        assert!(
+            s.contains("initial: 10s, max: 60s, random_factor: 0.5, jitter: true"),
+            "{s}"
+        );
+        let s = format!(
+            "{:?}",
+            read(&[
+                ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+                ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+                ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,bad,team=x=y"),
+                ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+                ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+                ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+                ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+            ])
+            .unwrap()
+        );
+        assert!(s.contains(r#"node_id: "envoy-ratelimit""#), "{s}");
+        assert!(s.contains(r#"[("zone", "a"), ("team", "x=y")]"#), "{s}");
+        assert!(
+            s.contains(r#"identity: Some(("/certs/tls.crt", "/certs/tls.key"))"#),
+            "{s}"
+        );
+        assert!(s.contains(r#"server_ca: Some("/certs/ca.crt")"#), "{s}");
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = read(&[("XDS_CLIENT_BACKOFF_JITTER", "sometimes")]).unwrap_err();
+        assert!(e.starts_with("XDS_CLIENT_BACKOFF_JITTER="), "{e}");
+        let e = read(&[
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c.pem"),
+        ])
+        .unwrap_err();
+        assert!(e.contains("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "{e}");
+        let e = read(&[("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "lots")]).unwrap_err();
+        assert!(e.starts_with("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES="), "{e}");
+    }
+}
