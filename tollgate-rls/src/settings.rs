@@ -26,6 +26,9 @@ pub(crate) struct Settings {
     /// `GRPC_MAX_CONCURRENT_STREAMS` (tollgate-rls's own): requests in flight on one HTTP/2
     /// connection.
     pub(crate) grpc_max_concurrent_streams: u32,
+    /// `TOKIO_WORKER_THREADS` (tokio's own name): the async runtime's worker threads; unset,
+    /// one per core this process may use (its CPU quota counted).
+    pub(crate) worker_threads: Option<usize>,
     /// `REDIS_STARTUP_INITIAL_INTERVAL`, `_MAX_INTERVAL`, `_MAX_ELAPSED_TIME`: how the store is
     /// tried at start until it answers (health is NOT_SERVING until then).
     pub(crate) store_startup: StartupRetry,
@@ -293,6 +296,12 @@ impl Settings {
                 format!("GRPC_MAX_CONCURRENT_STREAMS={v:?}: expected a number from 1 to 4294967295")
             })?,
         };
+        let worker_threads = match var("TOKIO_WORKER_THREADS") {
+            None => None,
+            Some(v) => Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                format!("TOKIO_WORKER_THREADS={v:?}: expected a number of threads from 1")
+            })?),
+        };
         let store_timeout = match var("STORE_TIMEOUT").or_else(|| var("REDIS_TIMEOUT")) {
             None => Duration::from_millis(50),
             Some(v) => parse_duration(&v).filter(|d| !d.is_zero()).ok_or_else(|| {
@@ -332,6 +341,7 @@ impl Settings {
                 Duration::from_secs(3_600),
             )?,
             grpc_max_concurrent_streams,
+            worker_threads,
             store_startup: StartupRetry {
                 initial: duration("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?,
                 max: duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?,
@@ -455,6 +465,18 @@ mod tests {
         assert!(settings(&[("GRPC_SERVER_USE_TLS", "false")]).is_ok());
         assert!(settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).is_err());
         assert!(settings(&[("STORE_TIMEOUT", "0s")]).is_err());
+    }
+
+    #[test]
+    fn worker_threads_from_tokios_variable() {
+        assert_eq!(settings(&[]).unwrap().worker_threads, None);
+        let s = settings(&[("TOKIO_WORKER_THREADS", "1")]).unwrap();
+        assert_eq!(s.worker_threads, Some(1));
+        for bad in ["0", "-1", "two"] {
+            assert!(settings(&[("TOKIO_WORKER_THREADS", bad)])
+                .unwrap_err()
+                .starts_with("TOKIO_WORKER_THREADS="));
+        }
     }
 
     #[test]
