@@ -18,7 +18,8 @@
 # BENCH_SECONDS (default 3) after half a second of warm-up; the table shows the mean of the
 # turns, so that whatever else the machine does weighs on all of them alike (about 4 minutes
 # with limitador). BENCH_THREADS="1 2" adds a tollgate-rls column per worker thread count
-# (TOKIO_WORKER_THREADS) besides the default one. Every process started here is stopped on exit.
+# (TOKIO_WORKER_THREADS) besides the default one; BENCH_NO_BUILD=1 skips the release build.
+# Every process started here is stopped on exit.
 # To build limitador-server: clone github.com/Kuadrant/limitador, then
 # `cargo build --release -p limitador-server`.
 set -euo pipefail
