@@ -98,6 +98,7 @@ fn bad_settings_stop_the_start_naming_the_variable() {
         ("ON_STORE_ERROR", "panic"),
         ("REDIS_TYPE", "ring"),
         ("LOG_LEVEL", "chatty"),
+        ("TOKIO_WORKER_THREADS", "0"),
     ] {
         let mut env = vec![(name, value)];
         if name == "REDIS_TYPE" {
