@@ -47,10 +47,11 @@ fn main() -> ExitCode {
     if let Err(e) = init_logging(&settings) {
         return fail(2, &e);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = settings.worker_threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(1, &format!("cannot start the async runtime: {e}")),
     };

@@ -32,6 +32,9 @@ pub(crate) struct Settings {
     /// `GRPC_MAX_CONCURRENT_STREAMS` (tollgate-rls's own): requests in flight on one HTTP/2
     /// connection.
     pub(crate) grpc_max_concurrent_streams: u32,
+    /// `TOKIO_WORKER_THREADS` (tokio's own name): the async runtime's worker threads; unset,
+    /// one per core this process may use (its CPU quota counted).
+    pub(crate) worker_threads: Option<usize>,
     /// `REDIS_STARTUP_INITIAL_INTERVAL`, `_MAX_INTERVAL`, `_MAX_ELAPSED_TIME`: how the store is
     /// tried at start until it answers (health is NOT_SERVING until then).
     pub(crate) store_startup: StartupRetry,
@@ -292,6 +295,12 @@ impl Settings {
                 format!("GRPC_MAX_CONCURRENT_STREAMS={v:?}: expected a number from 1 to 4294967295")
             })?,
         };
+        let worker_threads = match var("TOKIO_WORKER_THREADS") {
+            None => None,
+            Some(v) => Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                format!("TOKIO_WORKER_THREADS={v:?}: expected a number of threads from 1")
+            })?),
+        };
         let store_timeout = match var("STORE_TIMEOUT").or_else(|| var("REDIS_TIMEOUT")) {
             None => Duration::from_millis(50),
             Some(v) => parse_duration(&v).filter(|d| !d.is_zero()).ok_or_else(|| {
@@ -378,6 +387,7 @@ impl Settings {
                 Duration::from_secs(3_600),
             )?,
             grpc_max_concurrent_streams,
+            worker_threads,
             store_startup: StartupRetry {
                 initial: duration("REDIS_STARTUP_INITIAL_INTERVAL", Duration::from_secs(1))?,
                 max: duration("REDIS_STARTUP_MAX_INTERVAL", Duration::from_secs(30))?,
@@ -612,6 +622,18 @@ mod tests {
         );
         let e = redis(&[("REDIS_URL", "h:1"), ("REDIS_POOL_SIZE", "0")]).unwrap_err();
         assert!(e.starts_with("REDIS_POOL_SIZE="), "{e}");
+    }
+
+    #[test]
+    fn worker_threads_from_tokios_variable() {
+        assert_eq!(settings(&[]).unwrap().worker_threads, None);
+        let s = settings(&[("TOKIO_WORKER_THREADS", "1")]).unwrap();
+        assert_eq!(s.worker_threads, Some(1));
+        for bad in ["0", "-1", "two"] {
+            assert!(settings(&[("TOKIO_WORKER_THREADS", bad)])
+                .unwrap_err()
+                .starts_with("TOKIO_WORKER_THREADS="));
+        }
     }
 
     #[test]

@@ -101,6 +101,7 @@ fn bad_settings_stop_the_start_naming_the_variable() {
         ("STATS_MAX_SERIES", "many"),
         ("NEAR_LIMIT_RATIO", "near"),
         ("PROMETHEUS_PATH", "metrics"),
+        ("TOKIO_WORKER_THREADS", "0"),
     ] {
         let mut env = vec![(name, value)];
         if name == "REDIS_TYPE" {
