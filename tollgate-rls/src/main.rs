@@ -47,10 +47,17 @@ fn main() -> ExitCode {
     if let Err(e) = init_logging(&settings) {
         return fail(2, &e);
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = settings.worker_threads {
-        runtime.worker_threads(threads);
-    }
+    // One worker is a current-thread runtime: everything on one thread, with no hand-off
+    // between threads (limitador-server serves this way, on actix's single-threaded runtime).
+    let mut runtime = match settings.worker_threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(threads) => {
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            runtime.worker_threads(threads);
+            runtime
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(1, &format!("cannot start the async runtime: {e}")),
