@@ -109,6 +109,8 @@ pub mod rules;
 mod service;
 pub mod store;
 mod telemetry;
+#[cfg(test)]
+mod test_log;
 mod watch;
 
 pub use algorithm::Algorithm;

@@ -312,10 +312,10 @@ impl fmt::Debug for RuleSource {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
 
     use super::*;
     use crate::key;
+    use crate::test_log::logged;
     use crate::Quota;
 
     /// A rules file in a directory of its own, removed at the end.
@@ -361,29 +361,6 @@ mod tests {
             .iter()
             .map(|r| r.policy.name().to_owned())
             .collect()
-    }
-
-    /// Log lines written while `f` runs on this thread.
-    fn logged(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Lines(Arc<Mutex<Vec<u8>>>);
-        impl Write for Lines {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().write(buf)
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        let bytes = lines.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
     }
 
     const ONE_RULE: &[u8] = b"[[rule]]\nname = \"file\"\nquota = \"5/min\"\n";
