@@ -81,6 +81,7 @@ pub(crate) struct Handles {
 }
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl Handles {
     /// The counters of the series labelled `labels`.
     pub(crate) fn new(labels: &Labels) -> Self {

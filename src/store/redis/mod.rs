@@ -28,6 +28,7 @@ use calls::ScriptRunner;
 use connection::Connection;
 pub use options::RedisOptions;
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use options::RedisTls;
 use script::{Call, Control, Scripts, DEFAULT_PREFIX};
 

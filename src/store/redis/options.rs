@@ -110,6 +110,7 @@ pub struct RedisTls {
 }
 
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 impl RedisTls {
     /// The system's root certificates, no client certificate, the name checked.
     pub fn new() -> Self {
@@ -148,6 +149,7 @@ impl RedisTls {
 }
 
 #[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 impl fmt::Debug for RedisTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisTls")
