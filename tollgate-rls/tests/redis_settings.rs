@@ -17,7 +17,7 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use support::{ask, free_port, redis_cli, request, run_to_exit, temp_dir, Rls, Runtime, Spawned};
+use support::{free_port, redis_cli, request, run_to_exit, temp_dir, Rls, Runtime, Spawned};
 use tollgate::rls::proto::rate_limit_response::Code;
 
 const OK: i32 = Code::Ok as i32;
@@ -53,14 +53,30 @@ fn keys(port: u16, password: &str) -> Vec<String> {
         .collect()
 }
 
-/// Three requests of one user at a limit of 2 per minute: their codes, and whether each came
-/// with the limit (a decision Redis made) or without (the store failed, fail open).
-async fn three(rls: &Rls, user: &str) -> Vec<(i32, bool)> {
+/// How one request was answered.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// Redis decided: the overall code, with the limit.
+    Decided(i32),
+    /// The store failed: the gRPC error (the reference's answer, `ON_STORE_ERROR`'s default).
+    Failed(tonic::Code),
+}
+
+/// Three requests of one user at a limit of 2 per minute, as answered.
+async fn three(rls: &Rls, user: &str) -> Vec<Answer> {
     let mut client = rls.client().await;
     let mut answers = Vec::new();
     for _ in 0..3 {
-        let r = ask(&mut client, request("settings", &[&[("user", user)]])).await;
-        answers.push((r.overall_code, r.statuses[0].current_limit.is_some()));
+        let asked = client
+            .should_rate_limit(request("settings", &[&[("user", user)]]))
+            .await;
+        answers.push(match asked {
+            Ok(r) if r.get_ref().statuses[0].current_limit.is_some() => {
+                Answer::Decided(r.get_ref().overall_code)
+            }
+            Ok(r) => panic!("an answer without the limit: {r:?}"),
+            Err(status) => Answer::Failed(status.code()),
+        });
     }
     answers
 }
@@ -70,7 +86,11 @@ async fn assert_decided_in_redis(rls: &Rls, user: &str, port: u16, password: &st
     let answers = three(rls, user).await;
     assert_eq!(
         answers,
-        [(OK, true), (OK, true), (OVER, true)],
+        [
+            Answer::Decided(OK),
+            Answer::Decided(OK),
+            Answer::Decided(OVER)
+        ],
         "stderr: {}",
         rls.stderr()
     );
@@ -78,10 +98,16 @@ async fn assert_decided_in_redis(rls: &Rls, user: &str, port: u16, password: &st
     assert!(keys.iter().any(|k| k.contains(user)), "keys: {keys:?}");
 }
 
-/// Every decision failed (answered OK without a limit: fail open) and nothing was counted.
+/// Every decision failed (answered with the gRPC error UNAVAILABLE) and nothing was counted.
 async fn assert_decisions_fail(rls: &Rls, user: &str, port: u16, password: &str) {
     let answers = three(rls, user).await;
-    assert_eq!(answers, [(OK, false); 3], "stderr: {}", rls.stderr());
+    let failed = || Answer::Failed(tonic::Code::Unavailable);
+    assert_eq!(
+        answers,
+        [failed(), failed(), failed()],
+        "stderr: {}",
+        rls.stderr()
+    );
     let keys = keys(port, password);
     assert!(!keys.iter().any(|k| k.contains(user)), "keys: {keys:?}");
 }
