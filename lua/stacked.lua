@@ -24,7 +24,8 @@
 -- Reply:   a flat array of 4 integers per check, in order, each as that algorithm's script
 --          replies: allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)
 --
--- How: every check is first decided in a dry run (ARGV[7] = "1": decides, writes nothing), all
+-- How: when no check is blocking, each runs once, for real, in order. Otherwise every check
+-- is first decided in a dry run (ARGV[7] = "1": decides, writes nothing), all
 -- at the same now. If a blocking check is denied, nothing is written and those decisions are
 -- the reply. Otherwise each allowed check runs again for real with the same now, which decides
 -- the same and stores it; denied checks (shadow ones) write nothing anyway.
@@ -97,6 +98,28 @@ local function real(i)
 end
 
 -- Repeated keys as they were, to put back if the request is blocked.
+-- No check can block the request (every hit charged, or only shadow limits): each runs once,
+-- for real, in order; no dry run is needed.
+local any_blocking = false
+for i = 1, n do
+  if blocking(i) then
+    any_blocking = true
+  end
+end
+if not any_blocking and not dry_only then
+  local flat = {}
+  for i = 1, n do
+    local reply = run(i, real(i))
+    if reply.err then
+      return reply
+    end
+    for j = 1, 4 do
+      flat[#flat + 1] = reply[j]
+    end
+  end
+  return flat
+end
+
 local saved = {}
 for key in pairs(repeated) do
   saved[key] = {redis.call('DUMP', key), redis.call('PTTL', key)}
