@@ -31,7 +31,8 @@ fn envoy_gateway_env(pki: &Pki, control_plane: &str, redis: &str) -> Vec<(String
         ("GRPC_SERVER_USE_TLS", "true".to_owned()),
         ("GRPC_SERVER_TLS_CERT", pki.path("rls.crt")),
         ("GRPC_SERVER_TLS_KEY", pki.path("rls.key")),
-        ("GRPC_CLIENT_TLS_CACERT", pki.path("ca.crt")),
+        // Envoy Gateway's name for the CA (resource.go, GRPCServerTLSCACertEnvVar).
+        ("GRPC_SERVER_TLS_CA_CERT", pki.path("ca.crt")),
         ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".to_owned()),
         ("USE_STATSD", "false".to_owned()),
         ("USE_PROMETHEUS", "true".to_owned()),

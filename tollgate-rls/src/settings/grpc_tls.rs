@@ -37,7 +37,11 @@ pub(crate) fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<GrpcTl
         );
     };
     let client_san = path("GRPC_CLIENT_TLS_SAN");
-    let client_ca = path("GRPC_CLIENT_TLS_CACERT").map(PathBuf::from);
+    // Envoy Gateway mounts its CA and names it `GRPC_SERVER_TLS_CA_CERT`, which the reference
+    // does not read (it then verifies no client); taken here as the clients' CA when
+    // `GRPC_CLIENT_TLS_CACERT` is not set, so Envoy Gateway's mutual TLS holds.
+    let client_ca = (path("GRPC_CLIENT_TLS_CACERT").or_else(|| path("GRPC_SERVER_TLS_CA_CERT")))
+        .map(PathBuf::from);
     if client_san.is_some() && client_ca.is_none() {
         return Err("GRPC_CLIENT_TLS_SAN needs GRPC_CLIENT_TLS_CACERT".into());
     }
