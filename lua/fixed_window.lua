@@ -75,14 +75,7 @@ local reply = {0, left, reset_after, retry_after}
 if ARGV[7] == 'c' then
   -- Charged while over (src/algorithm/window.rs, `record`): the count goes past the limit,
   -- to at most 2 * L (a count already above stays).
-  local most = 2 * limit
-  if count > most then
-    most = count
-  end
-  local charged = count + cost
-  if charged > most then
-    charged = most
-  end
+  local charged = rare().charged_to(count, cost, 2 * limit)
   local ttl_ms = math.ceil((window_end - now) / 1000)
   if ttl_ms < 1 then
     ttl_ms = 1

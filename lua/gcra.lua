@@ -66,13 +66,7 @@ if cost > burst then
   end
   if ARGV[7] == 'c' then
     -- Charged while over: the same debt as below.
-    local after, most = backlog + cost * t, 2 * capacity
-    if backlog > most then
-      most = backlog
-    end
-    if after > most then
-      after = most
-    end
+    local after = rare().charged_to(backlog, cost * t, 2 * capacity)
     redis.call('SET', KEYS[1], string.format('%d', now + after), 'PX',
       string.format('%d', math.ceil(after / 1000)))
   end
@@ -89,13 +83,7 @@ if after > capacity then
   if ARGV[7] == 'c' then
     -- Charged while over: into debt, to at most 2 * B * T ahead of now (a TAT already
     -- further, from a clock that went back, stays).
-    local most = 2 * capacity
-    if backlog > most then
-      most = backlog
-    end
-    if after > most then
-      after = most
-    end
+    after = rare().charged_to(backlog, cost * t, 2 * capacity)
     redis.call('SET', KEYS[1], string.format('%d', now + after), 'PX',
       string.format('%d', math.ceil(after / 1000)))
     return reply

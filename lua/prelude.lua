@@ -42,6 +42,12 @@
 local function rare()
   local r = {}
 
+  -- Charged while over (Envoy's rate limit service charges refused hits): `current` plus
+  -- `added`, capped at `cap` (one more quota), or at `current` when that is further already.
+  function r.charged_to(current, added, cap)
+    return math.min(current + added, math.max(cap, current))
+  end
+
   -- The time in µs of a `now` argument: µs since the Unix epoch, or "" for the server's clock
   -- (for lua/control.lua and lua/lease.lua; lua/request.lua reads it for the algorithms).
   function r.now(arg)

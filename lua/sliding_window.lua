@@ -176,14 +176,7 @@ local reply = {0, left, reset_after, retry_after}
 if ARGV[7] == 'c' then
   -- Charged while over (src/algorithm/sliding_window.rs, `record`): the current window's
   -- count goes past the limit, to at most 2 * L (a count already above stays).
-  local most = 2 * limit
-  if c > most then
-    most = c
-  end
-  local nc = c + cost
-  if nc > most then
-    nc = most
-  end
+  local nc = rare().charged_to(c, cost, 2 * limit)
   local ttl_ms = math.ceil((ws + 2 * period - now) / 1000)
   if ttl_ms < 1 then
     ttl_ms = 1
