@@ -98,6 +98,7 @@ pub mod key;
 mod layer;
 mod lease;
 mod limiter;
+mod poll;
 mod quiet_log;
 mod quota;
 mod read;
@@ -110,8 +111,7 @@ mod service;
 pub mod store;
 mod telemetry;
 #[cfg(test)]
-mod test_log;
-mod watch;
+mod tests;
 
 pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -180,8 +180,3 @@ pub mod guide {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-
-/// The migration guide's example, compiled and run as a doc test.
-#[cfg(doctest)]
-#[doc = include_str!("../docs/migrating.md")]
-struct MigratingDoctests;

@@ -49,7 +49,7 @@ impl FixedWindow {
 mod tests {
     use std::time::Duration;
 
-    use super::super::test_support::{d, setup, ALIGNED};
+    use super::super::tests::support::{d, setup, ALIGNED};
     use crate::algorithm::Algorithm;
     use crate::quota::Quota;
 

@@ -57,7 +57,7 @@ impl FixedWindowFromFirst {
 mod tests {
     use std::time::Duration;
 
-    use super::super::test_support::{d, setup, UNALIGNED};
+    use super::super::tests::support::{d, setup, UNALIGNED};
     use crate::algorithm::Algorithm;
     use crate::quota::Quota;
 

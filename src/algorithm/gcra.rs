@@ -89,13 +89,13 @@ impl Gcra {
 
 #[cfg(test)]
 mod tests {
-    //! The sequences all three buckets share are in `shared_tests`.
+    //! The sequences all three buckets share are in `tests/shared.rs`.
 
     use std::time::Duration;
 
     use proptest::prelude::*;
 
-    use super::super::test_support::delay;
+    use super::super::tests::support::delay;
     use super::super::tests::{history, params, start};
     use super::*;
     use crate::{Algorithm, Quota};

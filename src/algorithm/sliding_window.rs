@@ -236,7 +236,7 @@ fn reset_at(period: u64, v: &View, curr: u64) -> u64 {
 mod tests {
     use std::time::Duration;
 
-    use super::super::test_support::{d, setup, ALIGNED};
+    use super::super::tests::support::{d, setup, ALIGNED};
     use super::*;
     use crate::algorithm::Algorithm;
     use crate::quota::Quota;

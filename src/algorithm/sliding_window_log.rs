@@ -170,7 +170,7 @@ impl SlidingWindowLog {
 mod tests {
     use std::time::Duration;
 
-    use super::super::test_support::{d, setup, UNALIGNED};
+    use super::super::tests::support::{d, setup, UNALIGNED};
     use super::*;
     use crate::algorithm::Algorithm;
     use crate::quota::Quota;

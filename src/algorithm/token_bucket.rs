@@ -117,7 +117,7 @@ impl TokenBucket {
 
 #[cfg(test)]
 mod tests {
-    //! The sequences all three buckets share are in `shared_tests`.
+    //! The sequences all three buckets share are in `tests/shared.rs`.
 
     use std::time::Duration;
 

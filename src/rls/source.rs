@@ -13,7 +13,7 @@ use super::config::RlsConfig;
 use super::dir::Skipped;
 use super::stats;
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::watch;
+use crate::poll;
 
 /// How the directory is read, named here for the service that builds a source.
 pub(crate) use super::dir::ConfigDir;
@@ -108,7 +108,7 @@ impl ConfigSource {
         if self.dir.is_none() {
             return;
         }
-        if let Err(e) = watch::poll_until_dropped(self, "tollgate-rls-config", Self::poll) {
+        if let Err(e) = poll::poll_until_dropped(self, "tollgate-rls-config", Self::poll) {
             tracing::error!(target: "tollgate::rls", "cannot watch the configuration for changes: {e}");
         }
     }
@@ -253,7 +253,7 @@ fn compile(files: &[(PathBuf, Vec<u8>)], merge: bool) -> Result<RlsConfig, Confi
 mod tests {
     use super::super::dir::tests::{config_map, TempDir, EDGE};
     use super::*;
-    use crate::test_log::logged;
+    use crate::tests::log::logged;
 
     fn limit_of(source: &ConfigSource) -> String {
         source.current().dump()

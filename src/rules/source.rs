@@ -14,9 +14,9 @@ use super::{parse_file, CompiledRule, Rule, RuleSet, Skip};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
+use crate::poll;
 use crate::read::read_rules_file;
 use crate::telemetry;
-use crate::watch;
 
 /// The rules in force and everything they are built from.
 pub(crate) struct RuleSource {
@@ -156,7 +156,7 @@ impl RuleSource {
         if self.file.is_none() {
             return;
         }
-        if let Err(e) = watch::poll_until_dropped(self, "tollgate-rules-reload", Self::poll) {
+        if let Err(e) = poll::poll_until_dropped(self, "tollgate-rules-reload", Self::poll) {
             tracing::error!(target: "tollgate", "cannot watch the rules file for changes: {e}");
         }
     }
@@ -315,7 +315,7 @@ mod tests {
 
     use super::*;
     use crate::key;
-    use crate::test_log::logged;
+    use crate::tests::log::logged;
     use crate::Quota;
 
     /// A rules file in a directory of its own, removed at the end.

@@ -119,7 +119,7 @@ async fn a_named_pipe() {
 
     // A pipe nobody writes to: opening it to read would wait for a writer forever.
     replace_with(&path, mkfifo);
-    // Let the watcher look at it first (it used to hang holding the lock reload needs).
+    // Let the watcher look at it first: it must not hold the lock a reload needs while it waits.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let reloaded = within(Duration::from_secs(2), move || control.reload_rules());
     let e = reloaded

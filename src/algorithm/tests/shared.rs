@@ -8,11 +8,11 @@ mod buckets {
 
     use proptest::prelude::*;
 
-    use super::super::gcra::Gcra;
-    use super::super::test_support::{decide, delay, setup, spend_burst, BUCKETS};
-    use super::super::tests::{history, params, start};
-    use super::super::token_bucket::TokenBucket;
-    use super::super::{Algorithm, Params, State};
+    use super::super::support::{decide, delay, setup, spend_burst, BUCKETS};
+    use super::super::{history, params, start};
+    use crate::algorithm::gcra::Gcra;
+    use crate::algorithm::token_bucket::TokenBucket;
+    use crate::algorithm::{Algorithm, Params, State};
     use crate::decision::Decision;
     use crate::{store::MemoryStore, ManualClock, Policy, Quota};
 
@@ -267,8 +267,8 @@ mod windows {
 
     use std::time::Duration;
 
-    use super::super::test_support::{d, setup, ALIGNED, UNALIGNED};
-    use super::super::Algorithm;
+    use super::super::support::{d, setup, ALIGNED, UNALIGNED};
+    use crate::algorithm::Algorithm;
     use crate::Quota;
 
     /// Each algorithm with a time its first request opens a window at: an aligned one for the

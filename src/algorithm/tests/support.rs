@@ -3,27 +3,27 @@
 
 use std::time::Duration;
 
-use super::{Algorithm, Params};
+use crate::algorithm::{Algorithm, Params};
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 use crate::quota::{Policy, Quota};
 use crate::store::MemoryStore;
 
 /// The three bucket algorithms: they admit exactly the same requests.
-pub(super) const BUCKETS: [Algorithm; 3] = [
+pub(in crate::algorithm) const BUCKETS: [Algorithm; 3] = [
     Algorithm::Gcra,
     Algorithm::TokenBucket,
     Algorithm::LeakyBucket,
 ];
 
 /// Midnight UTC, µs: a multiple of every period the tests use.
-pub(super) const ALIGNED: u64 = 1_699_920_000_000_000;
+pub(in crate::algorithm) const ALIGNED: u64 = 1_699_920_000_000_000;
 
 /// A time aligned to nothing, µs.
-pub(super) const UNALIGNED: u64 = 1_699_920_000_123_457;
+pub(in crate::algorithm) const UNALIGNED: u64 = 1_699_920_000_123_457;
 
 /// A memory store on a manual clock at `t0`, and a policy of `quota` under `algorithm`.
-pub(super) fn setup(
+pub(in crate::algorithm) fn setup(
     algorithm: Algorithm,
     t0: u64,
     quota: Quota,
@@ -35,7 +35,7 @@ pub(super) fn setup(
 }
 
 /// `Decision::from_micros` with the limit first, as a reader checks a row.
-pub(super) fn d(
+pub(in crate::algorithm) fn d(
     limit: u64,
     allowed: bool,
     remaining: u64,
@@ -49,7 +49,7 @@ pub(super) fn d(
 /// limit: `(allowed, remaining, reset_after µs, retry_after µs, delay µs)`. The delay is how long
 /// the leaky bucket's delay mode holds the request; it depends on the decision alone, so it is
 /// the same under all three buckets.
-pub(super) fn decide(
+pub(in crate::algorithm) fn decide(
     store: &MemoryStore,
     policy: &Policy,
     cost: u32,
@@ -67,7 +67,7 @@ pub(super) fn decide(
 
 /// Spends a whole burst of `burst` cost-1 requests on a bucket of emission interval `t` µs, and
 /// is then denied for `t`.
-pub(super) fn spend_burst(store: &MemoryStore, policy: &Policy, burst: u64, t: u64) {
+pub(in crate::algorithm) fn spend_burst(store: &MemoryStore, policy: &Policy, burst: u64, t: u64) {
     let a = policy.algorithm();
     for i in 1..=burst {
         let expected = (true, burst - i, i * t, None, (i - 1) * t);
@@ -83,7 +83,7 @@ pub(super) fn spend_burst(store: &MemoryStore, policy: &Policy, burst: u64, t: u
 /// After an allowed request `reset_after = end + T − now = start + c·T − now`. Zero for a
 /// denied decision. A model the tests check `reset_after` against; the layer's delay mode
 /// waits only past the burst.
-pub(super) fn delay(p: &Params, decision: &Decision, cost: u64) -> Duration {
+pub(in crate::algorithm) fn delay(p: &Params, decision: &Decision, cost: u64) -> Duration {
     if !decision.allowed {
         return Duration::ZERO;
     }

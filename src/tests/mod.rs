@@ -1,0 +1,3 @@
+//! Helpers for the crate's own unit tests.
+
+pub(crate) mod log;
