@@ -2,8 +2,10 @@
 # Checks the layout of src/ that keeps the crate readable:
 #
 # - no non-test source file over 500 lines (tests live in `mod tests { .. }` at the end of a
-#   file, or in test-only files: `tests.rs`, `*_tests.rs`, `test_*.rs`, or under a `tests/`
-#   folder);
+#   file, or in test-only files, which are named `tests.rs` or sit under a `tests/` folder, and
+#   nowhere else: a module declared `#[cfg(test)]` is one of those);
+# - no `#[path = ..]` module anywhere in the workspace: shared test helpers are the
+#   `tollgate-test-kit` crate, an example's tests live in the example;
 # - no import cycle between the top-level modules of src/ (`algorithm`, `key`, `layer`,
 #   `limiter`, `quota`, `response`, `rules`, `service`, `store`, ...): a module's non-test
 #   code names another as `crate::<module>`, so the request path reads top to bottom;
@@ -21,7 +23,7 @@ trap 'rm -f "$edges"' EXIT
 
 is_test_file() {
     case "$1" in
-        */tests/*|*/tests.rs|*_tests.rs|*/test_*.rs) return 0 ;;
+        */tests/*|*/tests.rs) return 0 ;;
         *) return 1 ;;
     esac
 }
@@ -70,6 +72,25 @@ if ! loops=$(tsort "$edges" 2>&1 >/dev/null) || [ -n "$loops" ]; then
     echo "import cycles between the top-level modules of src/ (each loop is listed by tsort):"
     printf '%s\n' "$loops" | sed -e "s#^tsort: $edges: input contains a loop:#  a loop through:#" \
         -e 's/^tsort: /    /'
+    failed=1
+fi
+
+# Test-only modules under a name that says so: `#[cfg(test)] mod x;` only as `tests`, or in a
+# file under a `tests/` folder.
+while IFS= read -r file; do
+    is_test_file "$file" && continue
+    awk -v file="$file" '
+        prev == "#[cfg(test)]" && $0 ~ /^ *(pub(\([a-z:]+\))? )?mod [a-z_]+;/ && $0 !~ /mod tests;/ {
+            print file ":" NR ": a test-only module not named `tests`: " $0
+            bad = 1
+        }
+        { prev = $0 }
+        END { exit bad }
+    ' "$file" || failed=1
+done < <(find src -name '*.rs' | sort)
+
+if hits=$(grep -rn --include='*.rs' '#\[path' src tests examples benches test-kit tollgate-rls/src tollgate-rls/tests); then
+    printf '%s\n' "$hits" | sed 's/$/: a module included by path (use the test kit or a module of its own)/'
     failed=1
 fi
 

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::built_in::BuiltIn;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use http::Method;
-use support::BuiltIn;
 use tollgate::rules::{Mode, Rule, StatusMatch};
 use tollgate::{
     key, ConfigErrorKind, Decision, Policy, Quota, RateLimitLayer, RateLimitLayerBuilder, Store,

@@ -1,16 +1,17 @@
-//! The integration tests: one crate, one binary, each suite a module, every helper (Redis
-//! servers, clusters, sentinels, HTTP servers and clients) once, in `tests/support/`.
+//! The integration tests: one crate, one binary, each suite a module. The helpers every test
+//! crate shares (Redis servers, clusters, sentinels, HTTP servers and clients) are the workspace's
+//! `tollgate-test-kit` (`test-kit/`); what names tollgate's types is here.
 //!
 //! Run them all with `cargo test --all-features --test integration`, one suite with a filter,
 //! e.g. `cargo test --all-features --test integration redis_cluster::`. The quickstart suite
 //! runs the example's binary: `cargo build --example quickstart` first when filtering.
 
-#[path = "../support/mod.rs"]
-mod support;
+mod built_in;
+use tollgate_test_kit as support;
 
 /// A handler that answers every request `200` with an empty body: what a layer wraps in the
-/// suites that call the service directly, without HTTP. (Here, not in `tests/support/`, which
-/// tollgate-rls's tests include too, without `http` and `tower`.)
+/// suites that call the service directly, without HTTP. (Here, not in the test kit, which
+/// names no tollgate type.)
 fn ok_service() -> impl tower::Service<
     ::http::Request<()>,
     Response = ::http::Response<String>,
@@ -44,5 +45,4 @@ mod rls_service;
 mod rules;
 #[cfg(unix)]
 mod rules_file_faults;
-mod simulate;
 mod store_outage_log;

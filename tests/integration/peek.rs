@@ -5,11 +5,11 @@ use crate::support;
 
 use std::time::Duration;
 
+use crate::built_in::BuiltIn;
 use axum::routing::get;
 use axum::Router;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use support::BuiltIn;
 use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{key, Algorithm, ControlError, ManualClock, Policy, Quota, RateLimitLayer, Store};
 

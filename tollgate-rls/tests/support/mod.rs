@@ -1,6 +1,6 @@
 //! Helpers for the binary's tests: the built `tollgate-rls` started on free loopback ports
 //! with a configuration directory of its own, and requests. Redis servers, ports and HTTP
-//! clients are the library's integration-test helpers (`tests/support/`), included here.
+//! clients are the workspace's test kit's (`tollgate-test-kit`).
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -15,10 +15,9 @@ use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
-#[path = "../../../tests/support/mod.rs"]
-mod shared;
 pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
 pub use shared::{free_port, shared_redis_url, temp_dir, wait_for_port, Spawned};
+use tollgate_test_kit as shared;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 

@@ -1,5 +1,6 @@
-//! Shared helpers for the integration tests: real redis-servers, real HTTP over loopback.
-#![allow(dead_code, unreachable_pub)]
+//! What tollgate's tests share: real redis-servers (alone, in a cluster, behind sentinels, over
+//! TLS), free loopback ports, HTTP clients, captured logs. Used by the library's unit tests, its
+//! integration tests and tollgate-rls's.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -714,83 +715,4 @@ pub fn command_calls(conn: &mut deadpool_redis::redis::Connection, command: &str
         .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
-}
-
-/// A built-in store a test runs on, one of each: memory, and Redis under a prefix of its own.
-/// (For the integration tests: it names tollgate's public types.)
-#[derive(Debug, Clone)]
-pub enum BuiltIn {
-    Memory(tollgate::store::MemoryStore),
-    Redis(tollgate::store::RedisStore),
-}
-
-impl BuiltIn {
-    /// A memory store, and a Redis store on the shared server under a prefix for `test`.
-    pub fn both(test: &str) -> [Self; 2] {
-        let redis = tollgate::store::RedisStore::from_url(&shared_redis_url())
-            .unwrap()
-            .prefix(unique_prefix(test));
-        [
-            Self::Memory(tollgate::store::MemoryStore::new()),
-            Self::Redis(redis),
-        ]
-    }
-
-    /// `builder` with this store, as its own type (so the layer takes its built-in path).
-    pub fn on(self, builder: tollgate::RateLimitLayerBuilder) -> tollgate::RateLimitLayerBuilder {
-        match self {
-            Self::Memory(store) => builder.store(store),
-            Self::Redis(store) => builder.store(store),
-        }
-    }
-}
-
-/// As a store of the user's (e.g. inside a test's own store).
-impl tollgate::Store for BuiltIn {
-    async fn check(
-        &self,
-        key: &str,
-        policy: &tollgate::Policy,
-        cost: u32,
-    ) -> Result<tollgate::Decision, tollgate::StoreError> {
-        match self {
-            Self::Memory(store) => tollgate::Store::check(store, key, policy, cost).await,
-            Self::Redis(store) => tollgate::Store::check(store, key, policy, cost).await,
-        }
-    }
-
-    async fn peek(
-        &self,
-        key: &str,
-        policy: &tollgate::Policy,
-        cost: u32,
-    ) -> Result<tollgate::Decision, tollgate::StoreError> {
-        match self {
-            Self::Memory(store) => tollgate::Store::peek(store, key, policy, cost).await,
-            Self::Redis(store) => tollgate::Store::peek(store, key, policy, cost).await,
-        }
-    }
-
-    async fn reset(
-        &self,
-        key: &str,
-        policy: &tollgate::Policy,
-    ) -> Result<(), tollgate::StoreError> {
-        match self {
-            Self::Memory(store) => tollgate::Store::reset(store, key, policy).await,
-            Self::Redis(store) => tollgate::Store::reset(store, key, policy).await,
-        }
-    }
-
-    async fn block(
-        &self,
-        key: &str,
-        policy: &tollgate::Policy,
-        duration: Duration,
-    ) -> Result<(), tollgate::StoreError> {
-        match self {
-            Self::Memory(store) => tollgate::Store::block(store, key, policy, duration).await,
-            Self::Redis(store) => tollgate::Store::block(store, key, policy, duration).await,
-        }
-    }
 }
