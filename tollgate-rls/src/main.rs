@@ -5,7 +5,8 @@
 //! This crate only wires: the environment (`settings.rs`), the store it names (`store.rs`),
 //! the configuration directory, gRPC on `GRPC_HOST:GRPC_PORT` or `GRPC_UDS`, HTTP on
 //! `HOST:PORT` and `DEBUG_HOST:DEBUG_PORT` (`http.rs`; the listeners in `listen.rs`), health
-//! (`health.rs`), logging and metrics (also on `PROMETHEUS_ADDR` with `USE_PROMETHEUS`).
+//! (`health.rs`), logging and metrics (also on `PROMETHEUS_ADDR` with `USE_PROMETHEUS`, or
+//! pushed to statsd: `statsd/`).
 //!
 //! Once listening it prints one line to stdout:
 //! `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR store=…`. A bad setting exits
@@ -18,6 +19,7 @@ mod health;
 mod http;
 mod listen;
 mod settings;
+mod statsd;
 mod store;
 mod tls;
 
@@ -125,6 +127,14 @@ async fn run(settings: Settings) -> ExitCode {
         .response_dynamic_metadata(settings.dynamic_metadata)
         .stats_max_series(settings.stats_max_series)
         .near_limit_ratio(settings.near_limit_ratio);
+    if let Some(push) = settings.statsd.clone() {
+        let pool = store
+            .clone()
+            .map(|redis| -> statsd::PoolSize { Box::new(move || redis.pool_status().size) });
+        if let Err(e) = statsd::spawn(push, metrics.clone(), pool) {
+            return fail(1, &format!("cannot start the statsd push: {e}"));
+        }
+    }
     let probe = store.clone();
     if let Some(redis) = store {
         builder = builder.store(redis);

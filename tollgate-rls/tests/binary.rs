@@ -108,7 +108,7 @@ fn bad_settings_stop_the_start_naming_the_variable() {
             env.push(("REDIS_URL", "127.0.0.1:1"));
         }
         if name == "PROMETHEUS_PATH" {
-            env.push(("USE_PROMETHEUS", "true"));
+            env.extend([("USE_PROMETHEUS", "true"), ("USE_STATSD", "false")]);
         }
         let (status, stderr) = run_to_exit(&runtime.root, &env);
         assert_eq!(status.code(), Some(2), "{name}: {stderr}");
@@ -128,7 +128,10 @@ async fn the_good_fixtures_load_and_rlconfig_lists_them() {
     );
     let rls = Rls::start(
         &runtime,
-        &[("USE_STATSD", "false"), ("REDIS_PIPELINE_WINDOW", "0")],
+        &[
+            ("PROMETHEUS_MAPPER_YAML", "/etc/mapper.yaml"),
+            ("REDIS_PIPELINE_WINDOW", "0"),
+        ],
     );
     let dump = support::http()
         .get(format!("http://{}/rlconfig", rls.debug))
@@ -148,7 +151,8 @@ async fn the_good_fixtures_load_and_rlconfig_lists_them() {
     // Settings of the reference that mean nothing here are logged once as ignored.
     let log = rls.stderr();
     assert!(
-        log.contains("USE_STATSD is ignored") && log.contains("REDIS_PIPELINE_WINDOW is ignored"),
+        log.contains("PROMETHEUS_MAPPER_YAML is ignored")
+            && log.contains("REDIS_PIPELINE_WINDOW is ignored"),
         "{log}"
     );
 }
