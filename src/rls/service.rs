@@ -79,6 +79,7 @@ impl RateLimitService {
             config: None,
             merge_domains: false,
             ignore_dot_files: false,
+            serve_before_config: false,
             watch: true,
             store: Backend::of(MemoryStore::new()),
             failure: StoreFailure::default(),
@@ -246,6 +247,7 @@ pub struct RateLimitServiceBuilder {
     config: Option<ConfigChoice>,
     merge_domains: bool,
     ignore_dot_files: bool,
+    serve_before_config: bool,
     watch: bool,
     store: Backend,
     failure: StoreFailure,
@@ -280,6 +282,15 @@ impl RateLimitServiceBuilder {
     /// the service is dropped.
     pub fn config_xds(mut self, source: XdsSource) -> Self {
         self.config = Some(ConfigChoice::Xds(Box::new(source)));
+        self
+    }
+
+    /// With [`config_dir`](Self::config_dir): files that do not load at `build` are logged
+    /// and counted instead of an error, and requests are answered as with no configuration
+    /// ("no rate limit configuration loaded") until they load, as the reference starts with
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG` (default false).
+    pub fn serve_before_config(mut self, serve: bool) -> Self {
+        self.serve_before_config = serve;
         self
     }
 
@@ -428,11 +439,17 @@ impl RateLimitServiceBuilder {
                 "no configuration: set .config_dir(..), .config_xds(..) or .config(RlsConfig::from_yaml(..)?)",
             )),
             Some(ConfigChoice::Fixed(config)) => ConfigSource::fixed(config),
-            Some(ConfigChoice::Dir(path)) => ConfigSource::dir(ConfigDir {
-                path,
-                merge_domains: self.merge_domains,
-                ignore_dot_files: self.ignore_dot_files,
-            })?,
+            Some(ConfigChoice::Dir(path)) => {
+                let dir = ConfigDir {
+                    path,
+                    merge_domains: self.merge_domains,
+                    ignore_dot_files: self.ignore_dot_files,
+                };
+                match self.serve_before_config {
+                    true => ConfigSource::dir_or_unloaded(dir),
+                    false => ConfigSource::dir(dir)?,
+                }
+            }
             Some(ConfigChoice::Xds(source)) => {
                 let config = ConfigSource::fed();
                 xds_task = Some(xds::spawn(*source, &config, self.merge_domains)?);

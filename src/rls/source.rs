@@ -101,6 +101,32 @@ impl ConfigSource {
         }))
     }
 
+    /// As [`dir`](Self::dir), but files that do not load leave the source without a
+    /// configuration (logged and counted) until they do.
+    pub(crate) fn dir_or_unloaded(dir: ConfigDir) -> Arc<Self> {
+        let mut seen = Seen::default();
+        let loaded = dir.read().and_then(|read| {
+            warn_skipped(&mut seen, read.skipped);
+            seen.files = read.files;
+            compile(&seen.files, dir.merge_domains)
+        });
+        stats::config_load(loaded.is_ok());
+        if let Err(e) = &loaded {
+            tracing::error!(
+                target: "tollgate::rls",
+                "{e}; serving without a configuration until the files load"
+            );
+            seen.files_failure = Some(e.clone());
+            seen.reported = Some(e.clone());
+        }
+        Arc::new(Self {
+            loaded: tokio::sync::watch::Sender::new(loaded.is_ok()),
+            current: ArcSwap::from_pointee(loaded.unwrap_or_default()),
+            dir: Some(dir),
+            seen: Mutex::new(seen),
+        })
+    }
+
     /// Watches the directory, if any, on a thread of its own until the source is dropped.
     /// Polling, not filesystem events: it sees editors that replace files and Kubernetes
     /// ConfigMap symlink swaps alike.
@@ -146,7 +172,7 @@ impl ConfigSource {
             Err(e) => (Err(e), false),
             Ok(read) => {
                 warn_skipped(&mut seen, read.skipped);
-                if read.files == seen.files {
+                if read.files == seen.files && (self.loaded() || seen.files_failure.is_some()) {
                     // The same files again: what they gave the last time.
                     (seen.files_failure.clone().map_or(Ok(()), Err), false)
                 } else {
@@ -169,6 +195,8 @@ impl ConfigSource {
         seen.files = files;
         seen.files_failure = loaded.as_ref().err().cloned();
         self.current.store(Arc::new(loaded?));
+        self.loaded
+            .send_if_modified(|loaded| !std::mem::replace(loaded, true));
         Ok(())
     }
 

@@ -118,6 +118,7 @@ async fn run(settings: Settings) -> ExitCode {
     };
     builder = builder
         .merge_domains(settings.merge_domains)
+        .serve_before_config(settings.force_start)
         .ignore_dot_files(settings.ignore_dot_files)
         .store_timeout(settings.store_timeout)
         .on_store_error(settings.on_store_error)
@@ -191,6 +192,10 @@ async fn run(settings: Settings) -> ExitCode {
         Some(_) => tracing::info!(
             "configuration from the xDS control plane: {} domain(s)",
             service.config().domains().count()
+        ),
+        None if !service.config_loaded() => tracing::warn!(
+            "serving before the configuration in {} loads (FORCE_START_WITHOUT_INITIAL_CONFIG)",
+            settings.config_dir.display()
         ),
         None => tracing::info!(
             "configuration from {}: {} domain(s)",

@@ -47,8 +47,9 @@ pub(crate) struct Settings {
     /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits from this xDS control plane instead of the
     /// directory.
     pub(crate) xds: Option<XdsSource>,
-    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the first configuration
-    /// arrives (answering errors until then) instead of waiting for it.
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: serve before a configuration loads (answering
+    /// errors until then) instead of waiting for the xDS control plane's first one, or exiting
+    /// on configuration files that do not load.
     pub(crate) force_start: bool,
     /// `GRPC_SERVER_USE_TLS`: gRPC over TLS (mutual with `GRPC_CLIENT_TLS_CACERT`).
     pub(crate) grpc_tls: Option<GrpcTls>,
