@@ -128,11 +128,11 @@ async fn run(settings: Settings) -> ExitCode {
         .response_dynamic_metadata(settings.dynamic_metadata)
         .stats_max_series(settings.stats_max_series)
         .near_limit_ratio(settings.near_limit_ratio);
+    if let Some(redis) = store.clone() {
+        tokio::spawn(store::publish_pool_size(redis));
+    }
     if let Some(push) = settings.statsd.clone() {
-        let pool = store
-            .clone()
-            .map(|redis| -> statsd::PoolSize { Box::new(move || redis.pool_status().size) });
-        if let Err(e) = statsd::spawn(push, metrics.clone(), pool) {
+        if let Err(e) = statsd::spawn(push, metrics.clone()) {
             return fail(1, &format!("cannot start the statsd push: {e}"));
         }
     }

@@ -165,11 +165,25 @@ async fn statistics_reach_statsd_over_tcp_with_the_references_names() {
         })
         .sum();
     assert_eq!(calls.round(), 3.0, "{seen:#?}");
-    // The pool's open connections, as a gauge at each flush.
+    // The pool's open connection (one, multiplexed), as a gauge at each flush, and on
+    // /metrics under the name the reference's Prometheus sink gives it (unmapped).
+    let gauge = "ratelimit.redis_pool.cx_active:1|g";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !lines.lock().unwrap().iter().any(|l| l == gauge) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(lines.lock().unwrap().iter().any(|l| l == gauge), "{seen:#?}");
+    let metrics = support::http()
+        .get(format!("http://{}/metrics", rls.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(
-        seen.iter()
-            .any(|l| l.starts_with("ratelimit.redis_pool.cx_active:") && l.ends_with("|g")),
-        "{seen:#?}"
+        metrics.contains("\nratelimit_redis_pool_cx_active 1\n"),
+        "{metrics}"
     );
     assert!(
         !rls.stderr().contains("cannot reach statsd"),

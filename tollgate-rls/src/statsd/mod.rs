@@ -23,18 +23,11 @@ use names::Stat;
 
 pub(crate) use mogrifier::Mogrifier;
 
-/// Reads the Redis pool's open connections, for `ratelimit.redis_pool.cx_active`.
-pub(crate) type PoolSize = Box<dyn Fn() -> usize + Send>;
-
 /// Starts the push: a thread that flushes every `settings.flush_interval` for the life of the
 /// process.
-pub(crate) fn spawn(
-    settings: Statsd,
-    metrics: PrometheusHandle,
-    pool: Option<PoolSize>,
-) -> std::io::Result<()> {
+pub(crate) fn spawn(settings: Statsd, metrics: PrometheusHandle) -> std::io::Result<()> {
     let every = settings.flush_interval;
-    let mut push = Push::new(settings, pool);
+    let mut push = Push::new(settings);
     std::thread::Builder::new()
         .name("tollgate-rls-statsd".into())
         .spawn(move || loop {
@@ -47,7 +40,6 @@ pub(crate) fn spawn(
 /// What the push has sent so far, to send only what grew since.
 struct Push {
     settings: Statsd,
-    pool: Option<PoolSize>,
     client: Option<StatsdClient>,
     counters: HashMap<String, f64>,
     /// Per timer: the seconds and the calls recorded so far.
@@ -72,10 +64,9 @@ enum Line {
 }
 
 impl Push {
-    fn new(settings: Statsd, pool: Option<PoolSize>) -> Self {
+    fn new(settings: Statsd) -> Self {
         Self {
             settings,
-            pool,
             client: None,
             counters: HashMap::new(),
             timers: HashMap::new(),
@@ -110,14 +101,15 @@ impl Push {
     fn lines(&mut self, rendered: &str) -> Vec<Line> {
         let mut counters: HashMap<String, f64> = HashMap::new();
         let mut timers: HashMap<String, (f64, f64)> = HashMap::new();
+        let mut lines = Vec::new();
         for stat in names::stats(rendered) {
             match stat {
                 Stat::Counter(name, v) => *counters.entry(name).or_default() += v,
                 Stat::TimerSum(name, v) => timers.entry(name).or_default().0 += v,
                 Stat::TimerCount(name, v) => timers.entry(name).or_default().1 += v,
+                Stat::Gauge(name, v) => lines.push(Line::Gauge(name, v.max(0.0) as u64)),
             }
         }
-        let mut lines = Vec::new();
         for (name, now) in &counters {
             let grown = now - self.counters.get(name).copied().unwrap_or(0.0);
             if grown >= 1.0 {
@@ -137,12 +129,6 @@ impl Push {
                     calls: calls as u64,
                 });
             }
-        }
-        if let Some(size) = &self.pool {
-            lines.push(Line::Gauge(
-                "ratelimit.redis_pool.cx_active".into(),
-                size() as u64,
-            ));
         }
         self.counters = counters;
         self.timers = timers;
@@ -239,7 +225,7 @@ mod tests {
             flush_interval: Duration::from_secs(10),
             mogrifiers: Vec::new(),
         };
-        Push::new(settings, Some(Box::new(|| 3)))
+        Push::new(settings)
     }
 
     /// gostats's `Flush` (lyft/gostats `stats.go`): a counter sends what it grew by since the
@@ -251,7 +237,8 @@ mod tests {
             format!(
                 "ratelimit_service_rate_limit_total_hits{{domain=\"d\",key1=\"k\"}} {hits}\n\
                  ratelimit_service_response_time_seconds_sum{{grpc_method=\"M\"}} {seconds}\n\
-                 ratelimit_service_response_time_seconds_count{{grpc_method=\"M\"}} {calls}\n"
+                 ratelimit_service_response_time_seconds_count{{grpc_method=\"M\"}} {calls}\n\
+                 ratelimit_redis_pool_cx_active 3\n"
             )
         };
         let gauge = Line::Gauge("ratelimit.redis_pool.cx_active".into(), 3);

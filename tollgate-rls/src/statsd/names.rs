@@ -12,6 +12,8 @@ pub(crate) enum Stat {
     TimerSum(String, f64),
     /// The number of times a timer has recorded.
     TimerCount(String, f64),
+    /// A gauge's value now.
+    Gauge(String, f64),
 }
 
 /// The statistics in `text` (the Prometheus exposition format as the recorder renders it) that
@@ -118,6 +120,9 @@ fn stat(name: &str, labels: &[(&str, String)], value: f64) -> Option<Stat> {
         "ratelimit_service_global_shadow_mode" => {
             Stat::Counter("ratelimit.service.global_shadow_mode".into(), value)
         }
+        "ratelimit_redis_pool_cx_active" => {
+            Stat::Gauge("ratelimit.redis_pool.cx_active".into(), value)
+        }
         "ratelimit_service_total_requests" => Stat::Counter(
             format!("ratelimit_server.{}.total_requests", method()?),
             value,
@@ -158,6 +163,7 @@ ratelimit_service_config_load_success 1
 ratelimit_service_config_load_error 2
 ratelimit_service_global_shadow_mode 6
 ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 9
+ratelimit_redis_pool_cx_active 1
 
 # TYPE ratelimit_service_response_time_seconds summary
 ratelimit_service_response_time_seconds{grpc_method="ShouldRateLimit",quantile="0.5"} 0.001
@@ -179,6 +185,7 @@ tollgate_fallback_decisions_total 3
                 counter("ratelimit.service.config_load_error", 2.0),
                 counter("ratelimit.service.global_shadow_mode", 6.0),
                 counter("ratelimit_server.ShouldRateLimit.total_requests", 9.0),
+                Stat::Gauge("ratelimit.redis_pool.cx_active".into(), 1.0),
                 Stat::TimerSum(
                     "ratelimit_server.ShouldRateLimit.response_time".into(),
                     0.25
