@@ -172,7 +172,10 @@ async fn statistics_reach_statsd_over_tcp_with_the_references_names() {
     while !lines.lock().unwrap().iter().any(|l| l == gauge) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(lines.lock().unwrap().iter().any(|l| l == gauge), "{seen:#?}");
+    assert!(
+        lines.lock().unwrap().iter().any(|l| l == gauge),
+        "{seen:#?}"
+    );
     let metrics = support::http()
         .get(format!("http://{}/metrics", rls.http))
         .send()

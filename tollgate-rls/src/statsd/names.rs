@@ -24,7 +24,24 @@ pub(crate) fn stats(text: &str) -> Vec<Stat> {
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(line)
         .filter_map(|s| stat(s.name, &s.labels, s.value))
+        .map(|stat| match stat {
+            Stat::Counter(name, v) => Stat::Counter(one_line(name), v),
+            Stat::TimerSum(name, v) => Stat::TimerSum(one_line(name), v),
+            Stat::TimerCount(name, v) => Stat::TimerCount(one_line(name), v),
+            Stat::Gauge(name, v) => Stat::Gauge(one_line(name), v),
+        })
         .collect()
+}
+
+/// `name` with what would end or split a statsd line (control characters, and `:` and `|`,
+/// which the reference's sanitizing already replaces) made `_`: a value a client sent cannot
+/// add a line of its own.
+fn one_line(name: String) -> String {
+    let bad = |c: char| c.is_control() || c == ':' || c == '|';
+    match name.contains(bad) {
+        false => name,
+        true => name.chars().map(|c| if bad(c) { '_' } else { c }).collect(),
+    }
 }
 
 /// One line of the Prometheus text.
@@ -210,6 +227,16 @@ tollgate_fallback_decisions_total 3
         assert_eq!(
             stats("ratelimit_service_total_requests{grpc_method=\"M\"\n"),
             []
+        );
+        // A value that would end the line and start another stays in one name.
+        let forged =
+            "ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"k_x\\nevil:9|c\"} 1\n";
+        assert_eq!(
+            stats(forged),
+            [counter(
+                "ratelimit.service.rate_limit.d.k_x_evil_9_c.total_hits",
+                1.0
+            )]
         );
     }
 }
