@@ -286,6 +286,54 @@ async fn plain_statsd_puts_extra_tags_in_the_names() {
     assert!(seen.iter().all(|l| !l.contains("|#")), "{seen:#?}");
 }
 
+/// statsd down at start, then up: the failure is logged once (not at every flush), nothing is
+/// kept for later (gostats's `latch` resets a counter at every flush, sent or not), and the
+/// push resumes with the next growth once statsd listens.
+#[tokio::test]
+async fn an_unreachable_statsd_is_logged_once_and_followed_when_back() {
+    let port = support::free_port();
+    let runtime = Runtime::new("statsd-down");
+    runtime.write("pushed.yaml", PUSHED);
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("STATSD_HOST", "127.0.0.1"),
+            ("STATSD_PORT", &port.to_string()),
+            ("STATS_FLUSH_INTERVAL", "50ms"),
+        ],
+    );
+    let mut client = rls.client().await;
+    ask(&mut client, request("pushed", &[&[("k", "v")]])).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let log = rls.stderr();
+    assert_eq!(log.matches("cannot reach statsd").count(), 1, "{log}");
+
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let lines = Lines::default();
+    let sink = Arc::clone(&lines);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let sink = Arc::clone(&sink);
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(stream).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    sink.lock().unwrap().push(line);
+                }
+            });
+        }
+    });
+    ask(&mut client, request("pushed", &[&[("k", "v")]])).await;
+    let hits = "ratelimit.service.rate_limit.pushed.k.total_hits";
+    let (summed, seen) = until(&lines, &[(hits, 1)]).await;
+    assert_eq!(summed.get(hits), Some(&1), "{seen:#?}");
+    assert!(
+        rls.stderr().contains("reach statsd at 127.0.0.1"),
+        "{}",
+        rls.stderr()
+    );
+    assert!(rls.stderr().contains("again"), "{}", rls.stderr());
+}
+
 /// `USE_STATSD=false` and `DISABLE_STATS=true`: not one line, on TCP or UDP, across many
 /// flush intervals.
 #[tokio::test]

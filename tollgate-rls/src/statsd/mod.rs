@@ -192,7 +192,8 @@ impl Push {
             Err(e) if !self.failing => {
                 self.failing = true;
                 tracing::warn!(
-                    "statistics cannot reach statsd at {}:{}: {e} (lost until it can)",
+                    "statistics cannot reach statsd at {}:{}: {e} (lost until it can; \
+                     USE_STATSD=false turns the push off)",
                     self.settings.host,
                     self.settings.port
                 );
