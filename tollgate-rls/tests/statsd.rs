@@ -307,6 +307,7 @@ async fn an_unreachable_statsd_is_logged_once_and_followed_when_back() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let log = rls.stderr();
     assert_eq!(log.matches("cannot reach statsd").count(), 1, "{log}");
+    assert!(!log.contains("again"), "{log}");
 
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let lines = Lines::default();

@@ -78,6 +78,10 @@ impl Push {
     /// the next flush sends only its own growth.
     fn flush(&mut self, rendered: &str) {
         let lines = self.lines(rendered);
+        if lines.is_empty() {
+            // Nothing to send says nothing of whether statsd is reachable.
+            return;
+        }
         if self.client.is_none() {
             match sink::client(&self.settings) {
                 Ok(client) => self.client = Some(client),
