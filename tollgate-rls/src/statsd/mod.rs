@@ -15,7 +15,7 @@ mod sink;
 use std::collections::HashMap;
 
 use cadence::prelude::*;
-use cadence::StatsdClient;
+use cadence::{Metric, MetricBuilder, StatsdClient};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::settings::Statsd;
@@ -155,29 +155,23 @@ impl Push {
                 (name, Vec::new())
             }
         };
-        macro_rules! tagged {
-            ($builder:expr) => {{
-                let mut builder = $builder;
-                if s.dog {
-                    for (k, v) in &s.extra_tags {
-                        builder = builder.with_tag(k, v);
-                    }
-                    for tag in &mogrified {
-                        builder = builder.with_tag_value(tag);
-                    }
-                }
-                builder.try_send().map(|_| ())
-            }};
-        }
-        match line {
-            Line::Count(_, n) => tagged!(client.count_with_tags(&name, *n)),
-            Line::Gauge(_, v) => tagged!(client.gauge_with_tags(&name, *v)),
-            Line::Time { millis, calls, .. } => match calls {
-                1 => tagged!(client.time_with_tags(&name, *millis)),
-                _ => tagged!(client
-                    .time_with_tags(&name, *millis)
-                    .with_sampling_rate(1.0 / *calls as f64)),
+        let tagged = Tags {
+            extra: match s.dog {
+                true => &s.extra_tags,
+                false => &[],
             },
+            mogrified: &mogrified,
+        };
+        match line {
+            Line::Count(_, n) => tagged.send(client.count_with_tags(&name, *n)),
+            Line::Gauge(_, v) => tagged.send(client.gauge_with_tags(&name, *v)),
+            Line::Time { millis, calls, .. } => {
+                let mut time = client.time_with_tags(&name, *millis);
+                if *calls > 1 {
+                    time = time.with_sampling_rate(1.0 / *calls as f64);
+                }
+                tagged.send(time)
+            }
         }
     }
 
@@ -204,6 +198,27 @@ impl Push {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// The DogStatsD tags of one line: `EXTRA_TAGS`, then a mogrifier's.
+struct Tags<'a> {
+    extra: &'a [(String, String)],
+    mogrified: &'a [String],
+}
+
+impl<'a> Tags<'a> {
+    fn send<T>(&self, mut builder: MetricBuilder<'a, '_, T>) -> cadence::MetricResult<()>
+    where
+        T: Metric + From<String>,
+    {
+        for (k, v) in self.extra {
+            builder = builder.with_tag(k, v);
+        }
+        for tag in self.mogrified {
+            builder = builder.with_tag_value(tag);
+        }
+        builder.try_send().map(|_| ())
     }
 }
 
