@@ -181,7 +181,9 @@ impl RateLimitService {
 
     /// Whether a configuration is loaded. Always true but for a service configured by
     /// [`config_xds`](RateLimitServiceBuilder::config_xds), until the control plane's first
-    /// set loads; until then every request is answered with an error, as the reference does.
+    /// set loads, or [`serve_before_config`](RateLimitServiceBuilder::serve_before_config),
+    /// until its files load; until then every request is answered with an error, as the
+    /// reference does.
     pub fn config_loaded(&self) -> bool {
         self.inner.config.loaded()
     }
@@ -439,17 +441,14 @@ impl RateLimitServiceBuilder {
                 "no configuration: set .config_dir(..), .config_xds(..) or .config(RlsConfig::from_yaml(..)?)",
             )),
             Some(ConfigChoice::Fixed(config)) => ConfigSource::fixed(config),
-            Some(ConfigChoice::Dir(path)) => {
-                let dir = ConfigDir {
+            Some(ConfigChoice::Dir(path)) => ConfigSource::open(
+                ConfigDir {
                     path,
                     merge_domains: self.merge_domains,
                     ignore_dot_files: self.ignore_dot_files,
-                };
-                match self.serve_before_config {
-                    true => ConfigSource::dir_or_unloaded(dir),
-                    false => ConfigSource::dir(dir)?,
-                }
-            }
+                },
+                self.serve_before_config,
+            )?,
             Some(ConfigChoice::Xds(source)) => {
                 let config = ConfigSource::fed();
                 xds_task = Some(xds::spawn(*source, &config, self.merge_domains)?);

@@ -101,6 +101,14 @@ impl ConfigSource {
         }))
     }
 
+    /// [`dir`](Self::dir), or with `unloaded_ok` [`dir_or_unloaded`](Self::dir_or_unloaded).
+    pub(crate) fn open(dir: ConfigDir, unloaded_ok: bool) -> Result<Arc<Self>, ConfigError> {
+        match unloaded_ok {
+            true => Ok(Self::dir_or_unloaded(dir)),
+            false => Self::dir(dir),
+        }
+    }
+
     /// As [`dir`](Self::dir), but files that do not load leave the source without a
     /// configuration (logged and counted) until they do.
     pub(crate) fn dir_or_unloaded(dir: ConfigDir) -> Arc<Self> {
@@ -285,6 +293,29 @@ mod tests {
 
     fn limit_of(source: &ConfigSource) -> String {
         source.current().dump()
+    }
+
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG` with files: no configuration until they load; the
+    /// same broken files are logged once (at the start), not at every look.
+    #[test]
+    fn files_that_do_not_load_at_start_leave_it_unloaded_until_they_do() {
+        let dir = TempDir::new("unloaded");
+        dir.write("edge.yaml", &EDGE.replace("minute", "fortnight"));
+        let (source, log) = {
+            let mut made = None;
+            let log = logged(|| made = Some(ConfigSource::dir_or_unloaded(dir.dir())));
+            (made.unwrap(), log)
+        };
+        assert!(!source.loaded());
+        assert!(log.contains("fortnight"), "{log}");
+        let log = logged(|| (0..4).for_each(|_| source.poll()));
+        assert_eq!(log.matches("WARN").count(), 0, "{log}");
+        assert!(!source.loaded());
+
+        dir.write("edge.yaml", EDGE);
+        source.poll();
+        assert!(source.loaded());
+        assert!(limit_of(&source).contains("requests_per_unit=5"));
     }
 
     #[test]
