@@ -79,6 +79,7 @@ impl RateLimitService {
             config: None,
             merge_domains: false,
             ignore_dot_files: false,
+            serve_before_config: false,
             watch: true,
             store: Backend::of(MemoryStore::new()),
             failure: StoreFailure::default(),
@@ -180,7 +181,9 @@ impl RateLimitService {
 
     /// Whether a configuration is loaded. Always true but for a service configured by
     /// [`config_xds`](RateLimitServiceBuilder::config_xds), until the control plane's first
-    /// set loads; until then every request is answered with an error, as the reference does.
+    /// set loads, or [`serve_before_config`](RateLimitServiceBuilder::serve_before_config),
+    /// until its files load; until then every request is answered with an error, as the
+    /// reference does.
     pub fn config_loaded(&self) -> bool {
         self.inner.config.loaded()
     }
@@ -246,6 +249,7 @@ pub struct RateLimitServiceBuilder {
     config: Option<ConfigChoice>,
     merge_domains: bool,
     ignore_dot_files: bool,
+    serve_before_config: bool,
     watch: bool,
     store: Backend,
     failure: StoreFailure,
@@ -280,6 +284,15 @@ impl RateLimitServiceBuilder {
     /// the service is dropped.
     pub fn config_xds(mut self, source: XdsSource) -> Self {
         self.config = Some(ConfigChoice::Xds(Box::new(source)));
+        self
+    }
+
+    /// With [`config_dir`](Self::config_dir): files that do not load at `build` are logged
+    /// and counted instead of an error, and requests are answered as with no configuration
+    /// ("no rate limit configuration loaded") until they load, as the reference starts with
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG` (default false).
+    pub fn serve_before_config(mut self, serve: bool) -> Self {
+        self.serve_before_config = serve;
         self
     }
 
@@ -428,11 +441,14 @@ impl RateLimitServiceBuilder {
                 "no configuration: set .config_dir(..), .config_xds(..) or .config(RlsConfig::from_yaml(..)?)",
             )),
             Some(ConfigChoice::Fixed(config)) => ConfigSource::fixed(config),
-            Some(ConfigChoice::Dir(path)) => ConfigSource::dir(ConfigDir {
-                path,
-                merge_domains: self.merge_domains,
-                ignore_dot_files: self.ignore_dot_files,
-            })?,
+            Some(ConfigChoice::Dir(path)) => ConfigSource::open(
+                ConfigDir {
+                    path,
+                    merge_domains: self.merge_domains,
+                    ignore_dot_files: self.ignore_dot_files,
+                },
+                self.serve_before_config,
+            )?,
             Some(ConfigChoice::Xds(source)) => {
                 let config = ConfigSource::fed();
                 xds_task = Some(xds::spawn(*source, &config, self.merge_domains)?);

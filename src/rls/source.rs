@@ -101,6 +101,40 @@ impl ConfigSource {
         }))
     }
 
+    /// [`dir`](Self::dir), or with `unloaded_ok` [`dir_or_unloaded`](Self::dir_or_unloaded).
+    pub(crate) fn open(dir: ConfigDir, unloaded_ok: bool) -> Result<Arc<Self>, ConfigError> {
+        match unloaded_ok {
+            true => Ok(Self::dir_or_unloaded(dir)),
+            false => Self::dir(dir),
+        }
+    }
+
+    /// As [`dir`](Self::dir), but files that do not load leave the source without a
+    /// configuration (logged and counted) until they do.
+    pub(crate) fn dir_or_unloaded(dir: ConfigDir) -> Arc<Self> {
+        let mut seen = Seen::default();
+        let loaded = dir.read().and_then(|read| {
+            warn_skipped(&mut seen, read.skipped);
+            seen.files = read.files;
+            compile(&seen.files, dir.merge_domains)
+        });
+        stats::config_load(loaded.is_ok());
+        if let Err(e) = &loaded {
+            tracing::error!(
+                target: "tollgate::rls",
+                "{e}; serving without a configuration until the files load"
+            );
+            seen.files_failure = Some(e.clone());
+            seen.reported = Some(e.clone());
+        }
+        Arc::new(Self {
+            loaded: tokio::sync::watch::Sender::new(loaded.is_ok()),
+            current: ArcSwap::from_pointee(loaded.unwrap_or_default()),
+            dir: Some(dir),
+            seen: Mutex::new(seen),
+        })
+    }
+
     /// Watches the directory, if any, on a thread of its own until the source is dropped.
     /// Polling, not filesystem events: it sees editors that replace files and Kubernetes
     /// ConfigMap symlink swaps alike.
@@ -146,7 +180,7 @@ impl ConfigSource {
             Err(e) => (Err(e), false),
             Ok(read) => {
                 warn_skipped(&mut seen, read.skipped);
-                if read.files == seen.files {
+                if read.files == seen.files && (self.loaded() || seen.files_failure.is_some()) {
                     // The same files again: what they gave the last time.
                     (seen.files_failure.clone().map_or(Ok(()), Err), false)
                 } else {
@@ -169,6 +203,8 @@ impl ConfigSource {
         seen.files = files;
         seen.files_failure = loaded.as_ref().err().cloned();
         self.current.store(Arc::new(loaded?));
+        self.loaded
+            .send_if_modified(|loaded| !std::mem::replace(loaded, true));
         Ok(())
     }
 
@@ -257,6 +293,29 @@ mod tests {
 
     fn limit_of(source: &ConfigSource) -> String {
         source.current().dump()
+    }
+
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG` with files: no configuration until they load; the
+    /// same broken files are logged once (at the start), not at every look.
+    #[test]
+    fn files_that_do_not_load_at_start_leave_it_unloaded_until_they_do() {
+        let dir = TempDir::new("unloaded");
+        dir.write("edge.yaml", &EDGE.replace("minute", "fortnight"));
+        let (source, log) = {
+            let mut made = None;
+            let log = logged(|| made = Some(ConfigSource::dir_or_unloaded(dir.dir())));
+            (made.unwrap(), log)
+        };
+        assert!(!source.loaded());
+        assert!(log.contains("fortnight"), "{log}");
+        let log = logged(|| (0..4).for_each(|_| source.poll()));
+        assert_eq!(log.matches("WARN").count(), 0, "{log}");
+        assert!(!source.loaded());
+
+        dir.write("edge.yaml", EDGE);
+        source.poll();
+        assert!(source.loaded());
+        assert!(limit_of(&source).contains("requests_per_unit=5"));
     }
 
     #[test]

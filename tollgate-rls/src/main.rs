@@ -5,7 +5,8 @@
 //! This crate only wires: the environment (`settings.rs`), the store it names (`store.rs`),
 //! the configuration directory, gRPC on `GRPC_HOST:GRPC_PORT` or `GRPC_UDS`, HTTP on
 //! `HOST:PORT` and `DEBUG_HOST:DEBUG_PORT` (`http.rs`; the listeners in `listen.rs`), health
-//! (`health.rs`), logging and metrics (also on `PROMETHEUS_ADDR` with `USE_PROMETHEUS`).
+//! (`health.rs`), logging and metrics (also on `PROMETHEUS_ADDR` with `USE_PROMETHEUS`, or
+//! pushed to statsd: `statsd/`).
 //!
 //! Once listening it prints one line to stdout:
 //! `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR store=…`. A bad setting exits
@@ -18,6 +19,7 @@ mod health;
 mod http;
 mod listen;
 mod settings;
+mod statsd;
 mod store;
 mod tls;
 
@@ -116,6 +118,7 @@ async fn run(settings: Settings) -> ExitCode {
     };
     builder = builder
         .merge_domains(settings.merge_domains)
+        .serve_before_config(settings.force_start)
         .ignore_dot_files(settings.ignore_dot_files)
         .store_timeout(settings.store_timeout)
         .on_store_error(settings.on_store_error)
@@ -125,6 +128,14 @@ async fn run(settings: Settings) -> ExitCode {
         .response_dynamic_metadata(settings.dynamic_metadata)
         .stats_max_series(settings.stats_max_series)
         .near_limit_ratio(settings.near_limit_ratio);
+    if let Some(redis) = store.clone() {
+        tokio::spawn(store::publish_pool_size(redis));
+    }
+    if let Some(push) = settings.statsd.clone() {
+        if let Err(e) = statsd::spawn(push, metrics.clone()) {
+            return fail(1, &format!("cannot start the statsd push: {e}"));
+        }
+    }
     let probe = store.clone();
     if let Some(redis) = store {
         builder = builder.store(redis);
@@ -181,6 +192,10 @@ async fn run(settings: Settings) -> ExitCode {
         Some(_) => tracing::info!(
             "configuration from the xDS control plane: {} domain(s)",
             service.config().domains().count()
+        ),
+        None if !service.config_loaded() => tracing::warn!(
+            "serving before the configuration in {} loads (FORCE_START_WITHOUT_INITIAL_CONFIG)",
+            settings.config_dir.display()
         ),
         None => tracing::info!(
             "configuration from {}: {} domain(s)",

@@ -3,6 +3,7 @@
 //! are accepted and logged once as ignored; a bad value is an error that names it.
 
 mod grpc_tls;
+mod stats;
 mod xds;
 
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use tollgate::rls::{Charging, XdsSource};
 use tollgate::OnStoreError;
 
 pub(crate) use grpc_tls::GrpcTls;
+pub(crate) use stats::{Protocol, Statsd};
 
 /// Everything the server reads from its environment.
 #[derive(Debug, Clone)]
@@ -45,8 +47,9 @@ pub(crate) struct Settings {
     /// `CONFIG_TYPE=GRPC_XDS_SOTW`: limits from this xDS control plane instead of the
     /// directory.
     pub(crate) xds: Option<XdsSource>,
-    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the first configuration
-    /// arrives (answering errors until then) instead of waiting for it.
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: serve before a configuration loads (answering
+    /// errors until then) instead of waiting for the xDS control plane's first one, or exiting
+    /// on configuration files that do not load.
     pub(crate) force_start: bool,
     /// `GRPC_SERVER_USE_TLS`: gRPC over TLS (mutual with `GRPC_CLIENT_TLS_CACERT`).
     pub(crate) grpc_tls: Option<GrpcTls>,
@@ -67,6 +70,8 @@ pub(crate) struct Settings {
     /// With `USE_PROMETHEUS`: `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and
     /// `PROMETHEUS_PATH`, where the metrics are served too.
     pub(crate) prometheus: Option<(String, String)>,
+    /// The statsd push (`USE_STATSD`, on unless set false, or `USE_DOG_STATSD`).
+    pub(crate) statsd: Option<Statsd>,
     /// `None`: a failing store is answered with a gRPC error, as the reference answers.
     pub(crate) on_store_error: Option<OnStoreError>,
     /// Which hits are charged: `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, and tollgate's
@@ -111,38 +116,6 @@ pub(crate) struct Redis {
 
 /// Variables of the reference that tollgate-rls accepts and does not use, and why.
 const IGNORED: &[(&str, &str)] = &[
-    (
-        "USE_STATSD",
-        "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "STATSD_HOST",
-        "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "STATSD_PORT",
-        "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "USE_DOG_STATSD",
-        "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "USE_DOG_STATSD_MOGRIFIERS",
-        "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "EXTRA_TAGS",
-        "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "STATS_FLUSH_INTERVAL",
-        "statistics are served as Prometheus text on /metrics",
-    ),
-    (
-        "DISABLE_STATS",
-        "statistics are served as Prometheus text on /metrics",
-    ),
     (
         "PROMETHEUS_MAPPER_YAML",
         "metrics are named as the reference's default mapping names them",
@@ -332,23 +305,7 @@ impl Settings {
                 format!("NEAR_LIMIT_RATIO={v:?}: expected a share of the limit such as 0.8")
             })?,
         };
-        let prometheus = match flag("USE_PROMETHEUS", false)? {
-            false => None,
-            true => {
-                let addr = get("PROMETHEUS_ADDR", ":9090");
-                let addr = match addr.starts_with(':') {
-                    true => format!("0.0.0.0{addr}"),
-                    false => addr,
-                };
-                let path = get("PROMETHEUS_PATH", "/metrics");
-                if !path.starts_with('/') {
-                    return Err(format!(
-                        "PROMETHEUS_PATH={path:?}: expected a path such as /metrics"
-                    ));
-                }
-                Some((addr, path))
-            }
-        };
+        let sinks = stats::read(&var)?;
         let charging = match (
             flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
             flag("CHARGE_REFUSED", true)?,
@@ -411,7 +368,8 @@ impl Settings {
             on_store_error,
             stats_max_series,
             near_limit_ratio,
-            prometheus,
+            prometheus: sinks.prometheus,
+            statsd: sinks.statsd,
             charging,
             ignored,
         })
@@ -525,7 +483,7 @@ mod tests {
             ("REDIS_URL", "redis:6379"),
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
-            ("USE_STATSD", "false"),
+            ("PROMETHEUS_MAPPER_YAML", "/etc/mapper.yaml"),
             ("ON_STORE_ERROR", "local"),
             ("REDIS_TIMEOUT", "1m30s"),
         ])
@@ -533,7 +491,7 @@ mod tests {
         assert_eq!(s.config_dir, PathBuf::from("/data/ratelimit/config"));
         assert_eq!(s.redis.unwrap().url, "redis:6379");
         assert_eq!(s.headers.unwrap()[0], "RateLimit-Limit");
-        assert_eq!(s.ignored[0].0, "USE_STATSD");
+        assert_eq!(s.ignored[0].0, "PROMETHEUS_MAPPER_YAML");
         assert_eq!(s.on_store_error, Some(OnStoreError::FallbackToMemory));
         assert_eq!(s.store_timeout, Duration::from_secs(90));
     }
@@ -565,12 +523,13 @@ mod tests {
             .unwrap_err()
             .starts_with("NEAR_LIMIT_RATIO="));
         assert!(settings(&[("NEAR_LIMIT_RATIO", "-1")]).is_err());
+        let prometheus = [("USE_STATSD", "false"), ("USE_PROMETHEUS", "true")];
         assert!(
-            settings(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_PATH", "metrics")])
+            settings(&[prometheus[0], prometheus[1], ("PROMETHEUS_PATH", "metrics")])
                 .unwrap_err()
                 .starts_with("PROMETHEUS_PATH=")
         );
-        let on = settings(&[("USE_PROMETHEUS", "true")]).unwrap().prometheus;
+        let on = settings(&prometheus).unwrap().prometheus;
         assert_eq!(on, Some(("0.0.0.0:9090".into(), "/metrics".into())));
         assert_eq!(
             settings(&[("PROMETHEUS_ADDR", ":1")]).unwrap().prometheus,

@@ -207,6 +207,23 @@ fn bare(list: &str) -> String {
         .join(",")
 }
 
+/// How often the Redis pool's size is published.
+const POOL_GAUGE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Publishes the Redis pool's open connections as `ratelimit_redis_pool_cx_active` (the
+/// reference's `ratelimit.redis_pool.cx_active` gauge, `src/redis/driver_impl.go`, under the
+/// name its Prometheus sink gives a statistic its mapping does not name), for the life of the
+/// process.
+pub(crate) async fn publish_pool_size(redis: RedisStore) {
+    let gauge = metrics::gauge!("ratelimit_redis_pool_cx_active");
+    let mut every = tokio::time::interval(POOL_GAUGE_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        gauge.set(redis.pool_status().size as f64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,7 +108,7 @@ fn bad_settings_stop_the_start_naming_the_variable() {
             env.push(("REDIS_URL", "127.0.0.1:1"));
         }
         if name == "PROMETHEUS_PATH" {
-            env.push(("USE_PROMETHEUS", "true"));
+            env.extend([("USE_PROMETHEUS", "true"), ("USE_STATSD", "false")]);
         }
         let (status, stderr) = run_to_exit(&runtime.root, &env);
         assert_eq!(status.code(), Some(2), "{name}: {stderr}");
@@ -128,7 +128,10 @@ async fn the_good_fixtures_load_and_rlconfig_lists_them() {
     );
     let rls = Rls::start(
         &runtime,
-        &[("USE_STATSD", "false"), ("REDIS_PIPELINE_WINDOW", "0")],
+        &[
+            ("PROMETHEUS_MAPPER_YAML", "/etc/mapper.yaml"),
+            ("REDIS_PIPELINE_WINDOW", "0"),
+        ],
     );
     let dump = support::http()
         .get(format!("http://{}/rlconfig", rls.debug))
@@ -148,7 +151,8 @@ async fn the_good_fixtures_load_and_rlconfig_lists_them() {
     // Settings of the reference that mean nothing here are logged once as ignored.
     let log = rls.stderr();
     assert!(
-        log.contains("USE_STATSD is ignored") && log.contains("REDIS_PIPELINE_WINDOW is ignored"),
+        log.contains("PROMETHEUS_MAPPER_YAML is ignored")
+            && log.contains("REDIS_PIPELINE_WINDOW is ignored"),
         "{log}"
     );
 }
@@ -895,4 +899,59 @@ async fn a_json_body_of_45000_descriptors_is_refused_at_once() {
     );
     assert_eq!((status, start), (400, expected));
     assert!(took < Duration::from_secs(1), "answered in {took:?}");
+}
+
+/// A configuration file that does not load at start. The reference serves anyway: its
+/// `src/provider/file_provider.go` (`sendEvent`, line 48) recovers the load's panic into an
+/// error event, and `src/service/ratelimit.go` (`SetConfig`, line 59) counts
+/// `config_load_error` (line 67) and keeps no configuration, so every request is answered
+/// "no rate limit configuration loaded" (line 120) until the files load; waiting for that first
+/// event or not (`FORCE_START_WITHOUT_INITIAL_CONFIG`, line 467) changes nothing for files.
+/// tollgate-rls exits 1 instead (a broken file stops a rollout), and serves as the reference
+/// does with `FORCE_START_WITHOUT_INITIAL_CONFIG=true`.
+#[tokio::test]
+async fn force_start_serves_errors_until_the_files_load() {
+    let runtime = Runtime::new("force-start");
+    let broken = "domain: late\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n";
+    runtime.write("late.yaml", broken);
+    let (status, stderr) = run_to_exit(&runtime.root, &[]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+
+    let rls = Rls::start(&runtime, &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")]);
+    let mut client = rls.client().await;
+    let refused = client
+        .should_rate_limit(request("late", &[&[("k", "v")]]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unknown);
+    assert_eq!(refused.message(), "no rate limit configuration loaded");
+    let metrics = support::http()
+        .get(format!("http://{}/metrics", rls.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("\nratelimit_service_config_load_error 1\n"),
+        "{metrics}"
+    );
+    assert!(rls.stderr().contains("fortnight"), "{}", rls.stderr());
+
+    // Fixed: within the watcher's look, the limit holds (1 per minute).
+    runtime.write("late.yaml", &broken.replace("fortnight", "minute"));
+    let loaded = eventually(Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move {
+            client
+                .should_rate_limit(request("late", &[&[("k", "v")]]))
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+    assert!(loaded, "{}", rls.stderr());
+    let again = ask(&mut client, request("late", &[&[("k", "v")]])).await;
+    assert_eq!(again.overall_code, Code::OverLimit as i32);
 }

@@ -197,6 +197,7 @@ async fn use_prometheus_serves_the_metrics_on_prometheus_addr() {
     let rls = Rls::start(
         &runtime,
         &[
+            ("USE_STATSD", "false"),
             ("USE_PROMETHEUS", "true"),
             ("PROMETHEUS_ADDR", address.as_str()),
             ("PROMETHEUS_PATH", "/stats"),

@@ -337,6 +337,17 @@ impl Connection {
         }
     }
 
+    /// The pool's state: connections open, idle, and calls waiting for one.
+    pub(crate) fn pool_status(&self) -> deadpool_redis::Status {
+        match self {
+            Self::Standalone { pool, .. } => pool.status(),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel { pool, .. } => pool.status(),
+            #[cfg(feature = "cluster")]
+            Self::Cluster { pool, .. } => pool.status(),
+        }
+    }
+
     /// Drops the kept connection (see [`CachedConnection::forget`]).
     pub(crate) fn forget(&self) {
         match self {

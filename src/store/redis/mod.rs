@@ -231,6 +231,12 @@ impl RedisStore {
         self
     }
 
+    /// The connection pool's state, as deadpool reports it: connections open (`size`), idle
+    /// (`available`), and calls waiting for one (`waiting`). For statistics.
+    pub fn pool_status(&self) -> deadpool_redis::Status {
+        self.shared.connection.pool_status()
+    }
+
     /// The Redis key that holds `client_key`'s state under `policy`:
     /// `<prefix>:<policy name>:<algorithm>:{<client key>}`.
     ///
