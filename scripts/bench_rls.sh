@@ -23,7 +23,8 @@
 # in one run). BENCH_IN_FLIGHT (default "1 4 32"), BENCH_VALUES (default "one 100k") and
 # BENCH_STORES (default "memory redis") choose the rows. Binaries are taken from
 # CARGO_TARGET_DIR (default target/); BENCH_NO_BUILD=1 skips the release build. Every process
-# started here is stopped on exit.
+# started here is stopped on exit. Turns with answers that were errors (say, a store timeout on
+# a busy machine) are listed after the table instead of stopping the run.
 # To build limitador-server: clone github.com/Kuadrant/limitador, then
 # `cargo build --release -p limitador-server`.
 set -euo pipefail
@@ -183,9 +184,12 @@ server() {
     esac
 }
 
-# measure SERVER IN_FLIGHT VALUES: appends "decisions/s p50 p99 answered" to $tmp/SERVER.IN.VALUES.
+# measure SERVER IN_FLIGHT VALUES: appends "decisions/s p50 p99 answered" to $tmp/SERVER.IN.VALUES;
+# answers that were errors (a store timeout on a busy machine, say) are noted, not fatal.
 measure() {
-    "$load" "${address[$1]}" "$2" "$seconds" "$3" >>"$tmp/$1.$2.$3"
+    if ! "$load" "${address[$1]}" "$2" "$seconds" "$3" >>"$tmp/$1.$2.$3" 2>"$tmp/load.err"; then
+        echo "- $1, $2 in flight, $3: $(cat "$tmp/load.err")" >>"$tmp/failures"
+    fi
 }
 
 turns=(floor)
@@ -264,6 +268,12 @@ redis_cost() {
         }
         END { printf "| %s | %.2f | %.1f | %s |\n", label, calls / n, usec / n, list }'
 }
+if [ -s "$tmp/failures" ]; then
+    echo
+    echo "Turns with answers that were errors or not OK:"
+    cat "$tmp/failures"
+fi
+
 case " $stores " in
     *" redis "*)
         echo
