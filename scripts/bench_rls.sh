@@ -16,8 +16,9 @@
 #
 # Within a row the servers are measured in turns, BENCH_ROUNDS times (default 3), each for
 # BENCH_SECONDS (default 2) after half a second of warm-up, in the opposite order every other
-# round; the table shows the mean of the turns, so that whatever else the machine does weighs
-# on all of them alike (about 5 minutes with limitador). BENCH_THREADS="1 2" adds a
+# round; the table shows the median of the turns, so that whatever else the machine does
+# weighs on all of them alike and one turn that met a burst of it does not move a cell (about
+# 5 minutes with limitador). BENCH_THREADS="1 2" adds a
 # tollgate-rls column per worker thread count (TOKIO_WORKER_THREADS) besides the default one;
 # BENCH_OTHER=/path/to/tollgate-rls adds a column for another build (to compare two versions
 # in one run). BENCH_IN_FLIGHT (default "1 4 32"), BENCH_VALUES (default "one 100k") and
@@ -209,9 +210,15 @@ for in_flight in $in_flights; do
     done
 done
 
-# mean FILE: "decisions/s p50 p99" averaged over the turns.
-mean() {
-    awk '{ r += $1; a += $2; b += $3; n++ } END { printf "%.0f %.0f %.0f\n", r / n, a / n, b / n }' "$1"
+# median FILE: "decisions/s p50 p99", each the median of the turns (the mean of the middle two
+# for an even count): one turn that met a burst of other work does not move it.
+median() {
+    local column
+    for column in 1 2 3; do
+        sort -n -k"$column,$column" "$1" | awk -v c="$column" '{ v[NR] = $c }
+            END { printf "%.0f ", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+    done
+    echo
 }
 cell() { awk '{ printf "%\047d (%\047d/%\047d)", $1, $2, $3 }' <<<"$1"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
@@ -236,15 +243,15 @@ echo "$rule"
 for in_flight in $in_flights; do
     for values in $values_list; do
         label=$([ "$values" = one ] && echo "one value" || echo "100k values")
-        floor=$(mean "$tmp/floor.$in_flight.$values")
+        floor=$(median "$tmp/floor.$in_flight.$values")
         for store in $stores; do
             line="| $in_flight | $label | $store | $(cell "$floor") |"
             for column in "${columns[@]}"; do
-                line+=" $(cell "$(mean "$tmp/$(server "$column" "$store").$in_flight.$values")") |"
+                line+=" $(cell "$(median "$tmp/$(server "$column" "$store").$in_flight.$values")") |"
             done
-            ours=$(mean "$tmp/tollgate-$store.$in_flight.$values")
+            ours=$(median "$tmp/tollgate-$store.$in_flight.$values")
             if [ -n "$limitador" ]; then
-                theirs=$(mean "$tmp/limitador-$store.$in_flight.$values")
+                theirs=$(median "$tmp/limitador-$store.$in_flight.$values")
                 line+=" $(ratio "${ours%% *}" "${theirs%% *}") | $(ratio "$(cut -d' ' -f3 <<<"$ours")" "$(cut -d' ' -f3 <<<"$theirs")") |"
             fi
             line+=" $(ratio "${ours%% *}" "${floor%% *}") |"
