@@ -58,7 +58,9 @@ fn main() {
         quantile(0.99)
     );
     if failures > 0 {
-        eprintln!("rls_load: {failures} answer(s) were errors or not OK, the first {first_failure}");
+        eprintln!(
+            "rls_load: {failures} answer(s) were errors or not OK, the first {first_failure}"
+        );
         std::process::exit(1);
     }
 }
