@@ -220,7 +220,15 @@ median() {
     done
     echo
 }
-cell() { awk '{ printf "%\047d (%\047d/%\047d)", $1, $2, $3 }' <<<"$1"; }
+# cell "DECISIONS P50 P99": `12,345 (150/1,234)`, grouped by hand (the C locale groups nothing).
+cell() {
+    awk 'function g(n,  s, out) {
+            s = sprintf("%d", n); out = ""
+            while (length(s) > 3) { out = "," substr(s, length(s) - 2) out; s = substr(s, 1, length(s) - 3) }
+            return s out
+        }
+        { printf "%s (%s/%s)", g($1), g($2), g($3) }' <<<"$1"
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 header="| in flight | values | store | floor, 1 thread |"
