@@ -12,7 +12,7 @@
 //! not `OK` (the limits in the benchmark are far above what it sends).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tollgate::rls::proto::rate_limit_descriptor::Entry;
@@ -42,7 +42,7 @@ fn main() {
         .build()
         .expect("runtime");
     let measure = Duration::from_secs_f64(seconds);
-    let (latencies, answered, failures) =
+    let (latencies, answered, (failures, first_failure)) =
         runtime.block_on(load(addr.clone(), in_flight, measure, distinct));
     let quantile = |q: f64| {
         let at = (latencies.len() as f64 * q) as usize;
@@ -58,19 +58,21 @@ fn main() {
         quantile(0.99)
     );
     if failures > 0 {
-        eprintln!("rls_load: {failures} answer(s) were errors or not OK");
+        eprintln!(
+            "rls_load: {failures} answer(s) were errors or not OK, the first {first_failure}"
+        );
         std::process::exit(1);
     }
 }
 
 /// Every measured request's latency in µs, sorted; how many requests were answered, warm-up
-/// included; how many answers failed.
+/// included; how many answers failed, and the first failure.
 async fn load(
     addr: String,
     in_flight: usize,
     measure: Duration,
     distinct: bool,
-) -> (Vec<u32>, u64, u64) {
+) -> (Vec<u32>, u64, (u64, String)) {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .expect("address")
         .tcp_nodelay(true)
@@ -80,15 +82,17 @@ async fn load(
     let next = Arc::new(AtomicU64::new(0));
     let answered = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(AtomicU64::new(0));
+    let first_failure = Arc::new(OnceLock::new());
     let start = Instant::now() + WARM_UP;
     let end = start + measure;
     let mut tasks = Vec::new();
     for _ in 0..in_flight {
         let mut client = RateLimitServiceClient::new(channel.clone());
-        let (next, answered, failures) = (
+        let (next, answered, failures, first_failure) = (
             Arc::clone(&next),
             Arc::clone(&answered),
             Arc::clone(&failures),
+            Arc::clone(&first_failure),
         );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(200_000);
@@ -98,13 +102,15 @@ async fn load(
                     return latencies;
                 }
                 let n = next.fetch_add(1, Ordering::Relaxed);
-                let ok = match client.should_rate_limit(request(distinct, n)).await {
-                    Ok(answer) => answer.get_ref().overall_code == Code::Ok as i32,
-                    Err(_) => false,
+                let failed = match client.should_rate_limit(request(distinct, n)).await {
+                    Ok(answer) if answer.get_ref().overall_code == Code::Ok as i32 => None,
+                    Ok(answer) => Some(format!("code {}", answer.get_ref().overall_code)),
+                    Err(status) => Some(format!("{:?}: {}", status.code(), status.message())),
                 };
                 answered.fetch_add(1, Ordering::Relaxed);
-                if !ok {
+                if let Some(failed) = failed {
                     failures.fetch_add(1, Ordering::Relaxed);
+                    let _ = first_failure.set(failed);
                 }
                 if sent >= start {
                     latencies.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
@@ -117,10 +123,11 @@ async fn load(
         all.extend(task.await.expect("load task"));
     }
     all.sort_unstable();
+    let first_failure = first_failure.get().cloned().unwrap_or_default();
     (
         all,
         answered.load(Ordering::Relaxed),
-        failures.load(Ordering::Relaxed),
+        (failures.load(Ordering::Relaxed), first_failure),
     )
 }
 

@@ -14,29 +14,40 @@
 # value), so every answer is OK. The floor (examples/rls_floor.rs) answers OK without deciding,
 # on one runtime thread.
 #
-# Within a row the servers are measured in turns, BENCH_ROUNDS times (default 2), each for
-# BENCH_SECONDS (default 3) after half a second of warm-up; the table shows the mean of the
-# turns, so that whatever else the machine does weighs on all of them alike (about 4 minutes
-# with limitador). BENCH_THREADS="1 2" adds a tollgate-rls column per worker thread count
-# (TOKIO_WORKER_THREADS) besides the default one; BENCH_NO_BUILD=1 skips the release build.
-# Every process started here is stopped on exit.
+# Within a row the servers are measured in turns, BENCH_ROUNDS times (default 3), each for
+# BENCH_SECONDS (default 2) after half a second of warm-up, in the opposite order every other
+# round; the table shows the median of the turns, so that whatever else the machine does
+# weighs on all of them alike and one turn that met a burst of it does not move a cell (about
+# 5 minutes with limitador). BENCH_THREADS="1 2" adds a
+# tollgate-rls column per worker thread count (TOKIO_WORKER_THREADS) besides the default one;
+# BENCH_OTHER=/path/to/tollgate-rls adds a column for another build (to compare two versions
+# in one run). BENCH_IN_FLIGHT (default "1 4 32"), BENCH_VALUES (default "one 100k") and
+# BENCH_STORES (default "memory redis") choose the rows. Binaries are taken from
+# CARGO_TARGET_DIR (default target/); BENCH_NO_BUILD=1 skips the release build. Every process
+# started here is stopped on exit. Turns with answers that were errors (say, a store timeout on
+# a busy machine) are listed after the table instead of stopping the run.
 # To build limitador-server: clone github.com/Kuadrant/limitador, then
 # `cargo build --release -p limitador-server`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${BENCH_SECONDS:-3}
-rounds=${BENCH_ROUNDS:-2}
+seconds=${BENCH_SECONDS:-2}
+rounds=${BENCH_ROUNDS:-3}
 limitador=${LIMITADOR:-}
 extra_threads=${BENCH_THREADS:-}
+other=${BENCH_OTHER:-}
+in_flights=${BENCH_IN_FLIGHT:-1 4 32}
+values_list=${BENCH_VALUES:-one 100k}
+stores=${BENCH_STORES:-memory redis}
+target=${CARGO_TARGET_DIR:-target}
 
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
     cargo build --release --quiet -p tollgate-rls
     cargo build --release --quiet --example rls_load --example rls_floor
 fi
-load=target/release/examples/rls_load
-floor_bin=target/release/examples/rls_floor
-rls=target/release/tollgate-rls
+load=$target/release/examples/rls_load
+floor_bin=$target/release/examples/rls_floor
+rls=$target/release/tollgate-rls
 
 tmp=$(mktemp -d)
 pids=()
@@ -117,13 +128,13 @@ declare -A address
 pids+=($!)
 address[floor]=$(wait_address "$tmp/floor.out")
 
-# start_rls NAME THREADS [ENV…]: tollgate-rls on free ports (THREADS empty: its default).
+# start_rls NAME BINARY THREADS [ENV…]: tollgate-rls on free ports (THREADS empty: its default).
 start_rls() {
-    local name=$1 threads=$2
-    shift 2
+    local name=$1 binary=$2 threads=$3
+    shift 3
     env RUNTIME_ROOT="$tmp/runtime" RUNTIME_SUBDIRECTORY=rls LOG_LEVEL=warn \
         GRPC_HOST=127.0.0.1 GRPC_PORT=0 HOST=127.0.0.1 PORT=0 DEBUG_HOST=127.0.0.1 DEBUG_PORT=0 \
-        ${threads:+TOKIO_WORKER_THREADS=$threads} "$@" "$rls" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+        ${threads:+TOKIO_WORKER_THREADS=$threads} "$@" "$binary" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     pids+=($!)
     address[$name]=$(wait_address "$tmp/$name.out")
 }
@@ -141,51 +152,83 @@ start_limitador() {
     address[$name]=127.0.0.1:$rls_port
 }
 
-# Columns: the floor, limitador (when given), tollgate-rls, and tollgate-rls per BENCH_THREADS.
+# Columns: the floor, limitador (when given), tollgate-rls, tollgate-rls per BENCH_THREADS,
+# and BENCH_OTHER's build.
 columns=()
-for store in memory redis; do
+for store in $stores; do
     redis_env=()
     [ "$store" = redis ] && redis_env=(REDIS_URL="127.0.0.1:$redis_port" REDIS_SOCKET_TYPE=tcp)
-    start_rls "tollgate-$store" "" "${redis_env[@]}"
+    start_rls "tollgate-$store" "$rls" "" "${redis_env[@]}"
     for t in $extra_threads; do
-        start_rls "tollgate-$store-$t" "$t" "${redis_env[@]}"
+        start_rls "tollgate-$store-$t" "$rls" "$t" "${redis_env[@]}"
     done
+    [ -n "$other" ] && start_rls "other-$store" "$other" "" "${redis_env[@]}"
+    if [ -n "$limitador" ]; then
+        case $store in
+            memory) start_limitador limitador-memory memory ;;
+            redis) start_limitador limitador-redis redis "redis://127.0.0.1:$redis_port" ;;
+        esac
+    fi
 done
-if [ -n "$limitador" ]; then
-    start_limitador limitador-memory memory
-    start_limitador limitador-redis redis "redis://127.0.0.1:$redis_port"
-    columns+=(limitador)
-fi
+[ -n "$limitador" ] && columns+=(limitador)
 columns+=(tollgate)
 for t in $extra_threads; do columns+=("tollgate-$t"); done
+[ -n "$other" ] && columns+=(other)
 
-# measure SERVER IN_FLIGHT VALUES: appends "decisions/s p50 p99 answered" to $tmp/SERVER.IN.VALUES.
-measure() {
-    "$load" "${address[$1]}" "$2" "$seconds" "$3" >>"$tmp/$1.$2.$3"
+# server COLUMN STORE: the server a column has for a store.
+server() {
+    case $1 in
+        limitador) echo "limitador-$2" ;;
+        tollgate) echo "tollgate-$2" ;;
+        other) echo "other-$2" ;;
+        *) echo "tollgate-$2-${1#tollgate-}" ;;
+    esac
 }
 
-for in_flight in 1 4 32; do
-    for values in one 100k; do
-        for _ in $(seq 1 "$rounds"); do
-            measure floor "$in_flight" "$values"
-            for store in memory redis; do
-                for column in "${columns[@]}"; do
-                    case $column in
-                        limitador) measure "limitador-$store" "$in_flight" "$values" ;;
-                        tollgate) measure "tollgate-$store" "$in_flight" "$values" ;;
-                        tollgate-*) measure "tollgate-$store-${column#tollgate-}" "$in_flight" "$values" ;;
-                    esac
-                done
-            done
+# measure SERVER IN_FLIGHT VALUES: appends "decisions/s p50 p99 answered" to $tmp/SERVER.IN.VALUES;
+# answers that were errors (a store timeout on a busy machine, say) are noted, not fatal.
+measure() {
+    if ! "$load" "${address[$1]}" "$2" "$seconds" "$3" >>"$tmp/$1.$2.$3" 2>"$tmp/load.err"; then
+        echo "- $1, $2 in flight, $3: $(cat "$tmp/load.err")" >>"$tmp/failures"
+    fi
+}
+
+turns=(floor)
+for store in $stores; do
+    for column in "${columns[@]}"; do turns+=("$(server "$column" "$store")"); done
+done
+for in_flight in $in_flights; do
+    for values in $values_list; do
+        for round in $(seq 1 "$rounds"); do
+            order=("${turns[@]}")
+            if [ $((round % 2)) = 0 ]; then
+                order=()
+                for ((i = ${#turns[@]} - 1; i >= 0; i--)); do order+=("${turns[i]}"); done
+            fi
+            for name in "${order[@]}"; do measure "$name" "$in_flight" "$values"; done
         done
     done
 done
 
-# mean FILE: "decisions/s p50 p99" averaged over the turns.
-mean() {
-    awk '{ r += $1; a += $2; b += $3; n++ } END { printf "%.0f %.0f %.0f\n", r / n, a / n, b / n }' "$1"
+# median FILE: "decisions/s p50 p99", each the median of the turns (the mean of the middle two
+# for an even count): one turn that met a burst of other work does not move it.
+median() {
+    local column
+    for column in 1 2 3; do
+        sort -n -k"$column,$column" "$1" | awk -v c="$column" '{ v[NR] = $c }
+            END { printf "%.0f ", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
+    done
+    echo
 }
-cell() { awk '{ printf "%\047d (%\047d/%\047d)", $1, $2, $3 }' <<<"$1"; }
+# cell "DECISIONS P50 P99": `12,345 (150/1,234)`, grouped by hand (the C locale groups nothing).
+cell() {
+    awk 'function g(n,  s, out) {
+            s = sprintf("%d", n); out = ""
+            while (length(s) > 3) { out = "," substr(s, length(s) - 2) out; s = substr(s, 1, length(s) - 3) }
+            return s out
+        }
+        { printf "%s (%s/%s)", g($1), g($2), g($3) }' <<<"$1"
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 header="| in flight | values | store | floor, 1 thread |"
@@ -194,6 +237,7 @@ for column in "${columns[@]}"; do
     case $column in
         limitador) header+=" limitador |" ;;
         tollgate) header+=" tollgate-rls |" ;;
+        other) header+=" BENCH_OTHER |" ;;
         *) header+=" tollgate-rls, ${column#tollgate-} worker(s) |" ;;
     esac
     rule+="---|"
@@ -204,23 +248,18 @@ rule+="---|"
 echo
 echo "$header"
 echo "$rule"
-for in_flight in 1 4 32; do
-    for values in one 100k; do
+for in_flight in $in_flights; do
+    for values in $values_list; do
         label=$([ "$values" = one ] && echo "one value" || echo "100k values")
-        floor=$(mean "$tmp/floor.$in_flight.$values")
-        for store in memory redis; do
+        floor=$(median "$tmp/floor.$in_flight.$values")
+        for store in $stores; do
             line="| $in_flight | $label | $store | $(cell "$floor") |"
             for column in "${columns[@]}"; do
-                case $column in
-                    limitador) server="limitador-$store" ;;
-                    tollgate) server="tollgate-$store" ;;
-                    *) server="tollgate-$store-${column#tollgate-}" ;;
-                esac
-                line+=" $(cell "$(mean "$tmp/$server.$in_flight.$values")") |"
+                line+=" $(cell "$(median "$tmp/$(server "$column" "$store").$in_flight.$values")") |"
             done
-            ours=$(mean "$tmp/tollgate-$store.$in_flight.$values")
+            ours=$(median "$tmp/tollgate-$store.$in_flight.$values")
             if [ -n "$limitador" ]; then
-                theirs=$(mean "$tmp/limitador-$store.$in_flight.$values")
+                theirs=$(median "$tmp/limitador-$store.$in_flight.$values")
                 line+=" $(ratio "${ours%% *}" "${theirs%% *}") | $(ratio "$(cut -d' ' -f3 <<<"$ours")" "$(cut -d' ' -f3 <<<"$theirs")") |"
             fi
             line+=" $(ratio "${ours%% *}" "${floor%% *}") |"
@@ -244,9 +283,19 @@ redis_cost() {
         }
         END { printf "| %s | %.2f | %.1f | %s |\n", label, calls / n, usec / n, list }'
 }
-echo
-echo "| service | Redis commands per decision | Redis server µs per decision | commands per decision |"
-echo "|---|---|---|---|"
-redis_cost tollgate-redis tollgate-rls
-[ -n "$limitador" ] && redis_cost limitador-redis limitador
+if [ -s "$tmp/failures" ]; then
+    echo
+    echo "Turns with answers that were errors or not OK:"
+    cat "$tmp/failures"
+fi
+
+case " $stores " in
+    *" redis "*)
+        echo
+        echo "| service | Redis commands per decision | Redis server µs per decision | commands per decision |"
+        echo "|---|---|---|---|"
+        redis_cost tollgate-redis tollgate-rls
+        [ -n "$limitador" ] && redis_cost limitador-redis limitador
+        ;;
+esac
 exit 0

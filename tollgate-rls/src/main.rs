@@ -5,8 +5,8 @@
 //! This crate only wires: the environment (`settings.rs`), the store it names (`store.rs`),
 //! the configuration directory, gRPC on `GRPC_HOST:GRPC_PORT` or `GRPC_UDS`, HTTP on
 //! `HOST:PORT` and `DEBUG_HOST:DEBUG_PORT` (`http.rs`; the listeners in `listen.rs`), health
-//! (`health.rs`), logging and metrics (also on `PROMETHEUS_ADDR` with `USE_PROMETHEUS`, or
-//! pushed to statsd: `statsd/`).
+//! (`health.rs`), the runtime's threads (`runtime.rs`), logging and metrics (also on
+//! `PROMETHEUS_ADDR` with `USE_PROMETHEUS`, or pushed to statsd: `statsd/`).
 //!
 //! Once listening it prints one line to stdout:
 //! `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR store=…`. A bad setting exits
@@ -18,6 +18,7 @@ mod check;
 mod health;
 mod http;
 mod listen;
+mod runtime;
 mod settings;
 mod statsd;
 mod store;
@@ -49,18 +50,7 @@ fn main() -> ExitCode {
     if let Err(e) = init_logging(&settings) {
         return fail(2, &e);
     }
-    // One worker is a current-thread runtime: everything on one thread, with no hand-off
-    // between threads (limitador-server serves this way, on actix's single-threaded runtime).
-    let mut runtime = match settings.worker_threads {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(threads) => {
-            let mut runtime = tokio::runtime::Builder::new_multi_thread();
-            runtime.worker_threads(threads);
-            runtime
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let runtime = match runtime.enable_all().build() {
+    let runtime = match runtime::build(settings.worker_threads) {
         Ok(runtime) => runtime,
         Err(e) => return fail(1, &format!("cannot start the async runtime: {e}")),
     };

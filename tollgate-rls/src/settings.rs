@@ -35,7 +35,7 @@ pub(crate) struct Settings {
     /// connection.
     pub(crate) grpc_max_concurrent_streams: u32,
     /// `TOKIO_WORKER_THREADS` (tokio's own name): the async runtime's worker threads; unset,
-    /// one per core this process may use (its CPU quota counted).
+    /// as `runtime.rs` chooses from the cores this process may use.
     pub(crate) worker_threads: Option<usize>,
     /// `REDIS_STARTUP_INITIAL_INTERVAL`, `_MAX_INTERVAL`, `_MAX_ELAPSED_TIME`: how the store is
     /// tried at start until it answers (health is NOT_SERVING until then).
