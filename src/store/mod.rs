@@ -3,9 +3,9 @@
 //! [`MemoryStore`] keeps it in this process (the default); [`RedisStore`] keeps it in Redis,
 //! shared by every instance of the app, one atomic Lua script per decision. A backend of your
 //! own implements [`Store`]'s four methods. Whichever it is, the layer's builder
-//! ([`store`](crate::RateLimitLayerBuilder::store)) puts the same stack around it: the cache
+//! ([`store`](crate::RateLimitLayerBuilder::store)) puts the same wrappers around it: the cache
 //! of denials, leases for hot keys, and failure handling ([`StoreFailure`]); none of them is a
-//! type you build or stack yourself. The choice is made at run time, with no type parameter:
+//! type you build or wrap yourself. The choice is made at run time, with no type parameter:
 //!
 //! ```
 //! use tollgate::store::{MemoryStore, RedisStore};
@@ -28,12 +28,13 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 
-mod failure;
+pub(crate) mod check;
+pub(crate) mod contract;
+pub(crate) mod grant;
 mod memory;
-pub(crate) mod stack;
-pub(crate) use failure::ErrorHook;
-pub use failure::{OnStoreError, StoreFailure};
+pub(crate) mod wrappers;
 pub use memory::MemoryStore;
+pub use wrappers::{OnStoreError, StoreFailure};
 #[cfg(all(test, feature = "cluster", feature = "sentinel"))]
 mod tests;
 

@@ -9,7 +9,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::stack::{Check, Grant, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
+use crate::store::grant::Grant;
 use crate::store::Store;
 
 mod client_key;
@@ -269,6 +271,13 @@ impl StoreExt for MemoryStore {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         Ok(self.release_now(key, policy, unused, grant))
+    }
+
+    /// Nothing to drop: no call waits.
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        crate::telemetry::store_label::<Self>()
     }
 }
 

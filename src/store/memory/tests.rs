@@ -9,7 +9,7 @@ use super::*;
 use crate::algorithm::Algorithm;
 use crate::clock::ManualClock;
 use crate::quota::Quota;
-use crate::store::stack::Check;
+use crate::store::check::Check;
 
 fn policy(name: &str, limit: u32, algorithm: Algorithm) -> Policy {
     Policy::new(name, Quota::per_minute(limit).unwrap(), algorithm).unwrap()

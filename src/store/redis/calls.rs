@@ -11,7 +11,8 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::lease::Lease;
 use crate::quota::Policy;
-use crate::store::stack::{Check, Grant};
+use crate::store::check::Check;
+use crate::store::grant::Grant;
 
 /// A Redis store as the shared methods see it: where its keys live, which clock its scripts
 /// read, and how a call runs on its connection.

@@ -11,7 +11,7 @@ use super::calls::{self, ScriptRunner};
 use super::{script, RedisStore};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::store::stack::Check;
+use crate::store::check::Check;
 use crate::store::Store;
 
 /// Decides one request against several limits: one atomic script call when every key is

@@ -9,7 +9,9 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, StoreError};
 use crate::quota::Policy;
-use crate::store::stack::{Check, Grant, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
+use crate::store::grant::Grant;
 use crate::store::Store;
 
 pub(crate) mod cached;
@@ -338,6 +340,11 @@ impl StoreExt for RedisStore {
         self.clock.as_deref()
     }
 
+    /// Never: every decision is a round trip.
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
     /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
     fn label(&self) -> Arc<str> {
         self.shared.connection.label().into()
@@ -351,37 +358,5 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::stack::{self, Backend, StoreExt};
-    use crate::store::StoreFailure;
-    use crate::{Algorithm, Quota};
-
-    /// The layer boxes each decision that waits for Redis, and the stack's futures are inside
-    /// it. A connection checkout, a `NOSCRIPT` retry and a lease refill are rare, so each is
-    /// boxed where it happens rather than given room in every decision's future (room that
-    /// once made this one 22 KB, allocated and copied on every request). Measured on the stack
-    /// the layer builds, over the backend it chooses.
-    #[tokio::test]
-    async fn a_decision_through_the_layers_stack_has_a_small_future() {
-        let store = RedisStore::from_url("redis://127.0.0.1:1").unwrap();
-        let policy = Policy::new("p", Quota::per_second(10).unwrap(), Algorithm::Gcra).unwrap();
-        let stack = stack::stack(Backend::of(store), &StoreFailure::default(), 1_000);
-        let check = stack.check("client", &policy, 1);
-        let bytes = std::mem::size_of_val(&check);
-        eprintln!("one decision: {bytes} bytes");
-        assert!(bytes <= 1_536, "the decision's future takes {bytes} bytes");
-        let checks = [stack::Check::new("client", &policy, 1); 2];
-        let many = stack.check_many(&checks);
-        let bytes = std::mem::size_of_val(&many);
-        eprintln!("a stacked decision: {bytes} bytes");
-        assert!(
-            bytes <= 1_536,
-            "a stacked decision's future takes {bytes} bytes"
-        );
     }
 }

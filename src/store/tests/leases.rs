@@ -9,8 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::Clock;
 use crate::rules::Rule;
-use crate::store::stack::{Backend, Grant, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
+use crate::store::grant::Grant;
+use crate::store::wrappers::user_store::check_in_order;
+use crate::store::wrappers::Backend;
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{
     key, Algorithm, Decision, Lease, ManualClock, Policy, Quota, RateLimitLayer, StoreError,
@@ -298,6 +303,32 @@ impl StoreExt for NotAtomic {
             .map_err(StoreError::backend)?;
         let decision = Decision::allowed(limit, fit - granted, Duration::from_micros(after));
         Ok(Grant::new(granted as u32, decision, now + after))
+    }
+
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        check_in_order(self, checks).await
+    }
+
+    async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("refund"))
+    }
+
+    async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
+        Ok(0)
+    }
+
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        None
+    }
+
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        "not_atomic".into()
     }
 }
 

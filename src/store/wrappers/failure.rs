@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::stack::BreakerSettings;
+use super::breaker::BreakerSettings;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 
 /// What the layer does with a request when the store cannot decide (an error, a timeout, an

@@ -11,11 +11,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Check, Grant, OnDrop, StoreExt};
+use super::on_drop::OnDrop;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
+use crate::store::check::Check;
+use crate::store::contract::{now_us, StoreExt};
+use crate::store::grant::Grant;
 use crate::store::Store;
 use crate::telemetry;
 
@@ -179,7 +182,7 @@ impl<S: StoreExt> Leases<S> {
     /// Spends from the lease in hand; first gives an expired lease's unused units back, and
     /// waits for that, so that a refill after it can get them again.
     async fn spend(&self, entry: &Arc<Entry>, cost: u32, count_demand: bool) -> Spend {
-        let now = self.shared.inner.now_us();
+        let now = now_us(&self.shared.inner);
         let (spent, expired) = {
             let mut state = entry.lock();
             if count_demand {
@@ -201,7 +204,7 @@ impl<S: StoreExt> Leases<S> {
             Err(_) => give_back.await,
         }
         // The lease was expired: nothing was spent from it.
-        let now = self.shared.inner.now_us();
+        let now = now_us(&self.shared.inner);
         entry.lock().spend(cost, now)
     }
 
@@ -213,7 +216,7 @@ impl<S: StoreExt> Leases<S> {
         guard: tokio::sync::OwnedMutexGuard<()>,
         cost: u32,
     ) -> Result<Decision, StoreError> {
-        let sent_at = self.shared.inner.now_us();
+        let sent_at = now_us(&self.shared.inner);
         let (min, max) =
             entry
                 .lock()
@@ -294,7 +297,7 @@ impl<S: StoreExt> Store for Leases<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
-            true => self.entry(key, policy, self.shared.inner.now_us()),
+            true => self.entry(key, policy, now_us(&self.shared.inner)),
             false => None,
         };
         match entry {
@@ -353,7 +356,7 @@ impl<S: StoreExt> StoreExt for Leases<S> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
             true => {
-                let now = self.shared.inner.now_us();
+                let now = now_us(&self.shared.inner);
                 self.entry(key, policy, now).map(|entry| (entry, now))
             }
             false => None,
@@ -397,6 +400,14 @@ impl<S: StoreExt> StoreExt for Leases<S> {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         self.shared.inner.release(key, policy, unused, grant).await
+    }
+
+    fn abandoned(&self) {
+        self.shared.inner.abandoned();
+    }
+
+    fn label(&self) -> Arc<str> {
+        self.shared.inner.label()
     }
 
     /// Refunds the client in the store, and drops this instance's refusal to lease to it

@@ -9,14 +9,18 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::breaker::Attempt;
-use super::{Breaker, BreakerSettings, Change, Check, Grant, StoreExt};
+use super::breaker::{Attempt, Breaker, BreakerSettings, Change};
+use super::failure::{ErrorHook, OnStoreError, StoreFailure};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
-use crate::store::{ErrorHook, MemoryStore, OnStoreError, Store, StoreFailure};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
+use crate::store::grant::Grant;
+use crate::store::memory::MemoryStore;
+use crate::store::Store;
 use crate::telemetry;
 
 /// `Resilient::reported_open` before the gauge was first set.
@@ -403,6 +407,16 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
         }
         released
     }
+
+    /// Passed on: this wrapper gives calls up itself, and tells the inner store then.
+    fn abandoned(&self) {
+        self.inner.abandoned();
+    }
+
+    /// The inner store's label, taken when it was wrapped.
+    fn label(&self) -> Arc<str> {
+        Arc::clone(&self.label)
+    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for Resilient<S> {
@@ -421,6 +435,7 @@ mod tests {
     use std::sync::atomic::AtomicU8;
 
     use super::*;
+    use crate::store::wrappers::user_store::{check_in_order, lease_by_check, UserStore};
     use crate::{Algorithm, ManualClock, Quota};
 
     const ANSWER: u8 = 0;
@@ -489,6 +504,36 @@ mod tests {
 
         fn abandoned(&self) {
             self.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+
+        async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+            check_in_order(self, checks).await
+        }
+
+        async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
+            Err(StoreError::Unsupported("refund"))
+        }
+
+        async fn acquire(
+            &self,
+            key: &str,
+            policy: &Policy,
+            min: u32,
+            _: u32,
+        ) -> Result<Grant, StoreError> {
+            lease_by_check(self, key, policy, min).await
+        }
+
+        async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
+            Ok(0)
+        }
+
+        fn clock(&self) -> Option<&dyn Clock> {
+            None
+        }
+
+        fn label(&self) -> Arc<str> {
+            "flaky".into()
         }
     }
 
@@ -615,8 +660,8 @@ mod tests {
                 Err(StoreError::key_state("WRONGTYPE"))
             }
         }
-        impl StoreExt for WrongType {}
-        let store = Resilient::new(WrongType).failure(&StoreFailure::default().open_after(1));
+        let store = Resilient::new(UserStore::new(WrongType))
+            .failure(&StoreFailure::default().open_after(1));
         for _ in 0..10 {
             assert!(matches!(
                 store.check("k", &policy(), 1).await,
