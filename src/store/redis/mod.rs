@@ -3,19 +3,13 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::decision::Decision;
-use crate::error::{ConfigError, StoreError};
+use crate::error::ConfigError;
 use crate::quota::Policy;
-use crate::store::check::Check;
-use crate::store::contract::StoreExt;
-use crate::store::grant::Grant;
-use crate::store::Store;
 
 pub(crate) mod cached;
-pub(crate) mod calls;
+mod calls;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
@@ -26,13 +20,12 @@ pub(crate) mod redact;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
-use calls::ScriptRunner;
 use connection::Connection;
 pub use options::RedisOptions;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use options::RedisTls;
-use script::{Call, Control, Scripts, DEFAULT_PREFIX};
+use script::{Scripts, DEFAULT_PREFIX};
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
 ///
@@ -44,7 +37,7 @@ use script::{Call, Control, Scripts, DEFAULT_PREFIX};
 ///
 /// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
 /// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
-/// is left alone and its decisions fail with [`StoreError::KeyState`].
+/// is left alone and its decisions fail with [`StoreError::KeyState`](crate::error::StoreError::KeyState).
 ///
 /// One type for every deployment, the same scripts on the same keys:
 ///
@@ -245,109 +238,6 @@ impl RedisStore {
     /// digest.
     pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
         script::state_key(&self.prefix, policy, client_key)
-    }
-}
-
-impl ScriptRunner for RedisStore {
-    fn key_prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    fn script_clock(&self) -> Option<&Arc<dyn Clock>> {
-        self.clock.as_ref()
-    }
-
-    fn scripts(&self) -> &Scripts {
-        &self.shared.scripts
-    }
-
-    /// Boxed: the connection's call is most of a decision's future (about 900 bytes), and every
-    /// wrapper and the layer would carry it; boxed, the layer's decision future is small
-    /// enough for the allocator's fast path too.
-    async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        Box::pin(self.shared.connection.eval(call)).await
-    }
-}
-
-impl Store for RedisStore {
-    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        calls::check(self, key, policy, cost).await
-    }
-
-    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
-    /// nothing written.
-    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        calls::peek(self, key, policy, cost).await
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::Reset).await
-    }
-
-    async fn block(
-        &self,
-        key: &str,
-        policy: &Policy,
-        duration: Duration,
-    ) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::block(duration)).await
-    }
-}
-
-impl StoreExt for RedisStore {
-    /// One `EVALSHA` of the stacked script, which decides every check at the same instant,
-    /// dry, and stores the allowed ones only if no blocking check was denied; on a cluster,
-    /// one such call per slot (see the type's docs), boxed, as it is rarer and larger.
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        #[cfg(feature = "cluster")]
-        if self.shared.connection.is_cluster() {
-            return Box::pin(cluster::check_many(self, checks)).await;
-        }
-        calls::check_stacked(self, checks).await
-    }
-
-    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::Refund(u64::from(n))).await
-    }
-
-    async fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        max: u32,
-    ) -> Result<Grant, StoreError> {
-        calls::acquire(self, key, policy, min, max).await
-    }
-
-    async fn release(
-        &self,
-        key: &str,
-        policy: &Policy,
-        unused: u32,
-        grant: &Grant,
-    ) -> Result<u32, StoreError> {
-        calls::release(self, key, policy, unused, grant).await
-    }
-
-    /// The kept connection is dropped: the next call takes one from the pool, whose check
-    /// (a `PING`) drops a connection that does not answer and opens a new one.
-    fn abandoned(&self) {
-        self.shared.connection.forget();
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        self.clock.as_deref()
-    }
-
-    /// Never: every decision is a round trip.
-    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
-        None
-    }
-
-    /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
-    fn label(&self) -> Arc<str> {
-        self.shared.connection.label().into()
     }
 }
 
