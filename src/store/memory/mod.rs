@@ -15,14 +15,15 @@ use crate::store::grant::Grant;
 use crate::store::Store;
 
 mod client_key;
+mod key_hasher;
 mod lease;
 mod shard;
 mod slot_table;
 mod stacked;
 mod table;
 
+use key_hasher::KeyHasher;
 use shard::{lock, Shard};
-use table::KeyHasher;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
 ///

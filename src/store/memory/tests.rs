@@ -3,8 +3,9 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
+use super::key_hasher::KeyHasher;
 use super::shard::lock;
-use super::table::{KeyHasher, PolicyTable, MIN_SHRINK_CAPACITY};
+use super::table::{PolicyTable, MIN_SHRINK_CAPACITY};
 use super::*;
 use crate::algorithm::Algorithm;
 use crate::clock::ManualClock;
