@@ -96,8 +96,8 @@ async fn the_redis_store_leases_every_algorithm_that_leases() {
     leases_are_exact(&store, "k").await;
 }
 
-/// DESIGN's example on Redis: a lease of 10 at 0, 1 unit from elsewhere at 20T, and a return
-/// of 5 at 20T leave TAT = 21T.
+/// The example of the leases module's docs (`store::wrappers::leases`), on Redis: a lease of
+/// 10 at 0, 1 unit from elsewhere at 20T, and a return of 5 at 20T leave TAT = 21T.
 #[tokio::test]
 async fn a_return_on_redis_never_erases_later_consumption() {
     let url = support::shared_redis_url();
