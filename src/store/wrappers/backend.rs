@@ -60,7 +60,7 @@ impl Backend {
     /// own making.
     #[cfg(test)]
     pub(crate) fn custom<S: StoreExt>(store: S) -> Self {
-        Self::User(Box::new(store))
+        Self::User(Box::new(super::tests::Native(store)))
     }
 
     /// The built-in backend holding the store in `slot`, if it is one (taken out of `slot`).

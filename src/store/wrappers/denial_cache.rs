@@ -372,7 +372,7 @@ impl<S: fmt::Debug> fmt::Debug for DenialCache<S> {
 mod tests {
     use super::*;
     use crate::store::wrappers::tests::{remote, Remote};
-    use crate::store::wrappers::UserStore;
+    use crate::store::wrappers::Backend;
     use crate::store::MemoryStore;
     use crate::Algorithm;
 
@@ -384,7 +384,7 @@ mod tests {
     /// client in the store: the cached denial goes either way.
     #[tokio::test]
     async fn a_reset_dropped_mid_call_still_drops_the_cached_denial() {
-        let cache = DenialCache::new(UserStore::new(Remote::with_hanging_reset()), 100);
+        let cache = DenialCache::new(Backend::of(Remote::with_hanging_reset()), 100);
         let policy = policy("1/min");
         assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
         assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);

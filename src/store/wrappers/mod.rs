@@ -1,8 +1,9 @@
 //! The wrappers the layer's builder puts around every store, outermost first: the cache of
 //! denials ([`DenialCache`]), leases for hot keys ([`Leases`]), failure handling
 //! ([`Resilient`]: timeout, circuit breaker, fallback), then the [`Backend`], which calls the
-//! built-in store directly or a user's store through [`UserStore`], the adapter that gives it
-//! the fallbacks of what it does not do itself.
+//! built-in store directly, or a user's store boxed, through
+//! [`UserStore`](user_store::UserStore), the adapter that gives it the fallbacks of what it
+//! does not do itself.
 //!
 //! The folder is named for what its types are: each is a store holding a store, adding one
 //! concern, as tower's `Timeout<S>` is a service holding a service. ("Stack" would also mean
@@ -28,8 +29,6 @@ pub(crate) use denial_cache::DenialCache;
 pub use failure::{OnStoreError, StoreFailure};
 pub(crate) use leases::Leases;
 pub(crate) use resilient::Resilient;
-#[cfg(test)]
-pub(crate) use user_store::UserStore;
 
 /// A backend with every wrapper, as the limiter (and the `rls` service) holds it.
 pub(crate) type Wrapped = DenialCache<Leases<Resilient<Backend>>>;

@@ -435,7 +435,8 @@ mod tests {
     use std::sync::atomic::AtomicU8;
 
     use super::*;
-    use crate::store::wrappers::user_store::{check_in_order, lease_by_check, UserStore};
+    use crate::store::wrappers::user_store::{check_in_order, lease_by_check};
+    use crate::store::wrappers::Backend;
     use crate::{Algorithm, ManualClock, Quota};
 
     const ANSWER: u8 = 0;
@@ -660,8 +661,8 @@ mod tests {
                 Err(StoreError::key_state("WRONGTYPE"))
             }
         }
-        let store = Resilient::new(UserStore::new(WrongType))
-            .failure(&StoreFailure::default().open_after(1));
+        let store =
+            Resilient::new(Backend::of(WrongType)).failure(&StoreFailure::default().open_after(1));
         for _ in 0..10 {
             assert!(matches!(
                 store.check("k", &policy(), 1).await,

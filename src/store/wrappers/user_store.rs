@@ -3,7 +3,7 @@
 //! user's store.
 //!
 //! A user implements four methods; the wrappers ask for more (the contract,
-//! [`StoreExt`]). The fallbacks are exact, and no cheaper than one [`check`](Store::check) per
+//! [`StoreExt`](crate::store::contract::StoreExt)). The fallbacks are exact, and no cheaper than one [`check`](Store::check) per
 //! request: stacked limits checked one by one, a lease of one check of its smallest size,
 //! nothing given back, no refunds, nothing decided at once.
 
@@ -17,102 +17,8 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::contract::StoreExt;
 use crate::store::grant::Grant;
 use crate::store::Store;
-
-/// A user's store, with the fallbacks of the contract.
-pub(crate) struct UserStore<S>(S);
-
-impl<S: Store> UserStore<S> {
-    /// `store` with the fallbacks.
-    pub(crate) fn new(store: S) -> Self {
-        Self(store)
-    }
-}
-
-impl<S: Store> Store for UserStore<S> {
-    fn check(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u32,
-    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
-        self.0.check(key, policy, cost)
-    }
-
-    fn peek(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u32,
-    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
-        self.0.peek(key, policy, cost)
-    }
-
-    fn reset(
-        &self,
-        key: &str,
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.0.reset(key, policy)
-    }
-
-    fn block(
-        &self,
-        key: &str,
-        policy: &Policy,
-        duration: Duration,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.0.block(key, policy, duration)
-    }
-}
-
-impl<S: Store> StoreExt for UserStore<S> {
-    /// The checks one by one, in order: not atomic (an earlier limit counts a request that a
-    /// later one denies), and nothing denied is charged.
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        check_in_order(&self.0, checks).await
-    }
-
-    /// Not the user's to give: [`StoreError::Unsupported`].
-    async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
-        Err(StoreError::Unsupported("refund"))
-    }
-
-    /// One request of cost `min`, granted `min` units if it is allowed.
-    async fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        _: u32,
-    ) -> Result<Grant, StoreError> {
-        lease_by_check(&self.0, key, policy, min).await
-    }
-
-    /// Takes nothing back: unused units count as used, which only ever admits less.
-    async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
-        Ok(0)
-    }
-
-    /// Nothing at once: the store is asked.
-    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
-        None
-    }
-
-    /// The wrappers keep their state by this process's monotonic clock.
-    fn clock(&self) -> Option<&dyn Clock> {
-        None
-    }
-
-    fn abandoned(&self) {}
-
-    /// The user's store's own type name, not the adapter's.
-    fn label(&self) -> Arc<str> {
-        crate::telemetry::store_label::<S>()
-    }
-}
 
 /// Decides `checks` one by one, in order, with `store`'s [`check`](Store::check).
 pub(crate) async fn check_in_order(
@@ -139,15 +45,15 @@ pub(crate) async fn lease_by_check(
     Ok(Grant::new(granted, decision, 0))
 }
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A store of a type the layer does not name: [`UserStore`], or in tests any store of the
-/// contract.
+/// A store of a type the layer does not name: a [`UserStore`] (in tests, also a store of
+/// the contract's own).
 pub(crate) type BoxedStore = Box<dyn DynStore>;
 
-/// [`Store`] and [`StoreExt`] with boxed futures, so that a store can be a trait object. The
-/// methods keep the contract's names, so the backend calls a boxed store as it calls the
-/// built-in ones.
+/// The contract ([`Store`] and [`StoreExt`](crate::store::contract::StoreExt)) with boxed futures, so that a store can be a
+/// trait object. The methods keep the contract's names, so the backend calls a boxed store as
+/// it calls the built-in ones.
 pub(crate) trait DynStore: Send + Sync {
     fn check<'a>(
         &'a self,
@@ -202,14 +108,24 @@ pub(crate) trait DynStore: Send + Sync {
     fn label(&self) -> Arc<str>;
 }
 
-impl<S: StoreExt> DynStore for S {
+/// A user's store, with the fallbacks of the contract.
+pub(crate) struct UserStore<S>(S);
+
+impl<S: Store> UserStore<S> {
+    /// `store` with the fallbacks.
+    pub(crate) fn new(store: S) -> Self {
+        Self(store)
+    }
+}
+
+impl<S: Store> DynStore for UserStore<S> {
     fn check<'a>(
         &'a self,
         key: &'a str,
         policy: &'a Policy,
         cost: u32,
     ) -> BoxFuture<'a, Result<Decision, StoreError>> {
-        Box::pin(Store::check(self, key, policy, cost))
+        Box::pin(self.0.check(key, policy, cost))
     }
 
     fn peek<'a>(
@@ -218,7 +134,7 @@ impl<S: StoreExt> DynStore for S {
         policy: &'a Policy,
         cost: u32,
     ) -> BoxFuture<'a, Result<Decision, StoreError>> {
-        Box::pin(Store::peek(self, key, policy, cost))
+        Box::pin(self.0.peek(key, policy, cost))
     }
 
     fn reset<'a>(
@@ -226,7 +142,7 @@ impl<S: StoreExt> DynStore for S {
         key: &'a str,
         policy: &'a Policy,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(Store::reset(self, key, policy))
+        Box::pin(self.0.reset(key, policy))
     }
 
     fn block<'a>(
@@ -235,58 +151,64 @@ impl<S: StoreExt> DynStore for S {
         policy: &'a Policy,
         duration: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(Store::block(self, key, policy, duration))
+        Box::pin(self.0.block(key, policy, duration))
     }
 
+    /// The checks one by one, in order: not atomic (an earlier limit counts a request that a
+    /// later one denies), and nothing denied is charged.
     fn check_many<'a>(
         &'a self,
         checks: &'a [Check<'a>],
     ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>> {
-        Box::pin(StoreExt::check_many(self, checks))
+        Box::pin(check_in_order(&self.0, checks))
     }
 
+    /// Not the user's to give: [`StoreError::Unsupported`].
     fn refund<'a>(
         &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        n: u32,
+        _: &'a str,
+        _: &'a Policy,
+        _: u32,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(StoreExt::refund(self, key, policy, n))
+        Box::pin(async { Err(StoreError::Unsupported("refund")) })
     }
 
+    /// One request of cost `min`, granted `min` units if it is allowed.
     fn acquire<'a>(
         &'a self,
         key: &'a str,
         policy: &'a Policy,
         min: u32,
-        max: u32,
+        _: u32,
     ) -> BoxFuture<'a, Result<Grant, StoreError>> {
-        Box::pin(StoreExt::acquire(self, key, policy, min, max))
+        Box::pin(lease_by_check(&self.0, key, policy, min))
     }
 
+    /// Takes nothing back: unused units count as used, which only ever admits less.
     fn release<'a>(
         &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        unused: u32,
-        grant: &'a Grant,
+        _: &'a str,
+        _: &'a Policy,
+        _: u32,
+        _: &'a Grant,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
-        Box::pin(StoreExt::release(self, key, policy, unused, grant))
+        Box::pin(async { Ok(0) })
     }
 
-    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
-        StoreExt::check_ready(self, key, policy, cost)
+    /// Nothing at once: the store is asked.
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
     }
 
+    /// The wrappers keep their state by this process's monotonic clock.
     fn clock(&self) -> Option<&dyn Clock> {
-        StoreExt::clock(self)
+        None
     }
 
-    fn abandoned(&self) {
-        StoreExt::abandoned(self);
-    }
+    fn abandoned(&self) {}
 
+    /// The user's store's own type name, not the adapter's.
     fn label(&self) -> Arc<str> {
-        StoreExt::label(self)
+        crate::telemetry::store_label::<S>()
     }
 }
