@@ -1,9 +1,11 @@
-//! [`StoreExt`]: the crate-private contract between the stores and what sits on them.
+//! [`StoreExt`] and [`Leasing`]: the crate-private contract between the stores and what sits
+//! on them.
 //!
 //! A [`Store`] (the public four methods) is what a user writes. The built-in stores
 //! (`MemoryStore`, `RedisStore`), the adapter that gives a user's store its fallbacks
 //! (`wrappers::UserStore`), and every wrapper (cache of denials, leases, failure handling, the
-//! backend's dispatch) implement this contract as well. It has no default methods: a wrapper
+//! backend's dispatch) implement [`StoreExt`] as well; [`Leasing`] (leases of units and their
+//! return), only the stores and what lies between them and the leases. It has no default methods: a wrapper
 //! that forgets to pass a call on does not compile, and a fallback is a choice made once, in
 //! the user-store adapter.
 //!
@@ -50,31 +52,6 @@ pub(crate) trait StoreExt: Store {
         n: u32,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Leases from `min` to `max` units (`1 ≤ min ≤ max`) of `key`'s quota under `policy` in
-    /// one atomic step, for an instance to spend locally (see the leases module): as many as
-    /// the algorithm admits back to back at this instant, consumed as if that many requests
-    /// had been allowed; none if fewer than `min` fit, with the denial a request of cost
-    /// `min` would get.
-    fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        max: u32,
-    ) -> impl Future<Output = Result<Grant, StoreError>> + Send;
-
-    /// Gives back up to `unused` units of `grant` (a lease of `key` under `policy`) and
-    /// returns how many were taken back: only what the algorithm can take back exactly (the
-    /// leases module's docs state the rule: for the buckets, what is still ahead of now; for
-    /// the fixed windows, within the lease's window).
-    fn release(
-        &self,
-        key: &str,
-        policy: &Policy,
-        unused: u32,
-        grant: &Grant,
-    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
-
     /// The decision for one request of `cost` by `key` under `policy`, when this store can
     /// make it at once, in this process: a `MemoryStore` always can; the cache of denials can
     /// for a client it holds a denial of, and the leases from a lease in hand. The layer then
@@ -99,6 +76,37 @@ pub(crate) trait StoreExt: Store {
     /// The `store` label of this store's metrics: `memory`, `redis`, `redis_cluster`,
     /// `redis_sentinel`, or a user's store's short type name.
     fn label(&self) -> Arc<str>;
+}
+
+/// What the leases ask of the store below them: a lease of units, and giving unused ones
+/// back. Only the stores, the backend's dispatch, and the failure handling (which bounds
+/// these calls as it bounds decisions) implement it; the wrappers above the leases never see
+/// it.
+pub(crate) trait Leasing: StoreExt {
+    /// Leases from `min` to `max` units (`1 ≤ min ≤ max`) of `key`'s quota under `policy` in
+    /// one atomic step, for an instance to spend locally (see the leases module): as many as
+    /// the algorithm admits back to back at this instant, consumed as if that many requests
+    /// had been allowed; none if fewer than `min` fit, with the denial a request of cost
+    /// `min` would get.
+    fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> impl Future<Output = Result<Grant, StoreError>> + Send;
+
+    /// Gives back up to `unused` units of `grant` (a lease of `key` under `policy`) and
+    /// returns how many were taken back: only what the algorithm can take back exactly (the
+    /// leases module's docs state the rule: for the buckets, what is still ahead of now; for
+    /// the fixed windows, within the lease's window).
+    fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> impl Future<Output = Result<u32, StoreError>> + Send;
 }
 
 /// The time wrappers keep their state by, in µs: `store`'s [`clock`](StoreExt::clock) when it

@@ -10,7 +10,7 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::contract::StoreExt;
+use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
@@ -254,6 +254,15 @@ impl StoreExt for MemoryStore {
         Ok(())
     }
 
+    /// Nothing to drop: no call waits.
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        crate::telemetry::store_label::<Self>()
+    }
+}
+
+impl Leasing for MemoryStore {
     async fn acquire(
         &self,
         key: &str,
@@ -272,13 +281,6 @@ impl StoreExt for MemoryStore {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         Ok(self.release_now(key, policy, unused, grant))
-    }
-
-    /// Nothing to drop: no call waits.
-    fn abandoned(&self) {}
-
-    fn label(&self) -> Arc<str> {
-        crate::telemetry::store_label::<Self>()
     }
 }
 

@@ -13,7 +13,7 @@ use crate::error::StoreError;
 use crate::lease::Lease;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::contract::StoreExt;
+use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
@@ -135,6 +135,28 @@ impl StoreExt for RedisStore {
         self.act(key, policy, Control::Refund(u64::from(n))).await
     }
 
+    /// Never: every decision is a round trip.
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.clock.as_deref()
+    }
+
+    /// The kept connection is dropped: the next call takes one from the pool, whose check
+    /// (a `PING`) drops a connection that does not answer and opens a new one.
+    fn abandoned(&self) {
+        self.shared.connection.forget();
+    }
+
+    /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
+    fn label(&self) -> Arc<str> {
+        self.shared.connection.label().into()
+    }
+}
+
+impl Leasing for RedisStore {
     /// A lease of `min` to `max` units: one call of `lua/lease.lua`. An algorithm that does
     /// not lease decides `min` units as one request.
     async fn acquire(
@@ -175,25 +197,5 @@ impl StoreExt for RedisStore {
             .release(key, policy, (unused, grant.mark), &now);
         let reply = self.eval(call).await?;
         script::released_from_reply(&reply)
-    }
-
-    /// Never: every decision is a round trip.
-    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
-        None
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        self.clock.as_deref()
-    }
-
-    /// The kept connection is dropped: the next call takes one from the pool, whose check
-    /// (a `PING`) drops a connection that does not answer and opens a new one.
-    fn abandoned(&self) {
-        self.shared.connection.forget();
-    }
-
-    /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
-    fn label(&self) -> Arc<str> {
-        self.shared.connection.label().into()
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::rules::Rule;
 use crate::store::check::Check;
-use crate::store::contract::StoreExt;
+use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::wrappers::user_store::check_in_order;
 use crate::store::wrappers::Backend;
@@ -264,6 +264,30 @@ impl Store for NotAtomic {
 
 /// Its own lease, in place of the store's atomic one.
 impl StoreExt for NotAtomic {
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        check_in_order(self, checks).await
+    }
+
+    async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("refund"))
+    }
+
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        None
+    }
+
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        "not_atomic".into()
+    }
+}
+
+impl Leasing for NotAtomic {
     async fn acquire(
         &self,
         key: &str,
@@ -305,30 +329,8 @@ impl StoreExt for NotAtomic {
         Ok(Grant::new(granted as u32, decision, now + after))
     }
 
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        check_in_order(self, checks).await
-    }
-
-    async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
-        Err(StoreError::Unsupported("refund"))
-    }
-
     async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
         Ok(0)
-    }
-
-    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
-        None
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        None
-    }
-
-    fn abandoned(&self) {}
-
-    fn label(&self) -> Arc<str> {
-        "not_atomic".into()
     }
 }
 
@@ -359,7 +361,7 @@ async fn without_the_stores_atomic_lease_two_instances_admit_too_much() {
 
 /// Leases of `key` at 5 per minute under every algorithm that leases, on `store`: 3 units,
 /// then 2, then none (a denial with its wait); 2 unused units given back are leased again.
-pub(super) async fn leases_are_exact(store: &impl StoreExt, key: &str) {
+pub(super) async fn leases_are_exact(store: &impl Leasing, key: &str) {
     for algorithm in Lease::ALGORITHMS {
         let policy = Policy::new("leased", Quota::per_minute(5).unwrap(), algorithm).unwrap();
         let first = store.acquire(key, &policy, 1, 3).await.unwrap();

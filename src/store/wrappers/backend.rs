@@ -16,7 +16,7 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::contract::StoreExt;
+use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::memory::MemoryStore;
 #[cfg(feature = "redis")]
@@ -59,7 +59,7 @@ impl Backend {
     /// A store that implements the contract itself, e.g. a test's store with a lease of its
     /// own making.
     #[cfg(test)]
-    pub(crate) fn custom<S: StoreExt>(store: S) -> Self {
+    pub(crate) fn custom<S: Leasing>(store: S) -> Self {
         Self::User(Box::new(super::tests::Native(store)))
     }
 
@@ -113,6 +113,25 @@ impl StoreExt for Backend {
         dispatch!(self, store => store.refund(key, policy, n).await)
     }
 
+    #[inline]
+    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
+        dispatch!(self, store => store.check_ready(key, policy, cost))
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        dispatch!(self, store => store.clock())
+    }
+
+    fn abandoned(&self) {
+        dispatch!(self, store => store.abandoned())
+    }
+
+    fn label(&self) -> Arc<str> {
+        dispatch!(self, store => store.label())
+    }
+}
+
+impl Leasing for Backend {
     async fn acquire(
         &self,
         key: &str,
@@ -131,23 +150,6 @@ impl StoreExt for Backend {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         dispatch!(self, store => store.release(key, policy, unused, grant).await)
-    }
-
-    #[inline]
-    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
-        dispatch!(self, store => store.check_ready(key, policy, cost))
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        dispatch!(self, store => store.clock())
-    }
-
-    fn abandoned(&self) {
-        dispatch!(self, store => store.abandoned())
-    }
-
-    fn label(&self) -> Arc<str> {
-        dispatch!(self, store => store.label())
     }
 }
 

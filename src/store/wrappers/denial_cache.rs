@@ -23,7 +23,6 @@ use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::check::Check;
 use crate::store::contract::{now_us, StoreExt};
-use crate::store::grant::Grant;
 use crate::store::Store;
 
 const SHARDS: usize = 16;
@@ -328,26 +327,6 @@ impl<S: StoreExt> StoreExt for DenialCache<S> {
 
     fn clock(&self) -> Option<&dyn crate::clock::Clock> {
         self.inner.clock()
-    }
-
-    async fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        max: u32,
-    ) -> Result<Grant, StoreError> {
-        self.inner.acquire(key, policy, min, max).await
-    }
-
-    async fn release(
-        &self,
-        key: &str,
-        policy: &Policy,
-        unused: u32,
-        grant: &Grant,
-    ) -> Result<u32, StoreError> {
-        self.inner.release(key, policy, unused, grant).await
     }
 
     fn abandoned(&self) {

@@ -17,7 +17,7 @@ use crate::error::StoreError;
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::contract::StoreExt;
+use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::memory::MemoryStore;
 use crate::store::Store;
@@ -363,6 +363,26 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
         decision
     }
 
+    /// Refunds the fallback too (what it counted during an outage).
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.refund(key, policy, n).await?;
+        }
+        self.call(|| self.inner.refund(key, policy, n)).await
+    }
+
+    /// Passed on: this wrapper gives calls up itself, and tells the inner store then.
+    fn abandoned(&self) {
+        self.inner.abandoned();
+    }
+
+    /// The inner store's label, taken when it was wrapped.
+    fn label(&self) -> Arc<str> {
+        Arc::clone(&self.label)
+    }
+}
+
+impl<S: Leasing> Leasing for Resilient<S> {
     /// Leases through the timeout and breaker; on failure, by the policy like a check (the
     /// fallback's grants carry no mark, so that nothing of them is ever given back to the
     /// inner store).
@@ -384,14 +404,6 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
             })
     }
 
-    /// Refunds the fallback too (what it counted during an outage).
-    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        if let Some(fallback) = &self.fallback {
-            fallback.refund(key, policy, n).await?;
-        }
-        self.call(|| self.inner.refund(key, policy, n)).await
-    }
-
     async fn release(
         &self,
         key: &str,
@@ -406,16 +418,6 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
             self.failed(error);
         }
         released
-    }
-
-    /// Passed on: this wrapper gives calls up itself, and tells the inner store then.
-    fn abandoned(&self) {
-        self.inner.abandoned();
-    }
-
-    /// The inner store's label, taken when it was wrapped.
-    fn label(&self) -> Arc<str> {
-        Arc::clone(&self.label)
     }
 }
 
@@ -515,6 +517,16 @@ mod tests {
             Err(StoreError::Unsupported("refund"))
         }
 
+        fn clock(&self) -> Option<&dyn Clock> {
+            None
+        }
+
+        fn label(&self) -> Arc<str> {
+            "flaky".into()
+        }
+    }
+
+    impl Leasing for Flaky {
         async fn acquire(
             &self,
             key: &str,
@@ -527,14 +539,6 @@ mod tests {
 
         async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
             Ok(0)
-        }
-
-        fn clock(&self) -> Option<&dyn Clock> {
-            None
-        }
-
-        fn label(&self) -> Arc<str> {
-            "flaky".into()
         }
     }
 

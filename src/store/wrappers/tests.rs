@@ -13,7 +13,7 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::contract::StoreExt;
+use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::memory::MemoryStore;
 use crate::store::Store;
@@ -71,7 +71,7 @@ pub(crate) fn remote() -> Backend {
 /// store, for [`Backend::custom`].
 pub(crate) struct Native<S>(pub(crate) S);
 
-impl<S: StoreExt> DynStore for Native<S> {
+impl<S: Leasing> DynStore for Native<S> {
     fn check<'a>(
         &'a self,
         key: &'a str,
@@ -130,7 +130,7 @@ impl<S: StoreExt> DynStore for Native<S> {
         min: u32,
         max: u32,
     ) -> BoxFuture<'a, Result<Grant, StoreError>> {
-        Box::pin(StoreExt::acquire(&self.0, key, policy, min, max))
+        Box::pin(Leasing::acquire(&self.0, key, policy, min, max))
     }
 
     fn release<'a>(
@@ -140,7 +140,7 @@ impl<S: StoreExt> DynStore for Native<S> {
         unused: u32,
         grant: &'a Grant,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
-        Box::pin(StoreExt::release(&self.0, key, policy, unused, grant))
+        Box::pin(Leasing::release(&self.0, key, policy, unused, grant))
     }
 
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {

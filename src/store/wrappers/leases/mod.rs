@@ -39,7 +39,7 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::contract::{now_us, StoreExt};
+use crate::store::contract::{now_us, Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 use crate::telemetry;
@@ -97,7 +97,7 @@ struct Shared<S> {
     lifetime: Duration,
 }
 
-impl<S: StoreExt> Shared<S> {
+impl<S: Leasing> Shared<S> {
     /// Gives `unused` units of `grant` back, counting what came back and what did not.
     async fn give_back(&self, entry: &Entry, unused: u32, grant: Grant) {
         let taken = self
@@ -135,7 +135,7 @@ impl<S: StoreExt> Shared<S> {
     }
 }
 
-impl<S: StoreExt> Leases<S> {
+impl<S: Leasing> Leases<S> {
     /// Leases around `inner`, each lasting at most 1 s, for up to 10,000 keys at once.
     pub(crate) fn new(inner: S) -> Self {
         Self {
@@ -315,7 +315,7 @@ impl<S: StoreExt> Leases<S> {
     }
 }
 
-impl<S: StoreExt> Store for Leases<S> {
+impl<S: Leasing> Store for Leases<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
@@ -356,7 +356,7 @@ impl<S: StoreExt> Store for Leases<S> {
     }
 }
 
-impl<S: StoreExt> StoreExt for Leases<S> {
+impl<S: Leasing> StoreExt for Leases<S> {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
             // A check that charges is decided by the store, which records it even when
@@ -402,26 +402,6 @@ impl<S: StoreExt> StoreExt for Leases<S> {
         };
         state.demand += u64::from(cost);
         Some(decision)
-    }
-
-    async fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        max: u32,
-    ) -> Result<Grant, StoreError> {
-        self.shared.inner.acquire(key, policy, min, max).await
-    }
-
-    async fn release(
-        &self,
-        key: &str,
-        policy: &Policy,
-        unused: u32,
-        grant: &Grant,
-    ) -> Result<u32, StoreError> {
-        self.shared.inner.release(key, policy, unused, grant).await
     }
 
     fn abandoned(&self) {
