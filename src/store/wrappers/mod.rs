@@ -7,11 +7,14 @@
 //!
 //! The folder is named for what its types are: each is a store holding a store, adding one
 //! concern, as tower's `Timeout<S>` is a service holding a service. ("Stack" would also mean
-//! stacked limits, which are the contract's [`check_many`](crate::store::contract::StoreExt::check_many).)
-//! None of it is public: a user never wraps a store, and a store passed to `.store(...)` gets
-//! all of them. Each wrapper implements every method of the contract
-//! ([`StoreExt`](crate::store::contract::StoreExt)) itself. The stores below (memory/, redis/)
-//! import nothing from here.
+//! stacked limits, the contract's
+//! [`check_many`](crate::store::contract::StoreExt::check_many).) None of it is public: a user
+//! never wraps a store, and a store passed to `.store(...)` gets all of them.
+//!
+//! Each wrapper implements every method of the contract
+//! ([`StoreExt`](crate::store::contract::StoreExt)) itself, and the failure handling also
+//! [`Leasing`](crate::store::contract::Leasing), which the leases call through it. Nothing
+//! else in `store/` imports from here (`scripts/check_layout.sh` checks it).
 
 mod backend;
 mod breaker;

@@ -162,9 +162,9 @@ impl<S: Leasing> DynStore for Native<S> {
 
 /// The layer boxes each decision that waits for Redis, and the wrappers' futures are inside
 /// it. A connection checkout, a `NOSCRIPT` retry and a lease refill are rare, so each is
-/// boxed where it happens rather than given room in every decision's future (room that
-/// once made this one 22 KB, allocated and copied on every request). Measured on the wrappers
-/// the layer builds, over the backend it chooses.
+/// boxed where it happens rather than given room in every decision's future (room that would
+/// make this one about 22 KB, allocated and copied on every request). Measured on the
+/// wrappers the layer builds, over the backend it chooses.
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn a_decision_through_the_layers_wrappers_has_a_small_future() {
