@@ -6,9 +6,17 @@
 #   nowhere else: a module declared `#[cfg(test)]` is one of those);
 # - no `#[path = ..]` module anywhere in the workspace: shared test helpers are the
 #   `tollgate-test-kit` crate, an example's tests live in the example;
-# - no import cycle between the top-level modules of src/ (`algorithm`, `key`, `layer`,
-#   `limiter`, `quota`, `response`, `rules`, `service`, `store`, ...): a module's non-test
-#   code names another as `crate::<module>`, so the request path reads top to bottom;
+# - no import circle at any level of src/: between the top-level modules (`algorithm`,
+#   `key`, `layer`, `limiter`, ..., `store`), and between the files and folders of every
+#   folder (`store/contract.rs`, `store/memory/`, `store/wrappers/`, ...), so that every part
+#   reads top to bottom. A file's non-test code that names `crate::a::b::..`, `super::..` or
+#   `self::..` depends on the module it names; a folder's `mod.rs` (its front door, which
+#   declares and re-exports its children) is not counted as depending on its own children,
+#   nor a file on its own ancestors;
+# - the stores and the contract stay under the store wrappers: nothing in `store/` outside
+#   `store/wrappers/` (and the front door `store/mod.rs`, and the store tests under
+#   `store/tests/`) imports from `store/wrappers/`, tests included: `memory/`, `redis/`, the
+#   contract files, and any store added beside them;
 # - non-test code imports from the module that defines a name (`crate::error::ConfigError`),
 #   not from the root's re-exports (`crate::ConfigError`), so that every dependency shows.
 #
@@ -18,8 +26,6 @@ cd "$(dirname "$0")/.."
 
 MAX_LINES=500
 failed=0
-edges=$(mktemp)
-trap 'rm -f "$edges"' EXIT
 
 is_test_file() {
     case "$1" in
@@ -50,10 +56,6 @@ while IFS= read -r file; do
         failed=1
     fi
     [ "$file" = src/lib.rs ] && continue
-    # The top-level module: src/<module>.rs or src/<module>/...
-    module=${file#src/}
-    module=${module%%/*}
-    module=${module%.rs}
     # Code only: comments (doc links included) name modules without depending on them.
     uses=$(printf '%s\n' "$code" | grep -v '^[[:space:]]*//' || true)
     if printf '%s\n' "$uses" | grep -nE 'crate::(\{|[A-Z])' >/dev/null; then
@@ -62,16 +64,182 @@ while IFS= read -r file; do
         done
         failed=1
     fi
-    { printf '%s\n' "$uses" | grep -oE 'crate::[a-z_]+' || true; } | sed 's/^crate:://' |
-        sort -u | while IFS= read -r dependency; do
-            if [ "$dependency" != "$module" ]; then echo "$module $dependency"; fi
-        done >>"$edges"
 done < <(find src -name '*.rs' | sort)
 
-if ! loops=$(tsort "$edges" 2>&1 >/dev/null) || [ -n "$loops" ]; then
-    echo "import cycles between the top-level modules of src/ (each loop is listed by tsort):"
-    printf '%s\n' "$loops" | sed -e "s#^tsort: $edges: input contains a loop:#  a loop through:#" \
-        -e 's/^tsort: /    /'
+# The import graph of src/, at every level: each circle, and each import of the store wrappers
+# by memory/ or redis/.
+if ! perl - <<'PERL'
+use strict;
+use warnings;
+
+my @files = sort split /\n/, `find src -name '*.rs'`;
+
+sub is_test_file { $_[0] =~ m{/tests/|/tests\.rs$|_tests\.rs$|/test_[^/]*\.rs$} }
+
+# The module path of a file: src/a/b.rs and src/a/b/mod.rs are (a, b); src/lib.rs is ().
+sub module_of {
+    my ($file) = @_;
+    (my $path = $file) =~ s{^src/}{};
+    $path =~ s{\.rs$}{};
+    $path =~ s{(^|/)(mod|lib)$}{};
+    return $path eq '' ? () : split m{/}, $path;
+}
+
+sub is_module {
+    my $path = join '/', @_;
+    return -f "src/$path.rs" || -f "src/$path/mod.rs";
+}
+
+# The file's code, without comments; before its `#[cfg(test)] mod <name> {` block unless
+# `$whole`, and without the item after a `#[cfg(test)]` line.
+sub code_of {
+    my ($file, $whole) = @_;
+    open my $fh, '<', $file or die "$file: $!";
+    my @lines = <$fh>;
+    close $fh;
+    my @code;
+    for (my $i = 0; $i < @lines; $i++) {
+        my $line = $lines[$i];
+        if ($line =~ /^\s*#\[cfg\(test\)\]\s*$/) {
+            last if !$whole && defined $lines[$i + 1] && $lines[$i + 1] =~ /^(pub(\([a-z]+\))? )?mod [a-z_]+ \{/;
+            $i++ unless $whole;    # a test-only item (a `use`, a `mod`) on the next line
+            next;
+        }
+        $line =~ s{//.*$}{};
+        push @code, $line;
+    }
+    return join '', @code;
+}
+
+# Every path a piece of code names from `crate::`, `super::` or `self::`, `use` trees
+# expanded: "crate::a::b::C", "super::x".
+sub paths_in {
+    my ($code) = @_;
+    my @paths;
+    while ($code =~ /\buse\s+((?:crate|super|self)\b[^;]*);/g) {
+        push @paths, expand($1);
+    }
+    (my $rest = $code) =~ s/\buse\s+[^;]*;//g;
+    while ($rest =~ /\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)/g) {
+        push @paths, $1;
+    }
+    return @paths;
+}
+
+# Expands a `use` tree ("a::{b, c::{d, e}}") into its paths.
+sub expand {
+    my ($tree) = @_;
+    $tree =~ s/\s+//g;
+    $tree =~ s/\bas\w+//g;
+    return ($tree) unless $tree =~ /^(.*?)::\{(.*)\}$/;
+    my ($prefix, $inner) = ($1, $2);
+    my @parts;
+    my ($depth, $part) = (0, '');
+    for my $ch (split //, $inner) {
+        $depth++ if $ch eq '{';
+        $depth-- if $ch eq '}';
+        if ($ch eq ',' && $depth == 0) { push @parts, $part; $part = ''; next }
+        $part .= $ch;
+    }
+    push @parts, $part if $part ne '';
+    return map { $_ eq 'self' ? $prefix : expand("${prefix}::$_") } @parts;
+}
+
+# The module a path names from the file of module @from: its longest prefix that is a module.
+sub target_of {
+    my ($path, @from) = @_;
+    my @segments = split /::/, $path;
+    my $base = shift @segments;
+    my @module;
+    if ($base eq 'crate') {
+        @module = ();
+    } else {
+        # `self` is the file's own module; `super` its parent (for src/a/b.rs, `a`).
+        @module = @from;
+        if ($base eq 'super') {
+            pop @module;
+            while (@segments && $segments[0] eq 'super') { shift @segments; pop @module; }
+        }
+    }
+    for my $segment (@segments) {
+        last unless is_module(@module, $segment);
+        push @module, $segment;
+    }
+    return @module;
+}
+
+my (%edges, @wrong);
+for my $file (@files) {
+    next if $file eq 'src/lib.rs';
+    my @from = module_of($file);
+    # Under the wrappers: everything in store/ but the wrappers, the front door and the tests.
+    my $in_backend = $file =~ m{^src/store/} && $file !~ m{^src/store/(wrappers/|tests/|mod\.rs$)};
+    next if is_test_file($file) && !$in_backend;
+    my $code = code_of($file, is_test_file($file));
+    for my $path (paths_in($code)) {
+        my @to = target_of($path, @from);
+        if ($in_backend && @to >= 2 && $to[0] eq "store" && $to[1] eq "wrappers") {
+            push @wrong, "$file: imports the store wrappers ($path): the stores and the contract are below them";
+        }
+        next if is_test_file($file);
+        my $k = 0;
+        $k++ while $k < @from && $k < @to && $from[$k] eq $to[$k];
+        # Its own module or an ancestor (a folder's front door), or a descendant (a
+        # folder's mod.rs over its own children): no edge.
+        next if $k == @to || $k == @from;
+        my $level = join('/', 'src', @from[0 .. $k - 1]);
+        $edges{$level}{$from[$k]}{$to[$k]}{$file} = 1;
+    }
+}
+
+print "$_\n" for @wrong;
+
+# Circles: the strongly connected parts of each level's graph (Tarjan).
+my $circles = 0;
+for my $level (sort keys %edges) {
+    my $graph = $edges{$level};
+    my (%index, %low, %on, @stack, $next);
+    $next = 0;
+    my $visit;
+    $visit = sub {
+        my ($v) = @_;
+        $index{$v} = $low{$v} = $next++;
+        push @stack, $v;
+        $on{$v} = 1;
+        for my $w (sort keys %{ $graph->{$v} || {} }) {
+            if (!exists $index{$w}) {
+                $visit->($w);
+                $low{$v} = $low{$w} if $low{$w} < $low{$v};
+            } elsif ($on{$w}) {
+                $low{$v} = $index{$w} if $index{$w} < $low{$v};
+            }
+        }
+        if ($low{$v} == $index{$v}) {
+            my @part;
+            while (1) {
+                my $w = pop @stack;
+                $on{$w} = 0;
+                push @part, $w;
+                last if $w eq $v;
+            }
+            if (@part > 1) {
+                my %in = map { $_ => 1 } @part;
+                print "import circle in $level/ between: ", join(', ', sort @part), "\n";
+                for my $a (sort @part) {
+                    for my $b (sort keys %{ $graph->{$a} }) {
+                        next unless $in{$b};
+                        print "    $a -> $b (", join(', ', sort keys %{ $graph->{$a}{$b} }), ")\n";
+                    }
+                }
+                $circles++;
+            }
+        }
+    };
+    $visit->($_) for grep { !exists $index{$_} } sort keys %$graph;
+}
+exit((@wrong || $circles) ? 1 : 0);
+PERL
+then
     failed=1
 fi
 

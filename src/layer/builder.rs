@@ -18,7 +18,7 @@ use crate::quiet_log::QuietLog;
 use crate::quota::Quota;
 use crate::response::HeaderStyle;
 use crate::rules::{Rule, RuleSource};
-use crate::store::stack::{self, Backend, DENIAL_CACHE_CAPACITY};
+use crate::store::wrappers::{self, Backend, DENIAL_CACHE_CAPACITY};
 use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
 
 /// Builds a [`RateLimitLayer`]; see [`RateLimitLayer::builder`].
@@ -288,7 +288,7 @@ impl RateLimitLayerBuilder {
     /// (checked already).
     pub(super) fn assemble(self, rules: Arc<RuleSource>, skip: Option<SkipFn>) -> RateLimitLayer {
         let on_store_error = self.failure.on_error;
-        let store = stack::stack(self.store, &self.failure, self.denial_cache);
+        let store = wrappers::wrap(self.store, &self.failure, self.denial_cache);
         RateLimitLayer {
             limiter: Arc::new(Limiter {
                 rules,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ControlError};
 use crate::limiter::Limiter;
-use crate::store::stack::StoreExt;
+use crate::store::contract::StoreExt;
 use crate::store::Store;
 
 /// A handle on a built [`RateLimitLayer`](crate::RateLimitLayer), from

@@ -11,7 +11,8 @@ use http::StatusCode;
 use super::Limiter;
 use crate::quota::Policy;
 use crate::rules::StatusMatch;
-use crate::store::stack::{Check, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
 
 /// A boxed future of nothing: the counting in progress.
 pub(crate) type Counting = Pin<Box<dyn Future<Output = ()> + Send>>;

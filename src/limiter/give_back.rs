@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Limiter;
 use crate::quota::Policy;
-use crate::store::stack::StoreExt;
+use crate::store::contract::StoreExt;
 
 /// One place in a delay-mode rule's queue: the client key, the policy the store enforces for
 /// the rule (its leaky bucket with the queue), and the request's cost.

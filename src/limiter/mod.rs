@@ -20,7 +20,7 @@ use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{self, HeaderStyle};
 use crate::rules::{CompiledRule, InForce, RuleSource};
-use crate::store::stack::Stack;
+use crate::store::wrappers::Wrapped;
 use crate::store::OnStoreError;
 use crate::telemetry::{self, Outcome};
 use count::Counted;
@@ -63,7 +63,7 @@ pub(crate) struct Limiter {
     pub(crate) skip: Option<SkipFn>,
     /// The store inside the failure handling, behind the leases for hot keys and the cache
     /// of denials.
-    pub(crate) store: Stack,
+    pub(crate) store: Wrapped,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,

@@ -18,7 +18,8 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::response::{self, HeaderStyle, Headers};
 use crate::rules::Mode;
-use crate::store::stack::{Check, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
 use crate::store::{OnStoreError, Store};
 use crate::telemetry::{self, Outcome};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 
-use super::stats::Counters;
+use super::counters::Counters;
 use super::yaml::{self, YamlDescriptor, YamlRateLimit, YamlRoot};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};

@@ -13,7 +13,9 @@ use super::charging::Charging;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::stack::{self, Backend, Check, Stack, StoreExt, DENIAL_CACHE_CAPACITY};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
+use crate::store::wrappers::{self, Backend, Wrapped, DENIAL_CACHE_CAPACITY};
 use crate::store::{Store, StoreFailure};
 
 /// One limit of a request: a client key under a policy, at a cost (0: look, consume nothing),
@@ -28,14 +30,14 @@ pub(crate) struct Ask<'a> {
 
 /// Decides a request's limits together through the store stack.
 pub(crate) struct Decider {
-    stack: Stack,
+    stack: Wrapped,
 }
 
 impl Decider {
     /// The layer's stack around `backend`, failing as `failure` says.
     pub(crate) fn new(backend: Backend, failure: &StoreFailure) -> Self {
         Self {
-            stack: stack::stack(backend, failure, DENIAL_CACHE_CAPACITY),
+            stack: wrappers::wrap(backend, failure, DENIAL_CACHE_CAPACITY),
         }
     }
 

@@ -10,54 +10,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::value::Kind;
-use envoy_types::pb::google::protobuf::{ListValue, NullValue, Struct, Value};
-use serde_norway::Value as Yaml;
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value};
 
 use super::plan::{Item, Plan};
-
-/// A limit's YAML `metadata` as the reference converts it (`parseMetadata`): maps become
-/// structs (keys written out as text), sequences lists, numbers doubles.
-pub(super) fn from_yaml(yaml: &Yaml) -> Result<Option<Struct>, String> {
-    match yaml {
-        Yaml::Null => Ok(None),
-        Yaml::Mapping(map) if map.is_empty() => Ok(None),
-        Yaml::Mapping(_) => match value(yaml).kind {
-            Some(Kind::StructValue(s)) => Ok(Some(s)),
-            _ => Ok(None),
-        },
-        _ => Err("error parsing metadata: metadata must be a map".into()),
-    }
-}
-
-fn value(yaml: &Yaml) -> Value {
-    let kind = match yaml {
-        Yaml::Null => Kind::NullValue(NullValue::NullValue as i32),
-        Yaml::Bool(b) => Kind::BoolValue(*b),
-        Yaml::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
-        Yaml::String(s) => Kind::StringValue(s.clone()),
-        Yaml::Sequence(items) => Kind::ListValue(ListValue {
-            values: items.iter().map(value).collect(),
-        }),
-        Yaml::Mapping(map) => Kind::StructValue(Struct {
-            fields: map.iter().map(|(k, v)| (key_text(k), value(v))).collect(),
-        }),
-        Yaml::Tagged(tagged) => return value(&tagged.value),
-    };
-    Value { kind: Some(kind) }
-}
-
-/// A map key as Go's `fmt.Sprintf("%v", k)` writes it.
-fn key_text(key: &Yaml) -> String {
-    match key {
-        Yaml::String(s) => s.clone(),
-        Yaml::Bool(b) => b.to_string(),
-        Yaml::Number(n) => n.to_string(),
-        Yaml::Null => "<nil>".into(),
-        other => serde_norway::to_string(other)
-            .map(|s| s.trim_end().to_owned())
-            .unwrap_or_default(),
-    }
-}
 
 /// The dynamic metadata of one answer: `statuses` are the response's, in the plan's order.
 pub(super) fn of_answer(
@@ -174,7 +129,9 @@ fn value_json(v: &Value) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
+    use super::super::yaml::metadata_from_yaml as from_yaml;
     use super::*;
+    use serde_norway::Value as Yaml;
 
     fn yaml(text: &str) -> Yaml {
         serde_norway::from_str(text).unwrap()

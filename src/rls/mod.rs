@@ -30,6 +30,7 @@
 mod charging;
 mod check;
 mod config;
+mod counters;
 mod decide;
 mod dir;
 mod json;

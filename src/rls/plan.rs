@@ -11,9 +11,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use super::charging::Charging;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
+use super::counters::Counters;
 use super::decide::Ask;
 use super::matching::{client_key, override_key, LimitRef, Matched};
-use super::stats::Counters;
 use crate::algorithm::Algorithm;
 use crate::key::sanitize;
 use crate::quota::{Policy, Quota};

@@ -10,9 +10,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 #[cfg(feature = "metrics")]
-use super::stat_name::Labels;
+use super::counters::Handles;
 #[cfg(feature = "metrics")]
-use super::stats::Handles;
+use super::stat_name::Labels;
 
 /// How many series request values may make, by default.
 pub(crate) const DEFAULT_MAX_SERIES: usize = 1_000;

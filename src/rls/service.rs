@@ -25,7 +25,7 @@ use super::stats;
 use super::xds::{self, XdsSource, XdsTask};
 use crate::error::ConfigError;
 use crate::layer::Stats;
-use crate::store::stack::Backend;
+use crate::store::wrappers::Backend;
 use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), answering

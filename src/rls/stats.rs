@@ -9,14 +9,12 @@
 //! which bounds how many there are. So install the recorder before the service answers its
 //! first request.
 
-use std::fmt;
-#[cfg(feature = "metrics")]
-use std::sync::OnceLock;
-
 #[cfg(feature = "metrics")]
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 
+#[cfg(feature = "metrics")]
+use super::counters::Handles;
 use super::plan::{Item, Limited, Plan};
 use super::response::Answer;
 use super::series::Series;
@@ -46,68 +44,6 @@ impl Statistics {
             if let Item::Limited(l) = item {
                 record(self, l, status, over, used_before);
             }
-        }
-    }
-}
-
-/// A limit's counters, once its first request has found them.
-#[derive(Default)]
-pub(crate) struct Counters {
-    #[cfg(feature = "metrics")]
-    found: OnceLock<Handles>,
-}
-
-impl Clone for Counters {
-    /// A copy of a limit finds its own (the same ones, for the same statistics key).
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-impl fmt::Debug for Counters {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Counters")
-    }
-}
-
-/// One statistics key's counters.
-#[cfg(feature = "metrics")]
-pub(crate) struct Handles {
-    total: metrics::Counter,
-    over: metrics::Counter,
-    near: metrics::Counter,
-    within: metrics::Counter,
-    shadow: metrics::Counter,
-}
-
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-impl Handles {
-    /// The counters of the series labelled `labels`.
-    pub(crate) fn new(labels: &Labels) -> Self {
-        let mut list = vec![
-            ("domain", labels.domain.clone()),
-            ("key1", labels.key1.clone()),
-        ];
-        if let Some(key2) = &labels.key2 {
-            list.push(("key2", key2.clone()));
-        }
-        Self::labelled(&list)
-    }
-
-    /// The counters of the one series that counts what is past [`Series`]' bound, labelled
-    /// `overflow="true"` (a label no statistics key has).
-    pub(crate) fn overflow() -> Self {
-        Self::labelled(&[("overflow", "true".to_owned())])
-    }
-
-    fn labelled(labels: &[(&'static str, String)]) -> Self {
-        Self {
-            total: metrics::counter!("ratelimit_service_rate_limit_total_hits", labels),
-            over: metrics::counter!("ratelimit_service_rate_limit_over_limit", labels),
-            near: metrics::counter!("ratelimit_service_rate_limit_near_limit", labels),
-            within: metrics::counter!("ratelimit_service_rate_limit_within_limit", labels),
-            shadow: metrics::counter!("ratelimit_service_rate_limit_shadow_mode", labels),
         }
     }
 }

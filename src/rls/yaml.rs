@@ -5,6 +5,8 @@
 //! reference's parser (gopkg.in/yaml.v2 into a Go `string`) keeps it: `value: 0x1F` is the
 //! text `0x1F`, not `31`, and `True` stays `True`.
 
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::google::protobuf::{ListValue, NullValue, Struct, Value as ProtoValue};
 use serde::Deserialize;
 use serde_norway::{Mapping, Value};
 
@@ -243,7 +245,7 @@ fn descriptor(map: &Mapping) -> Result<YamlDescriptor, String> {
         share_threshold: flag(map, "share_threshold")?,
         metadata: match map.get("metadata") {
             None => None,
-            Some(m) => super::metadata::from_yaml(m)?,
+            Some(m) => metadata_from_yaml(m)?,
         },
     })
 }
@@ -363,5 +365,52 @@ fn render(value: &Value) -> String {
         other => serde_norway::to_string(other)
             .map(|s| s.trim_end().to_owned())
             .unwrap_or_else(|_| kind(other).into()),
+    }
+}
+
+/// A limit's YAML `metadata` as the reference converts it (`parseMetadata`): maps become
+/// structs (keys written out as text), sequences lists, numbers doubles.
+pub(super) fn metadata_from_yaml(yaml: &Value) -> Result<Option<Struct>, String> {
+    match yaml {
+        Value::Null => Ok(None),
+        Value::Mapping(map) if map.is_empty() => Ok(None),
+        Value::Mapping(_) => match metadata_value(yaml).kind {
+            Some(Kind::StructValue(s)) => Ok(Some(s)),
+            _ => Ok(None),
+        },
+        _ => Err("error parsing metadata: metadata must be a map".into()),
+    }
+}
+
+fn metadata_value(yaml: &Value) -> ProtoValue {
+    let kind = match yaml {
+        Value::Null => Kind::NullValue(NullValue::NullValue as i32),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Sequence(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(metadata_value).collect(),
+        }),
+        Value::Mapping(map) => Kind::StructValue(Struct {
+            fields: map
+                .iter()
+                .map(|(k, v)| (key_text(k), metadata_value(v)))
+                .collect(),
+        }),
+        Value::Tagged(tagged) => return metadata_value(&tagged.value),
+    };
+    ProtoValue { kind: Some(kind) }
+}
+
+/// A map key as Go's `fmt.Sprintf("%v", k)` writes it.
+fn key_text(key: &Value) -> String {
+    match key {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => "<nil>".into(),
+        other => serde_norway::to_string(other)
+            .map(|s| s.trim_end().to_owned())
+            .unwrap_or_default(),
     }
 }

@@ -1,11 +1,23 @@
-//! Stores: where rate-limit state lives and decisions are made.
+//! Stores: where rate-limit state lives and decisions are made, and the whole kit for a store
+//! of your own.
 //!
 //! [`MemoryStore`] keeps it in this process (the default); [`RedisStore`] keeps it in Redis,
 //! shared by every instance of the app, one atomic Lua script per decision. A backend of your
-//! own implements [`Store`]'s four methods. Whichever it is, the layer's builder
-//! ([`store`](crate::RateLimitLayerBuilder::store)) puts the same stack around it: the cache
-//! of denials, leases for hot keys, and failure handling ([`StoreFailure`]); none of them is a
-//! type you build or stack yourself. The choice is made at run time, with no type parameter:
+//! own implements [`Store`]'s four methods, with the types they take and return here:
+//! [`Policy`] (what to decide by) and [`StoreError`] (what went wrong). Whichever store it
+//! is, the layer's builder ([`store`](crate::RateLimitLayerBuilder::store)) puts the same
+//! wrappers around it, in this order, outermost first:
+//!
+//! 1. the cache of denials (a client already denied is answered here until its
+//!    `Retry-After`, without asking the store; not around the memory store, which answers as
+//!    fast);
+//! 2. leases for hot keys (a policy with a `Lease` spends units paid for in the store);
+//! 3. failure handling, set by [`StoreFailure`] and [`OnStoreError`] (a timeout, a circuit
+//!    breaker, fail open, closed or to memory);
+//! 4. the store.
+//!
+//! None of them is a type you build or wrap yourself. The choice of store is made at run
+//! time, with no type parameter:
 //!
 //! ```
 //! use tollgate::store::{MemoryStore, RedisStore};
@@ -25,15 +37,16 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::StoreError;
-use crate::quota::Policy;
+pub use crate::error::StoreError;
+pub use crate::quota::Policy;
 
-mod failure;
+pub(crate) mod check;
+pub(crate) mod contract;
+pub(crate) mod grant;
 mod memory;
-pub(crate) mod stack;
-pub(crate) use failure::ErrorHook;
-pub use failure::{OnStoreError, StoreFailure};
+pub(crate) mod wrappers;
 pub use memory::MemoryStore;
+pub use wrappers::{OnStoreError, StoreFailure};
 #[cfg(all(test, feature = "cluster", feature = "sentinel"))]
 mod tests;
 
@@ -50,8 +63,8 @@ mod tests;
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::time::Duration;
-/// use tollgate::store::{MemoryStore, Store};
-/// use tollgate::{key, Decision, Policy, Quota, RateLimitLayer, StoreError};
+/// use tollgate::store::{MemoryStore, Policy, Store, StoreError};
+/// use tollgate::{key, Decision, Quota, RateLimitLayer};
 ///
 /// /// Decides in memory, and counts the decisions it was asked for.
 /// #[derive(Default)]

@@ -33,6 +33,7 @@ mod failover;
 mod grpc;
 mod http;
 mod metrics;
+mod own_store;
 mod peek;
 mod quickstart;
 mod redis_cluster;

@@ -5,7 +5,7 @@ use super::shard::lock;
 use super::MemoryStore;
 use crate::algorithm;
 use crate::quota::Policy;
-use crate::store::stack::Grant;
+use crate::store::grant::Grant;
 
 impl MemoryStore {
     /// Leases from `min` to `max` units without going through a future: see

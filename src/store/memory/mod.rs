@@ -9,18 +9,21 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::stack::{Check, Grant, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::{Leasing, StoreExt};
+use crate::store::grant::Grant;
 use crate::store::Store;
 
 mod client_key;
+mod key_hasher;
 mod lease;
 mod shard;
 mod slot_table;
 mod stacked;
 mod table;
 
+use key_hasher::KeyHasher;
 use shard::{lock, Shard};
-use table::KeyHasher;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
 ///
@@ -251,6 +254,15 @@ impl StoreExt for MemoryStore {
         Ok(())
     }
 
+    /// Nothing to drop: no call waits.
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        crate::telemetry::store_label::<Self>()
+    }
+}
+
+impl Leasing for MemoryStore {
     async fn acquire(
         &self,
         key: &str,

@@ -3,7 +3,8 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::table::{KeyHasher, PolicyTable};
+use super::key_hasher::KeyHasher;
+use super::table::PolicyTable;
 use crate::quota::Policy;
 
 /// A shard is swept after at least this many decisions, however few keys it holds.

@@ -12,7 +12,7 @@
 //! keeps no tombstones and a lookup stops at the first empty cell.
 
 use super::client_key::ClientKey;
-use super::table::KeyHasher;
+use super::key_hasher::KeyHasher;
 
 /// A table grows once it would be more than `FULL_NUMERATOR / FULL_DENOMINATOR` full.
 const FULL_NUMERATOR: usize = 3;

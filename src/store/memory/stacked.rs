@@ -13,7 +13,7 @@ use super::MemoryStore;
 use crate::algorithm::{self, Params, State};
 use crate::decision::Decision;
 use crate::quota::Policy;
-use crate::store::stack::Check;
+use crate::store::check::Check;
 
 impl MemoryStore {
     /// Decides one request against several limits at once, atomically: see

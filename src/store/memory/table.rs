@@ -7,23 +7,11 @@
 
 use std::sync::Arc;
 
-use foldhash::quality::RandomState;
-
+use super::key_hasher::KeyHasher;
 use super::slot_table::SlotTable;
 use crate::algorithm::{self, Algorithm, Gcra, Params, State};
 use crate::decision::Decision;
 use crate::quota::Policy;
-
-/// The store's hasher of client keys, seeded at random per store: faster than SipHash, and
-/// clients (who choose their keys) cannot aim at its buckets.
-#[derive(Clone, Default)]
-pub(super) struct KeyHasher(RandomState);
-
-impl KeyHasher {
-    pub(super) fn hash(&self, key: &[u8]) -> u64 {
-        std::hash::BuildHasher::hash_one(&self.0, key)
-    }
-}
 
 /// The clients of one policy (name and algorithm) in one shard.
 pub(super) struct PolicyTable {

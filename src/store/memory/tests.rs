@@ -3,13 +3,14 @@
 use std::sync::Barrier;
 use std::time::Duration;
 
+use super::key_hasher::KeyHasher;
 use super::shard::lock;
-use super::table::{KeyHasher, PolicyTable, MIN_SHRINK_CAPACITY};
+use super::table::{PolicyTable, MIN_SHRINK_CAPACITY};
 use super::*;
 use crate::algorithm::Algorithm;
 use crate::clock::ManualClock;
 use crate::quota::Quota;
-use crate::store::stack::Check;
+use crate::store::check::Check;
 
 fn policy(name: &str, limit: u32, algorithm: Algorithm) -> Policy {
     Policy::new(name, Quota::per_minute(limit).unwrap(), algorithm).unwrap()

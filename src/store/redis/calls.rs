@@ -1,172 +1,201 @@
-//! The store methods every Redis store shares: each is one call of one script (see
-//! [`Scripts`]) on the store's connection, whatever that connection is (standalone, Sentinel's
-//! master, a cluster). The stores forward their [`Store`](crate::store::Store) methods here.
+//! What a [`RedisStore`] sends for each method of [`Store`] and of the store contract: one
+//! call of one script (see [`Scripts`]) on the store's connection, whatever that connection
+//! is (standalone, Sentinel's master, a cluster).
 
-use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::script::{self, Call, Control, Scripts};
+use super::RedisStore;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::lease::Lease;
 use crate::quota::Policy;
-use crate::store::stack::{Check, Grant};
+use crate::store::check::Check;
+use crate::store::contract::{Leasing, StoreExt};
+use crate::store::grant::Grant;
+use crate::store::Store;
 
-/// A Redis store as the shared methods see it: where its keys live, which clock its scripts
-/// read, and how a call runs on its connection.
-pub(crate) trait ScriptRunner: Sync {
-    /// The key prefix (`tollgate` by default).
-    fn key_prefix(&self) -> &str;
-
-    /// The clock sent with every call, or `None` for Redis `TIME`.
-    fn script_clock(&self) -> Option<&Arc<dyn Clock>>;
-
+impl RedisStore {
     /// The scripts, with their SHA-1s.
-    fn scripts(&self) -> &Scripts;
+    pub(super) fn scripts(&self) -> &Scripts {
+        &self.shared.scripts
+    }
+
+    /// The `now` argument of every script: the store clock's µs, or `""` for Redis `TIME`.
+    pub(super) fn now_arg(&self) -> String {
+        self.clock
+            .as_ref()
+            .map_or_else(String::new, |c| c.now().to_string())
+    }
 
     /// Runs `call` on the store's connection.
-    fn eval(&self, call: Call<'_>) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
-}
+    ///
+    /// Boxed: the connection's call is most of a decision's future (about 900 bytes), and every
+    /// wrapper and the layer would carry it; boxed, the layer's decision future is small
+    /// enough for the allocator's fast path too.
+    pub(super) async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
+        Box::pin(self.shared.connection.eval(call)).await
+    }
 
-/// The Redis key that holds `client_key`'s state under `policy`.
-fn state_key(store: &impl ScriptRunner, policy: &Policy, client_key: &str) -> String {
-    script::state_key(store.key_prefix(), policy, client_key)
-}
+    /// One request of `cost`, or a dry run of it (`dry`): one call of the algorithm's script.
+    async fn decide(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u32,
+        dry: bool,
+    ) -> Result<Decision, StoreError> {
+        let key = self.state_key(policy, key);
+        let now = self.now_arg();
+        let scripts = self.scripts();
+        let call = match dry {
+            false => scripts.single(key, policy, cost, &now),
+            true => scripts.peek(key, policy, cost, &now),
+        };
+        let reply = self.eval(call).await?;
+        script::decision_from_reply(policy.params().burst, &reply)
+    }
 
-/// The `now` argument of every script: the store clock's µs, or `""` for Redis `TIME`.
-pub(crate) fn now(store: &impl ScriptRunner) -> String {
-    store
-        .script_clock()
-        .map_or_else(String::new, |c| c.now().to_string())
-}
+    /// Reset, block or refund one client: one call of `lua/control.lua`.
+    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
+        let key = self.state_key(policy, key);
+        let now = self.now_arg();
+        self.eval(self.scripts().control(key, policy, action, &now))
+            .await
+            .map(drop)
+    }
 
-/// One request of `cost`: one call of the algorithm's script.
-pub(crate) async fn check(
-    store: &impl ScriptRunner,
-    key: &str,
-    policy: &Policy,
-    cost: u32,
-) -> Result<Decision, StoreError> {
-    decide(store, key, policy, cost, false).await
-}
-
-/// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
-/// nothing written.
-pub(crate) async fn peek(
-    store: &impl ScriptRunner,
-    key: &str,
-    policy: &Policy,
-    cost: u32,
-) -> Result<Decision, StoreError> {
-    decide(store, key, policy, cost, true).await
-}
-
-/// [`check`], or [`peek`] when `dry`.
-async fn decide(
-    store: &impl ScriptRunner,
-    key: &str,
-    policy: &Policy,
-    cost: u32,
-    dry: bool,
-) -> Result<Decision, StoreError> {
-    let key = state_key(store, policy, key);
-    let now = now(store);
-    let scripts = store.scripts();
-    let call = match dry {
-        false => scripts.single(key, policy, cost, &now),
-        true => scripts.peek(key, policy, cost, &now),
-    };
-    let reply = store.eval(call).await?;
-    script::decision_from_reply(policy.params().burst, &reply)
-}
-
-/// One request against several limits in one round trip: one `EVALSHA` of the stacked script
-/// (see `lua/stacked.lua`), which decides every check at the same instant, dry, and stores the
-/// allowed ones only if no blocking check was denied. A single check runs its algorithm's own
-/// script, as [`check`] does. Atomic wherever one script may touch every key: always on a
-/// standalone Redis, within one hash slot on a cluster.
-pub(crate) async fn check_stacked(
-    store: &impl ScriptRunner,
-    checks: &[Check<'_>],
-) -> Result<Vec<Decision>, StoreError> {
-    match checks {
-        [] => return Ok(Vec::new()),
-        [one] if !one.charge => {
-            return Ok(vec![check(store, one.key, one.policy, one.cost).await?])
+    /// One request against several limits in one round trip: one `EVALSHA` of the stacked
+    /// script (see `lua/stacked.lua`), which decides every check at the same instant, dry, and
+    /// stores the allowed ones only if no blocking check was denied. A single check runs its
+    /// algorithm's own script, as [`check`](Store::check) does. Atomic wherever one script
+    /// may touch every key: always on a standalone Redis, within one hash slot on a cluster.
+    async fn check_stacked(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match checks {
+            [] => return Ok(Vec::new()),
+            [one] if !one.charge => {
+                return Ok(vec![
+                    self.decide(one.key, one.policy, one.cost, false).await?,
+                ])
+            }
+            _ => {}
         }
-        _ => {}
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|c| self.state_key(c.policy, c.key))
+            .collect();
+        let now = self.now_arg();
+        let reply = self
+            .eval(self.scripts().stacked(keys, checks, &now, false))
+            .await?;
+        script::decisions_from_reply(checks, &reply)
     }
-    let keys: Vec<String> = checks
-        .iter()
-        .map(|c| state_key(store, c.policy, c.key))
-        .collect();
-    let now = now(store);
-    let reply = store
-        .eval(store.scripts().stacked(keys, checks, &now, false))
-        .await?;
-    script::decisions_from_reply(checks, &reply)
 }
 
-/// Reset, block or refund one client: one call of `lua/control.lua`.
-pub(crate) async fn act(
-    store: &impl ScriptRunner,
-    key: &str,
-    policy: &Policy,
-    action: Control,
-) -> Result<(), StoreError> {
-    let key = state_key(store, policy, key);
-    let now = now(store);
-    store
-        .eval(store.scripts().control(key, policy, action, &now))
-        .await
-        .map(drop)
+impl Store for RedisStore {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.decide(key, policy, cost, false).await
+    }
+
+    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
+    /// nothing written.
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.decide(key, policy, cost, true).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Reset).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        self.act(key, policy, Control::block(duration)).await
+    }
 }
 
-/// A lease of `min` to `max` units: one call of `lua/lease.lua`. An algorithm that does not
-/// lease decides `min` units as one request.
-pub(crate) async fn acquire(
-    store: &impl ScriptRunner,
-    key: &str,
-    policy: &Policy,
-    min: u32,
-    max: u32,
-) -> Result<Grant, StoreError> {
-    if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
-        let decision = check(store, key, policy, min).await?;
-        return Ok(Grant::new(
-            if decision.allowed { min } else { 0 },
-            decision,
-            0,
-        ));
+impl StoreExt for RedisStore {
+    /// One `EVALSHA` of the stacked script, which decides every check at the same instant,
+    /// dry, and stores the allowed ones only if no blocking check was denied; on a cluster,
+    /// one such call per slot (see the type's docs), boxed, as it is rarer and larger.
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        #[cfg(feature = "cluster")]
+        if self.shared.connection.is_cluster() {
+            return Box::pin(super::cluster::check_many(self, checks)).await;
+        }
+        self.check_stacked(checks).await
     }
-    let key = state_key(store, policy, key);
-    let now = now(store);
-    let reply = store
-        .eval(store.scripts().acquire(key, policy, (min, max), &now))
-        .await?;
-    script::grant_from_reply(policy.params().burst, &reply)
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.act(key, policy, Control::Refund(u64::from(n))).await
+    }
+
+    /// Never: every decision is a round trip.
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        self.clock.as_deref()
+    }
+
+    /// The kept connection is dropped: the next call takes one from the pool, whose check
+    /// (a `PING`) drops a connection that does not answer and opens a new one.
+    fn abandoned(&self) {
+        self.shared.connection.forget();
+    }
+
+    /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
+    fn label(&self) -> Arc<str> {
+        self.shared.connection.label().into()
+    }
 }
 
-/// Gives back `unused` units of `grant`: one call of `lua/lease.lua`.
-pub(crate) async fn release(
-    store: &impl ScriptRunner,
-    key: &str,
-    policy: &Policy,
-    unused: u32,
-    grant: &Grant,
-) -> Result<u32, StoreError> {
-    if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
-        return Ok(0);
+impl Leasing for RedisStore {
+    /// A lease of `min` to `max` units: one call of `lua/lease.lua`. An algorithm that does
+    /// not lease decides `min` units as one request.
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
+            let decision = self.decide(key, policy, min, false).await?;
+            let granted = if decision.allowed { min } else { 0 };
+            return Ok(Grant::new(granted, decision, 0));
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now_arg();
+        let reply = self
+            .eval(self.scripts().acquire(key, policy, (min, max), &now))
+            .await?;
+        script::grant_from_reply(policy.params().burst, &reply)
     }
-    let key = state_key(store, policy, key);
-    let now = now(store);
-    let reply = store
-        .eval(
-            store
-                .scripts()
-                .release(key, policy, (unused, grant.mark), &now),
-        )
-        .await?;
-    script::released_from_reply(&reply)
+
+    /// Gives back `unused` units of `grant`: one call of `lua/lease.lua`.
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
+            return Ok(0);
+        }
+        let key = self.state_key(policy, key);
+        let now = self.now_arg();
+        let call = self
+            .scripts()
+            .release(key, policy, (unused, grant.mark), &now);
+        let reply = self.eval(call).await?;
+        script::released_from_reply(&reply)
+    }
 }

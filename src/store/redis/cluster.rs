@@ -7,11 +7,10 @@ use std::collections::HashMap;
 use deadpool_redis::redis::cluster_routing::Slot;
 use futures_util::future::try_join_all;
 
-use super::calls::{self, ScriptRunner};
 use super::{script, RedisStore};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::store::stack::Check;
+use crate::store::check::Check;
 use crate::store::Store;
 
 /// Decides one request against several limits: one atomic script call when every key is
@@ -29,7 +28,7 @@ pub(super) async fn check_many(
         .iter()
         .map(|c| store.state_key(c.policy, c.key))
         .collect();
-    let now = calls::now(store);
+    let now = store.now_arg();
     let groups = group_by_slot(&keys);
     if groups.len() == 1 {
         let reply = store

@@ -460,7 +460,7 @@ mod tests {
 
     #[test]
     fn each_kind_has_its_metrics_label() {
-        use crate::store::stack::StoreExt;
+        use crate::store::contract::StoreExt;
         let standalone = RedisStore::from_url("redis://127.0.0.1:1").unwrap();
         assert_eq!(&*standalone.label(), "redis");
         #[cfg(feature = "sentinel")]

@@ -3,17 +3,13 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::decision::Decision;
-use crate::error::{ConfigError, StoreError};
+use crate::error::ConfigError;
 use crate::quota::Policy;
-use crate::store::stack::{Check, Grant, StoreExt};
-use crate::store::Store;
 
 pub(crate) mod cached;
-pub(crate) mod calls;
+mod calls;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
@@ -24,13 +20,12 @@ pub(crate) mod redact;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
-use calls::ScriptRunner;
 use connection::Connection;
 pub use options::RedisOptions;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use options::RedisTls;
-use script::{Call, Control, Scripts, DEFAULT_PREFIX};
+use script::{Scripts, DEFAULT_PREFIX};
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
 ///
@@ -42,7 +37,7 @@ use script::{Call, Control, Scripts, DEFAULT_PREFIX};
 ///
 /// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
 /// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
-/// is left alone and its decisions fail with [`StoreError::KeyState`].
+/// is left alone and its decisions fail with [`StoreError::KeyState`](crate::error::StoreError::KeyState).
 ///
 /// One type for every deployment, the same scripts on the same keys:
 ///
@@ -252,104 +247,6 @@ impl RedisStore {
     }
 }
 
-impl ScriptRunner for RedisStore {
-    fn key_prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    fn script_clock(&self) -> Option<&Arc<dyn Clock>> {
-        self.clock.as_ref()
-    }
-
-    fn scripts(&self) -> &Scripts {
-        &self.shared.scripts
-    }
-
-    /// Boxed: the connection's call is most of a decision's future (about 900 bytes), and every
-    /// wrapper and the layer would carry it; boxed, the layer's decision future is small
-    /// enough for the allocator's fast path too.
-    async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        Box::pin(self.shared.connection.eval(call)).await
-    }
-}
-
-impl Store for RedisStore {
-    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        calls::check(self, key, policy, cost).await
-    }
-
-    /// One dry run of the algorithm's script (see `lua/gcra.lua`, `ARGV[7]`): one round trip,
-    /// nothing written.
-    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        calls::peek(self, key, policy, cost).await
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::Reset).await
-    }
-
-    async fn block(
-        &self,
-        key: &str,
-        policy: &Policy,
-        duration: Duration,
-    ) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::block(duration)).await
-    }
-}
-
-impl StoreExt for RedisStore {
-    /// One `EVALSHA` of the stacked script, which decides every check at the same instant,
-    /// dry, and stores the allowed ones only if no blocking check was denied; on a cluster,
-    /// one such call per slot (see the type's docs), boxed, as it is rarer and larger.
-    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        #[cfg(feature = "cluster")]
-        if self.shared.connection.is_cluster() {
-            return Box::pin(cluster::check_many(self, checks)).await;
-        }
-        calls::check_stacked(self, checks).await
-    }
-
-    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        calls::act(self, key, policy, Control::Refund(u64::from(n))).await
-    }
-
-    async fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        max: u32,
-    ) -> Result<Grant, StoreError> {
-        calls::acquire(self, key, policy, min, max).await
-    }
-
-    async fn release(
-        &self,
-        key: &str,
-        policy: &Policy,
-        unused: u32,
-        grant: &Grant,
-    ) -> Result<u32, StoreError> {
-        calls::release(self, key, policy, unused, grant).await
-    }
-
-    /// The kept connection is dropped: the next call takes one from the pool, whose check
-    /// (a `PING`) drops a connection that does not answer and opens a new one.
-    fn abandoned(&self) {
-        self.shared.connection.forget();
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        self.clock.as_deref()
-    }
-
-    /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
-    fn label(&self) -> Arc<str> {
-        self.shared.connection.label().into()
-    }
-}
-
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -357,37 +254,5 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::stack::{self, Backend, StoreExt};
-    use crate::store::StoreFailure;
-    use crate::{Algorithm, Quota};
-
-    /// The layer boxes each decision that waits for Redis, and the stack's futures are inside
-    /// it. A connection checkout, a `NOSCRIPT` retry and a lease refill are rare, so each is
-    /// boxed where it happens rather than given room in every decision's future (room that
-    /// once made this one 22 KB, allocated and copied on every request). Measured on the stack
-    /// the layer builds, over the backend it chooses.
-    #[tokio::test]
-    async fn a_decision_through_the_layers_stack_has_a_small_future() {
-        let store = RedisStore::from_url("redis://127.0.0.1:1").unwrap();
-        let policy = Policy::new("p", Quota::per_second(10).unwrap(), Algorithm::Gcra).unwrap();
-        let stack = stack::stack(Backend::of(store), &StoreFailure::default(), 1_000);
-        let check = stack.check("client", &policy, 1);
-        let bytes = std::mem::size_of_val(&check);
-        eprintln!("one decision: {bytes} bytes");
-        assert!(bytes <= 1_536, "the decision's future takes {bytes} bytes");
-        let checks = [stack::Check::new("client", &policy, 1); 2];
-        let many = stack.check_many(&checks);
-        let bytes = std::mem::size_of_val(&many);
-        eprintln!("a stacked decision: {bytes} bytes");
-        assert!(
-            bytes <= 1_536,
-            "a stacked decision's future takes {bytes} bytes"
-        );
     }
 }

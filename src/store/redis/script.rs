@@ -14,7 +14,8 @@ use crate::error::StoreError;
 #[cfg(doc)]
 use crate::lease::Lease;
 use crate::quota::Policy;
-use crate::store::stack::{Check, Grant};
+use crate::store::check::Check;
+use crate::store::grant::Grant;
 
 /// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";

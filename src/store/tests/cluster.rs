@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::leases::leases_are_exact;
 use super::support::RedisCluster;
-use crate::store::stack::{Check, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
 use crate::store::{RedisStore, Store};
 use crate::{Algorithm, Policy, Quota};
 

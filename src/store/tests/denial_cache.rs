@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::support;
-use crate::store::stack::DenialCache;
+use crate::store::wrappers::DenialCache;
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{Algorithm, ManualClock, Policy, Quota};
 

@@ -9,8 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::Clock;
 use crate::rules::Rule;
-use crate::store::stack::{Backend, Grant, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::{Leasing, StoreExt};
+use crate::store::grant::Grant;
+use crate::store::wrappers::user_store::check_in_order;
+use crate::store::wrappers::Backend;
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{
     key, Algorithm, Decision, Lease, ManualClock, Policy, Quota, RateLimitLayer, StoreError,
@@ -91,8 +96,8 @@ async fn the_redis_store_leases_every_algorithm_that_leases() {
     leases_are_exact(&store, "k").await;
 }
 
-/// DESIGN's example on Redis: a lease of 10 at 0, 1 unit from elsewhere at 20T, and a return
-/// of 5 at 20T leave TAT = 21T.
+/// The example of the leases module's docs (`store::wrappers::leases`), on Redis: a lease of
+/// 10 at 0, 1 unit from elsewhere at 20T, and a return of 5 at 20T leave TAT = 21T.
 #[tokio::test]
 async fn a_return_on_redis_never_erases_later_consumption() {
     let url = support::shared_redis_url();
@@ -259,6 +264,30 @@ impl Store for NotAtomic {
 
 /// Its own lease, in place of the store's atomic one.
 impl StoreExt for NotAtomic {
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        check_in_order(self, checks).await
+    }
+
+    async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("refund"))
+    }
+
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        None
+    }
+
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        "not_atomic".into()
+    }
+}
+
+impl Leasing for NotAtomic {
     async fn acquire(
         &self,
         key: &str,
@@ -299,6 +328,10 @@ impl StoreExt for NotAtomic {
         let decision = Decision::allowed(limit, fit - granted, Duration::from_micros(after));
         Ok(Grant::new(granted as u32, decision, now + after))
     }
+
+    async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
+        Ok(0)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -328,7 +361,7 @@ async fn without_the_stores_atomic_lease_two_instances_admit_too_much() {
 
 /// Leases of `key` at 5 per minute under every algorithm that leases, on `store`: 3 units,
 /// then 2, then none (a denial with its wait); 2 unused units given back are leased again.
-pub(super) async fn leases_are_exact(store: &impl StoreExt, key: &str) {
+pub(super) async fn leases_are_exact(store: &impl Leasing, key: &str) {
     for algorithm in Lease::ALGORITHMS {
         let policy = Policy::new("leased", Quota::per_minute(5).unwrap(), algorithm).unwrap();
         let first = store.acquire(key, &policy, 1, 3).await.unwrap();

@@ -9,7 +9,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::support;
-use crate::store::stack::{Check, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{Algorithm, ManualClock, Policy, Quota, StoreError};
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::leases::leases_are_exact;
 use super::support::RedisSentinel;
-use crate::store::stack::StoreExt;
+use crate::store::contract::StoreExt;
 use crate::store::{RedisStore, Store};
 use crate::{Algorithm, Policy, Quota};
 

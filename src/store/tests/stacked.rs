@@ -7,7 +7,8 @@ use super::support;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use crate::store::stack::{Check, StoreExt};
+use crate::store::check::Check;
+use crate::store::contract::StoreExt;
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{Algorithm, Decision, ManualClock, Policy, Quota};
 use deadpool_redis::redis;

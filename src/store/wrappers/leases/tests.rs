@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::*;
 use crate::lease::Lease;
+use crate::store::wrappers::user_store::check_in_order;
 use crate::store::MemoryStore;
 use crate::{Algorithm, ManualClock, Quota};
 
@@ -54,6 +55,28 @@ impl StoreExt for Counted {
         self.inner.clock()
     }
 
+    /// As a user's store: one by one.
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        check_in_order(self, checks).await
+    }
+
+    async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("refund"))
+    }
+
+    /// As a remote store: nothing at once.
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        "counted".into()
+    }
+}
+
+impl Leasing for Counted {
     async fn acquire(
         &self,
         key: &str,
@@ -295,9 +318,37 @@ impl Store for Failing {
 }
 
 impl StoreExt for Failing {
+    async fn check_many(&self, _: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        Err(StoreError::Timeout)
+    }
+
+    async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("refund"))
+    }
+
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        None
+    }
+
+    fn abandoned(&self) {}
+
+    fn label(&self) -> Arc<str> {
+        "failing".into()
+    }
+}
+
+impl Leasing for Failing {
     async fn acquire(&self, _: &str, _: &Policy, _: u32, _: u32) -> Result<Grant, StoreError> {
         tokio::time::sleep(Duration::from_millis(30)).await;
         Err(StoreError::Timeout)
+    }
+
+    async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
+        Ok(0)
     }
 }
 

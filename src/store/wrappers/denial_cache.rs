@@ -12,15 +12,17 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use foldhash::quality::RandomState;
 
-use super::{Check, Grant, OnDrop, StoreExt};
+use super::on_drop::OnDrop;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
+use crate::store::check::Check;
+use crate::store::contract::{now_us, StoreExt};
 use crate::store::Store;
 
 const SHARDS: usize = 16;
@@ -158,7 +160,7 @@ impl<S: StoreExt> DenialCache<S> {
     /// The cached denial answering a request about to be sent to the store, or what
     /// remembering the store's answer needs.
     fn cached(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, Miss> {
-        let sent_at = self.inner.now_us();
+        let sent_at = now_us(&self.inner);
         // Once every cached denial has ended (always, while nothing is denied), no request is
         // covered and an allowed one has no denial to drop: no hashing, no lock. A denial
         // cached meanwhile by another request is kept; it stays exact, since this request can
@@ -211,7 +213,7 @@ impl<S: StoreExt> DenialCache<S> {
         };
         let until = sent_at.saturating_add(u64::try_from(retry_after.as_micros()).unwrap_or(0));
         if shard.len() >= self.per_shard && !shard.contains_key(&hash) {
-            let now = self.inner.now_us();
+            let now = now_us(&self.inner);
             shard.retain(|_, d| d.expires > now);
             if shard.len() >= self.per_shard {
                 return;
@@ -255,7 +257,7 @@ impl<S: StoreExt> Store for DenialCache<S> {
         if self.per_shard == 0 {
             return self.inner.peek(key, policy, cost).await;
         }
-        let sent_at = self.inner.now_us();
+        let sent_at = now_us(&self.inner);
         let hash = self.hash(policy, key);
         if let Some(decision) = self.lookup(hash, key, policy, cost, sent_at) {
             self.hits.fetch_add(1, Ordering::Relaxed);
@@ -327,24 +329,12 @@ impl<S: StoreExt> StoreExt for DenialCache<S> {
         self.inner.clock()
     }
 
-    async fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        max: u32,
-    ) -> Result<Grant, StoreError> {
-        self.inner.acquire(key, policy, min, max).await
+    fn abandoned(&self) {
+        self.inner.abandoned();
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        policy: &Policy,
-        unused: u32,
-        grant: &Grant,
-    ) -> Result<u32, StoreError> {
-        self.inner.release(key, policy, unused, grant).await
+    fn label(&self) -> Arc<str> {
+        self.inner.label()
     }
 }
 
@@ -360,7 +350,8 @@ impl<S: fmt::Debug> fmt::Debug for DenialCache<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::stack::UserStore;
+    use crate::store::wrappers::tests::{remote, Remote};
+    use crate::store::wrappers::Backend;
     use crate::store::MemoryStore;
     use crate::Algorithm;
 
@@ -372,7 +363,7 @@ mod tests {
     /// client in the store: the cached denial goes either way.
     #[tokio::test]
     async fn a_reset_dropped_mid_call_still_drops_the_cached_denial() {
-        let cache = DenialCache::new(UserStore::with_hanging_reset(), 100);
+        let cache = DenialCache::new(Backend::of(Remote::with_hanging_reset()), 100);
         let policy = policy("1/min");
         assert!(cache.check("k", &policy, 1).await.unwrap().allowed);
         assert!(!cache.check("k", &policy, 1).await.unwrap().allowed);
@@ -415,7 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cached_denial_is_answered_at_once_over_a_store_that_cannot_be() {
-        let cache = DenialCache::new(UserStore::new(), 100);
+        let cache = DenialCache::new(remote(), 100);
         let policy = policy("1/min");
         assert!(cache.check_ready("k", &policy, 1).is_none());
         assert!(cache.check("k", &policy, 1).await.unwrap().allowed);

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::stack::BreakerSettings;
+use super::breaker::BreakerSettings;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 
 /// What the layer does with a request when the store cannot decide (an error, a timeout, an
@@ -28,7 +28,7 @@ pub enum OnStoreError {
 /// variable.
 ///
 /// ```
-/// use tollgate::OnStoreError;
+/// use tollgate::store::OnStoreError;
 ///
 /// assert_eq!("fallback".parse::<OnStoreError>()?, OnStoreError::FallbackToMemory);
 /// assert!("retry".parse::<OnStoreError>().is_err());
@@ -73,8 +73,8 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::store::StoreFailure;
-/// use tollgate::{OnStoreError, Quota, RateLimitLayer};
+/// use tollgate::store::{OnStoreError, StoreFailure};
+/// use tollgate::{Quota, RateLimitLayer};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .quota(Quota::per_minute(100)?)

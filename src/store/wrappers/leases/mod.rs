@@ -5,17 +5,42 @@
 //! allowed, so the total admitted by all instances is at most what the algorithm admits.
 //! What it costs is under-admission: units leased and not yet spent are unavailable to other
 //! instances until they are spent, given back (`StoreExt::release`) or expire.
+//!
+//! # The rule for leasing and giving back
+//!
+//! All time in µs; `T = period / limit`, `now` the store's time.
+//!
+//! - **Buckets** (`Gcra`, `LeakyBucket`, `TokenBucket`). Asking for `min..=max` units is one
+//!   atomic store call that grants as many `g ≤ max` as the algorithm would admit back to back
+//!   at that instant, and stores the state as if `g` requests had been allowed (none if
+//!   `g < min`, with the denial a request of cost `min` would get). The grant ends at
+//!   `lease_end = max(tat, now) + g·T` in the TAT's time (for the token bucket: when the
+//!   bucket is full again), and the store replies with it (the grant's `mark`).
+//! - **Giving back** `u` unused units at `now` takes back only what is still ahead of now: the
+//!   TAT moves back by `min(u·T, lease_end − now)`, by nothing if that is negative, and never
+//!   before `now` (`algorithm/lease.rs` is the reference `lua/lease.lua` matches). Units
+//!   whose slots have already drained were refilled by time itself; taking them back again
+//!   would erase other instances' later consumption and admit too much. For example, with
+//!   a lease of 10 at 0, 1 unit taken by another instance at 20T, and a return of 5 at 20T, the
+//!   TAT must end at 21T, not 20T (`a_return_on_redis_never_erases_later_consumption`
+//!   checks it on Redis).
+//! - **Fixed windows** (`FixedWindow`, `FixedWindowFromFirst`). A lease is an `INCRBY` of up
+//!   to `limit − count` in the current window (the `mark` is the window's start); unused units
+//!   are given back only within the same window: a later window starts whole anyway.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Check, Grant, OnDrop, StoreExt};
+use super::on_drop::OnDrop;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
+use crate::store::check::Check;
+use crate::store::contract::{now_us, Leasing, StoreExt};
+use crate::store::grant::Grant;
 use crate::store::Store;
 use crate::telemetry;
 
@@ -72,7 +97,7 @@ struct Shared<S> {
     lifetime: Duration,
 }
 
-impl<S: StoreExt> Shared<S> {
+impl<S: Leasing> Shared<S> {
     /// Gives `unused` units of `grant` back, counting what came back and what did not.
     async fn give_back(&self, entry: &Entry, unused: u32, grant: Grant) {
         let taken = self
@@ -110,7 +135,7 @@ impl<S: StoreExt> Shared<S> {
     }
 }
 
-impl<S: StoreExt> Leases<S> {
+impl<S: Leasing> Leases<S> {
     /// Leases around `inner`, each lasting at most 1 s, for up to 10,000 keys at once.
     pub(crate) fn new(inner: S) -> Self {
         Self {
@@ -179,7 +204,7 @@ impl<S: StoreExt> Leases<S> {
     /// Spends from the lease in hand; first gives an expired lease's unused units back, and
     /// waits for that, so that a refill after it can get them again.
     async fn spend(&self, entry: &Arc<Entry>, cost: u32, count_demand: bool) -> Spend {
-        let now = self.shared.inner.now_us();
+        let now = now_us(&self.shared.inner);
         let (spent, expired) = {
             let mut state = entry.lock();
             if count_demand {
@@ -201,7 +226,7 @@ impl<S: StoreExt> Leases<S> {
             Err(_) => give_back.await,
         }
         // The lease was expired: nothing was spent from it.
-        let now = self.shared.inner.now_us();
+        let now = now_us(&self.shared.inner);
         entry.lock().spend(cost, now)
     }
 
@@ -213,7 +238,7 @@ impl<S: StoreExt> Leases<S> {
         guard: tokio::sync::OwnedMutexGuard<()>,
         cost: u32,
     ) -> Result<Decision, StoreError> {
-        let sent_at = self.shared.inner.now_us();
+        let sent_at = now_us(&self.shared.inner);
         let (min, max) =
             entry
                 .lock()
@@ -290,11 +315,11 @@ impl<S: StoreExt> Leases<S> {
     }
 }
 
-impl<S: StoreExt> Store for Leases<S> {
+impl<S: Leasing> Store for Leases<S> {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
-            true => self.entry(key, policy, self.shared.inner.now_us()),
+            true => self.entry(key, policy, now_us(&self.shared.inner)),
             false => None,
         };
         match entry {
@@ -331,7 +356,7 @@ impl<S: StoreExt> Store for Leases<S> {
     }
 }
 
-impl<S: StoreExt> StoreExt for Leases<S> {
+impl<S: Leasing> StoreExt for Leases<S> {
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
             // A check that charges is decided by the store, which records it even when
@@ -353,7 +378,7 @@ impl<S: StoreExt> StoreExt for Leases<S> {
         let leased = policy.lease().is_some() && u64::from(cost) <= policy.params().burst;
         let entry = match leased {
             true => {
-                let now = self.shared.inner.now_us();
+                let now = now_us(&self.shared.inner);
                 self.entry(key, policy, now).map(|entry| (entry, now))
             }
             false => None,
@@ -379,24 +404,12 @@ impl<S: StoreExt> StoreExt for Leases<S> {
         Some(decision)
     }
 
-    async fn acquire(
-        &self,
-        key: &str,
-        policy: &Policy,
-        min: u32,
-        max: u32,
-    ) -> Result<Grant, StoreError> {
-        self.shared.inner.acquire(key, policy, min, max).await
+    fn abandoned(&self) {
+        self.shared.inner.abandoned();
     }
 
-    async fn release(
-        &self,
-        key: &str,
-        policy: &Policy,
-        unused: u32,
-        grant: &Grant,
-    ) -> Result<u32, StoreError> {
-        self.shared.inner.release(key, policy, unused, grant).await
+    fn label(&self) -> Arc<str> {
+        self.shared.inner.label()
     }
 
     /// Refunds the client in the store, and drops this instance's refusal to lease to it

@@ -4,11 +4,11 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::super::Grant;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::lease::Lease;
 use crate::quota::Policy;
+use crate::store::grant::Grant;
 use crate::telemetry;
 
 /// One key's lease under one policy.

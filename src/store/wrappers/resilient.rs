@@ -9,14 +9,18 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::breaker::Attempt;
-use super::{Breaker, BreakerSettings, Change, Check, Grant, StoreExt};
+use super::breaker::{Attempt, Breaker, BreakerSettings, Change};
+use super::failure::{ErrorHook, OnStoreError, StoreFailure};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quiet_log::QuietLog;
 use crate::quota::Policy;
-use crate::store::{ErrorHook, MemoryStore, OnStoreError, Store, StoreFailure};
+use crate::store::check::Check;
+use crate::store::contract::{Leasing, StoreExt};
+use crate::store::grant::Grant;
+use crate::store::memory::MemoryStore;
+use crate::store::Store;
 use crate::telemetry;
 
 /// `Resilient::reported_open` before the gauge was first set.
@@ -359,6 +363,26 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
         decision
     }
 
+    /// Refunds the fallback too (what it counted during an outage).
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        if let Some(fallback) = &self.fallback {
+            fallback.refund(key, policy, n).await?;
+        }
+        self.call(|| self.inner.refund(key, policy, n)).await
+    }
+
+    /// Passed on: this wrapper gives calls up itself, and tells the inner store then.
+    fn abandoned(&self) {
+        self.inner.abandoned();
+    }
+
+    /// The inner store's label, taken when it was wrapped.
+    fn label(&self) -> Arc<str> {
+        Arc::clone(&self.label)
+    }
+}
+
+impl<S: Leasing> Leasing for Resilient<S> {
     /// Leases through the timeout and breaker; on failure, by the policy like a check (the
     /// fallback's grants carry no mark, so that nothing of them is ever given back to the
     /// inner store).
@@ -378,14 +402,6 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
                     Grant::new(grant.granted, grant.decision, 0)
                 })
             })
-    }
-
-    /// Refunds the fallback too (what it counted during an outage).
-    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        if let Some(fallback) = &self.fallback {
-            fallback.refund(key, policy, n).await?;
-        }
-        self.call(|| self.inner.refund(key, policy, n)).await
     }
 
     async fn release(
@@ -421,6 +437,8 @@ mod tests {
     use std::sync::atomic::AtomicU8;
 
     use super::*;
+    use crate::store::wrappers::user_store::{check_in_order, lease_by_check};
+    use crate::store::wrappers::Backend;
     use crate::{Algorithm, ManualClock, Quota};
 
     const ANSWER: u8 = 0;
@@ -489,6 +507,38 @@ mod tests {
 
         fn abandoned(&self) {
             self.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+
+        async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+            check_in_order(self, checks).await
+        }
+
+        async fn refund(&self, _: &str, _: &Policy, _: u32) -> Result<(), StoreError> {
+            Err(StoreError::Unsupported("refund"))
+        }
+
+        fn clock(&self) -> Option<&dyn Clock> {
+            None
+        }
+
+        fn label(&self) -> Arc<str> {
+            "flaky".into()
+        }
+    }
+
+    impl Leasing for Flaky {
+        async fn acquire(
+            &self,
+            key: &str,
+            policy: &Policy,
+            min: u32,
+            _: u32,
+        ) -> Result<Grant, StoreError> {
+            lease_by_check(self, key, policy, min).await
+        }
+
+        async fn release(&self, _: &str, _: &Policy, _: u32, _: &Grant) -> Result<u32, StoreError> {
+            Ok(0)
         }
     }
 
@@ -615,8 +665,8 @@ mod tests {
                 Err(StoreError::key_state("WRONGTYPE"))
             }
         }
-        impl StoreExt for WrongType {}
-        let store = Resilient::new(WrongType).failure(&StoreFailure::default().open_after(1));
+        let store =
+            Resilient::new(Backend::of(WrongType)).failure(&StoreFailure::default().open_after(1));
         for _ in 0..10 {
             assert!(matches!(
                 store.check("k", &policy(), 1).await,
