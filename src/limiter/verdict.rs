@@ -5,9 +5,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
 use smallvec::SmallVec;
 use tracing::Instrument;
 
@@ -16,7 +13,7 @@ use super::give_back::GiveBack;
 use super::{Limiter, Pending, Planned};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::response::{self, HeaderStyle, Headers};
+use crate::response::{self, HeaderStyle, Headers, Refusal};
 use crate::rules::Mode;
 use crate::store::stack::{Check, StoreExt};
 use crate::store::{OnStoreError, Store};
@@ -33,8 +30,9 @@ pub(crate) enum Verdict {
     /// Call the inner service after a wait (delay mode), or count its response later (rules
     /// with `count_status`). Boxed, as rare.
     Later(Box<Later>),
-    /// Answer with this response instead. Boxed, as rare.
-    Respond(Box<Response<Full<Bytes>>>),
+    /// Answer instead of calling the inner service; the service renders the answer. Boxed,
+    /// as rare.
+    Refuse(Box<Refusal>),
 }
 
 /// A verdict to proceed with more to it than headers.
@@ -53,12 +51,7 @@ pub(crate) struct Later {
 impl Limiter {
     /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
-    /// `grpc` tells whether the request is gRPC, asked only if it is answered here.
-    pub(crate) fn decide_ready(
-        self: &Arc<Self>,
-        pending: &Pending<'_>,
-        grpc: impl FnOnce() -> bool,
-    ) -> Option<Verdict> {
+    pub(crate) fn decide_ready(self: &Arc<Self>, pending: &Pending<'_>) -> Option<Verdict> {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
@@ -71,22 +64,22 @@ impl Limiter {
             None => check(),
             Some(span) => span.in_scope(check),
         };
-        let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?), grpc);
+        let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?));
         record_outcome(span.as_ref(), &verdict);
         Some(verdict)
     }
 
-    /// The verdict of a request that waits for the store; `grpc`: whether it is gRPC.
-    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>, grpc: bool) -> Verdict {
+    /// The verdict of a request that waits for the store.
+    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>) -> Verdict {
         let span = decision_span(&pending);
         let counts_later = pending.counts_later();
         let asked = async {
             if counts_later {
                 // Boxed: rules with `count_status` are few, and the peeks and checks they
                 // wait on would otherwise make every request's future larger.
-                Box::pin(self.ask_store_peeking(&pending, grpc)).await
+                Box::pin(self.ask_store_peeking(&pending)).await
             } else {
-                self.ask_store(&pending, grpc).await
+                self.ask_store(&pending).await
             }
         };
         let verdict = match &span {
@@ -120,7 +113,7 @@ impl Limiter {
     /// quotas are peeked, consuming nothing (the request is counted once its response is
     /// known). If one of them denies, the other rules are peeked too, so that nothing is
     /// consumed from any; else the other rules are checked, together, as usual.
-    async fn ask_store_peeking(self: &Arc<Self>, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    async fn ask_store_peeking(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
         let rules = pending.rules.rules();
         let counted = |c: &Planned| rules[c.rule].count_status.is_some();
         let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
@@ -159,14 +152,14 @@ impl Limiter {
         match decided {
             Ok(()) => {
                 let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
-                self.verdict(pending, &decisions, || grpc)
+                self.verdict(pending, &decisions)
             }
-            Err(_) => self.unanswered(pending, grpc),
+            Err(_) => self.unanswered(pending),
         }
     }
 
     /// Asks the store about every check and turns its answer into a verdict.
-    async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
         let decided = match pending.checks.as_slice() {
             // One limit, the common case: no list of checks to build. The stack's future is
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
@@ -174,7 +167,7 @@ impl Limiter {
             // is not.
             [one] => Box::pin(self.store.check(&one.key, pending.policy(one), one.cost))
                 .await
-                .map(|decision| self.verdict(pending, std::slice::from_ref(&decision), || grpc)),
+                .map(|decision| self.verdict(pending, std::slice::from_ref(&decision))),
             many => {
                 let rules = pending.rules.rules();
                 let checks: Vec<Check<'_>> = many
@@ -188,36 +181,31 @@ impl Limiter {
                     })
                     .collect();
                 let decided = Box::pin(self.store.check_many(&checks)).await;
-                decided.map(|decisions| self.verdict(pending, &decisions, || grpc))
+                decided.map(|decisions| self.verdict(pending, &decisions))
             }
         };
-        decided.unwrap_or_else(|_| self.unanswered(pending, grpc))
+        decided.unwrap_or_else(|_| self.unanswered(pending))
     }
 
     /// The verdict when the store could not decide (its failure is counted, logged and
-    /// handled by the store stack): a 503 when failing closed, else through, without the
+    /// handled by the store stack): refused when failing closed, else through, without the
     /// rate-limit numbers the limiter does not know (a `count_status` rule may still count
     /// the response).
-    fn unanswered(&self, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    fn unanswered(&self, pending: &Pending<'_>) -> Verdict {
         let rules = pending.rules.rules();
         for check in &pending.checks {
             telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
         }
         match self.on_store_error {
-            OnStoreError::Deny => Verdict::Respond(Box::new(response::unavailable(grpc))),
+            OnStoreError::Deny => Verdict::Refuse(Box::new(Refusal::Unavailable)),
             _ => Verdict::Proceed(Headers::default()),
         }
     }
 
-    /// The response (or headers and wait) from the store's decisions, one per check; `grpc`
-    /// is asked only for a denial. A request that waits (delay mode) takes along its places
-    /// in the delay queues, given back if it is dropped while it waits.
-    fn verdict(
-        self: &Arc<Self>,
-        pending: &Pending<'_>,
-        decisions: &[Decision],
-        grpc: impl FnOnce() -> bool,
-    ) -> Verdict {
+    /// The verdict (headers, and a wait or a denial) from the store's decisions, one per
+    /// check. A request that waits (delay mode) takes along its places in the delay queues,
+    /// given back if it is dropped while it waits.
+    fn verdict(self: &Arc<Self>, pending: &Pending<'_>, decisions: &[Decision]) -> Verdict {
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
@@ -259,7 +247,11 @@ impl Limiter {
             false => Headers::default(),
         };
         match denial {
-            Some(decision) => Verdict::Respond(Box::new(self.denial(&decision, headers, grpc()))),
+            Some(decision) => Verdict::Refuse(Box::new(Refusal::Denied {
+                decision,
+                headers,
+                custom: self.deny.clone(),
+            })),
             None if wait.is_zero() => Verdict::Proceed(headers),
             None => Verdict::Later(Box::new(Later {
                 headers,
@@ -268,15 +260,6 @@ impl Limiter {
                 give_back: GiveBack::new(Arc::clone(self), pending.delay_places()),
             })),
         }
-    }
-
-    fn denial(&self, decision: &Decision, headers: Headers, grpc: bool) -> Response<Full<Bytes>> {
-        let mut denial = match &self.deny {
-            Some(deny) => deny(decision).map(|body| Full::new(Bytes::from(body))),
-            None => response::too_many_requests(decision, grpc),
-        };
-        headers.fill_in(denial.headers_mut());
-        denial
     }
 
     fn shadow_denied(&self, rule: &str, key: &str) {
@@ -337,10 +320,10 @@ fn record_outcome(span: Option<&tracing::Span>, verdict: &Verdict) {
     };
     let outcome = match verdict {
         Verdict::Proceed(_) | Verdict::Later(_) => "proceed",
-        Verdict::Respond(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
-            "denied"
-        }
-        Verdict::Respond(_) => "unavailable",
+        Verdict::Refuse(refusal) => match **refusal {
+            Refusal::Denied { .. } => "denied",
+            Refusal::Unavailable | Refusal::BadRequest(_) => "unavailable",
+        },
     };
     span.record("outcome", outcome);
     span.in_scope(|| tracing::debug!(target: "tollgate", outcome, "rate limit decision"));

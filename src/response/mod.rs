@@ -1,4 +1,4 @@
-//! What clients are told: rate-limit headers, the 429, and the gRPC mapping.
+//! What clients are told: rate-limit headers, the 429, and the gRPC mapping ([`Refusal`]).
 
 use std::time::Duration;
 
@@ -11,7 +11,9 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 
 mod body;
+mod refusal;
 pub use body::ResponseBody;
+pub(crate) use refusal::{DenyResponse, Refusal};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -282,7 +284,7 @@ fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
     }
 }
 
-/// A response the limiter makes itself, as plain text or a gRPC trailers-only response.
+/// A response the layer makes itself, as plain text or a gRPC trailers-only response.
 fn limiter_response(
     grpc: bool,
     status: StatusCode,
@@ -321,31 +323,8 @@ fn limiter_response(
     response
 }
 
-/// The 400 (gRPC: INVALID_ARGUMENT) for a request the limiter cannot limit: no client key, a
-/// cost that is not a number.
-pub(crate) fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
-    limiter_response(
-        grpc,
-        StatusCode::BAD_REQUEST,
-        GrpcCode::InvalidArgument,
-        message,
-        None,
-    )
-}
-
-/// The fail-closed answer while the store is away: 503 (gRPC: UNAVAILABLE) with Retry-After.
-pub(crate) fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
-    limiter_response(
-        grpc,
-        StatusCode::SERVICE_UNAVAILABLE,
-        GrpcCode::Unavailable,
-        "Service Unavailable: the rate limiter cannot decide right now",
-        Some(Duration::from_secs(1)),
-    )
-}
-
 /// The 429 (or RESOURCE_EXHAUSTED) for a denied request.
-pub(crate) fn too_many_requests(decision: &Decision, grpc: bool) -> Response<Full<Bytes>> {
+fn too_many_requests(decision: &Decision, grpc: bool) -> Response<Full<Bytes>> {
     // Written piece by piece: a flooded key gets this on every request.
     let mut retry_in = String::new();
     let message = match decision.retry_after {
