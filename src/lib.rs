@@ -91,6 +91,7 @@
 
 mod algorithm;
 mod clock;
+mod decider;
 mod decision;
 mod error;
 mod future;
@@ -115,10 +116,11 @@ mod watch;
 
 pub use algorithm::Algorithm;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use decider::Stats;
 pub use decision::Decision;
 pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
 pub use future::ResponseFuture;
-pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip, Stats};
+pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip};
 pub use lease::Lease;
 pub use limiter::OnMissingKey;
 pub use quota::{Policy, Quota};

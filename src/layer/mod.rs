@@ -20,7 +20,7 @@ mod control;
 mod skip;
 
 pub use builder::RateLimitLayerBuilder;
-pub use control::{Control, Stats};
+pub use control::Control;
 pub use skip::Skip;
 
 /// The policy name used when none is given; it appears in store keys and headers.

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use http::request::Parts;
 use smallvec::SmallVec;
 
+use crate::decider::Decider;
 use crate::error::ControlError;
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{DenyResponse, HeaderStyle, Refusal};
 use crate::rules::{CompiledRule, InForce, RuleSource};
-use crate::store::stack::Stack;
 use crate::store::OnStoreError;
 use crate::telemetry::{self, Outcome};
 use count::Counted;
@@ -55,9 +55,8 @@ pub(crate) struct Limiter {
     /// The rules in force; replaced whole when a rules file changes.
     pub(crate) rules: Arc<RuleSource>,
     pub(crate) skip: Option<SkipFn>,
-    /// The store inside the failure handling, behind the leases for hot keys and the cache
-    /// of denials.
-    pub(crate) store: Stack,
+    /// The store, wrapped as the builder set it up.
+    pub(crate) decider: Decider,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,
@@ -275,7 +274,7 @@ impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("rules", &self.rules)
-            .field("store", &self.store)
+            .field("decider", &self.decider)
             .field("on_missing_key", &self.on_missing_key)
             .field("headers", &self.headers)
             .field("on_store_error", &self.on_store_error)

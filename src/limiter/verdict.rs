@@ -59,7 +59,7 @@ impl Limiter {
             return None;
         }
         let span = decision_span(pending);
-        let check = || (self.store).check_ready(&one.key, pending.policy(one), one.cost);
+        let check = || (self.decider.stack).check_ready(&one.key, pending.policy(one), one.cost);
         let ready = match &span {
             None => check(),
             Some(span) => span.in_scope(check),
@@ -125,7 +125,12 @@ impl Limiter {
                 .enumerate()
                 .filter(|(_, c)| counted(c))
             {
-                decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
+                decisions[i] = Some(
+                    self.decider
+                        .stack
+                        .peek(&c.key, pending.policy(c), c.cost)
+                        .await?,
+                );
             }
             let denied = (pending.checks.iter().zip(&decisions))
                 .any(|(c, d)| blocking(c) && d.is_some_and(|d| !d.allowed));
@@ -135,13 +140,18 @@ impl Limiter {
             if denied {
                 for &i in &others {
                     let c = &pending.checks[i];
-                    decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
+                    decisions[i] = Some(
+                        self.decider
+                            .stack
+                            .peek(&c.key, pending.policy(c), c.cost)
+                            .await?,
+                    );
                 }
             } else if !others.is_empty() {
                 let checks: Vec<Check<'_>> = (others.iter().map(|&i| &pending.checks[i]))
                     .map(|c| Check::new(&c.key, pending.policy(c), c.cost).blocking(blocking(c)))
                     .collect();
-                let checked = self.store.check_many(&checks).await?;
+                let checked = self.decider.stack.check_many(&checks).await?;
                 for (&i, decision) in others.iter().zip(checked) {
                     decisions[i] = Some(decision);
                 }
@@ -165,9 +175,13 @@ impl Limiter {
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
             // allocations small enough for the allocator's fast path cost less than one that
             // is not.
-            [one] => Box::pin(self.store.check(&one.key, pending.policy(one), one.cost))
-                .await
-                .map(|decision| self.verdict(pending, std::slice::from_ref(&decision))),
+            [one] => Box::pin(
+                self.decider
+                    .stack
+                    .check(&one.key, pending.policy(one), one.cost),
+            )
+            .await
+            .map(|decision| self.verdict(pending, std::slice::from_ref(&decision))),
             many => {
                 let rules = pending.rules.rules();
                 let checks: Vec<Check<'_>> = many
@@ -180,7 +194,7 @@ impl Limiter {
                         charge: false,
                     })
                     .collect();
-                let decided = Box::pin(self.store.check_many(&checks)).await;
+                let decided = Box::pin(self.decider.stack.check_many(&checks)).await;
                 decided.map(|decisions| self.verdict(pending, &decisions))
             }
         };

@@ -1,20 +1,15 @@
-//! The one file of `rls` that calls tollgate's store stack. Everything else (configuration,
-//! matching, the service, responses) sees only [`Decider`], [`Ask`] and the [`Decision`]s it
-//! returns, so a change of the stack's internal API is a change here.
-//!
-//! The stack is the layer's, built by the same function: a cache of denials, leases for hot
-//! keys, then failure handling (timeout, circuit breaker, fail open / closed / local
-//! fallback) around the store's [`Backend`] (a built-in store called directly, any other
-//! [`Store`](crate::store::Store) through exact defaults).
-
-use std::fmt;
+//! The one file of `rls` that calls tollgate's store stack: a request's descriptors decided
+//! together through the [`Decider`] the layer's limiter also decides through. Everything else
+//! (configuration, matching, the service, responses) sees only [`Decider`], [`Ask`] and the
+//! [`Decision`]s it returns, so a change of the stack's internal API is a change here.
 
 use super::charging::Charging;
+use crate::decider::Decider;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::stack::{self, Backend, Check, Stack, StoreExt, DENIAL_CACHE_CAPACITY};
-use crate::store::{Store, StoreFailure};
+use crate::store::stack::{Check, StoreExt};
+use crate::store::Store;
 
 /// One limit of a request: a client key under a policy, at a cost (0: look, consume nothing),
 /// and whether its denial blocks the request (shadow and quota-mode limits do not).
@@ -26,19 +21,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) blocking: bool,
 }
 
-/// Decides a request's limits together through the store stack.
-pub(crate) struct Decider {
-    stack: Stack,
-}
-
+/// A request's limits, decided together.
 impl Decider {
-    /// The layer's stack around `backend`, failing as `failure` says.
-    pub(crate) fn new(backend: Backend, failure: &StoreFailure) -> Self {
-        Self {
-            stack: stack::stack(backend, failure, DENIAL_CACHE_CAPACITY),
-        }
-    }
-
     /// One decision per ask, in order, all taken at once and atomically, charged as
     /// `charging` says: [`Charging::AllowedOnly`], if a blocking ask with a cost is denied,
     /// consumes nothing from any limit; [`Charging::EveryHit`] charges every ask, allowed or
@@ -101,28 +85,5 @@ impl Decider {
             decisions.push(self.stack.peek(a.key, a.policy, a.cost).await?);
         }
         Ok(decisions)
-    }
-
-    /// How many store calls failed (errors, timeouts, calls refused by the open circuit).
-    pub(crate) fn errors(&self) -> u64 {
-        self.stack.resilient().errors()
-    }
-
-    /// Whether the circuit breaker is open.
-    pub(crate) fn circuit_open(&self) -> bool {
-        self.stack.resilient().circuit_open()
-    }
-
-    /// How many decisions the cache of denials answered without asking the store.
-    pub(crate) fn denial_cache_hits(&self) -> u64 {
-        self.stack.hits()
-    }
-}
-
-impl fmt::Debug for Decider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Decider")
-            .field("store", self.stack.resilient())
-            .finish_non_exhaustive()
     }
 }
