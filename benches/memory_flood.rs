@@ -12,7 +12,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tollgate::store::MemoryStore;
-use tollgate::{Algorithm, ManualClock, Policy};
+use tollgate::{clock::ManualClock, store::Policy, Algorithm};
 
 /// Requests in a flood, each with a new key.
 const FLOOD: u64 = 1_000_000;

@@ -24,8 +24,8 @@ use tollgate::rls::proto::rate_limit_service_server::{
 };
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tollgate::rls::{RateLimitService, RlsConfig};
+use tollgate::store::Store;
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::Store;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};

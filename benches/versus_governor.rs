@@ -55,7 +55,7 @@ use governor::{Quota as GovernorQuota, RateLimiter};
 use http::{HeaderValue, Request, Response, StatusCode};
 use tokio::runtime::Runtime;
 use tollgate::store::MemoryStore;
-use tollgate::{key, Algorithm, HeaderStyle, Policy, Quota, RateLimitLayer};
+use tollgate::{key, store::Policy, Algorithm, HeaderStyle, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::KeyExtractor;

@@ -64,8 +64,8 @@ use tollgate::key;
 use tollgate::rules::Rule;
 use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
-    Algorithm, ConfigError, ConfigErrorKind, Control, ControlError, HeaderStyle, OnStoreError,
-    Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
+    store::OnStoreError, Algorithm, ConfigError, ConfigErrorKind, Control, ControlError,
+    HeaderStyle, Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
 };
 
 /// What is logged unless `RUST_LOG` says otherwise: tollgate's state changes, not the Redis

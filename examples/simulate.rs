@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::str::FromStr;
 
 use tollgate::store::MemoryStore;
-use tollgate::{Algorithm, ConfigError, ManualClock, Policy, Quota};
+use tollgate::{clock::ManualClock, store::Policy, Algorithm, ConfigError, Quota};
 
 fn main() {
     let arg = |flag: &str, env: &str, default: &str| {

@@ -17,7 +17,7 @@ use crate::error::{ConfigError, ConfigErrorKind};
 /// it expires, as far as the algorithm can take them back exactly.
 ///
 /// ```
-/// use tollgate::{rules::Rule, Lease, Quota};
+/// use tollgate::{Quota, rules::{Rule, Lease}};
 ///
 /// let rule = Rule::new("global", Quota::per_second(20_000)?).lease(Lease::Auto);
 /// let fixed = Rule::new("partner", Quota::per_second(500)?).lease(Lease::tokens(25));

@@ -58,6 +58,7 @@
 //!
 //! [`MemoryStore`]: store::MemoryStore
 //! [`RedisStore`]: store::RedisStore
+//! [`Store`]: store::Store
 //!
 //! # Feature Flags
 //!
@@ -90,7 +91,7 @@
 )]
 
 mod algorithm;
-mod clock;
+pub mod clock;
 mod decider;
 mod decision;
 mod error;
@@ -115,19 +116,15 @@ mod test_log;
 mod watch;
 
 pub use algorithm::Algorithm;
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use decider::Stats;
 pub use decision::Decision;
-pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
+pub use error::{ConfigError, ConfigErrorKind, ControlError};
 pub use future::ResponseFuture;
 pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip};
-pub use lease::Lease;
 pub use limiter::OnMissingKey;
-pub use quota::{Policy, Quota};
-pub use response::HeaderStyle;
-pub use response::ResponseBody;
+pub use quota::Quota;
+pub use response::{HeaderStyle, ResponseBody};
 pub use service::RateLimit;
-pub use store::{OnStoreError, Store};
 
 /// Link targets for the guides in `docs/`, read before each guide's own: the guides link to
 /// each other by file name (`rules.md`), which works on GitHub; in rustdoc the first

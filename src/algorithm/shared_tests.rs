@@ -14,7 +14,11 @@ mod buckets {
     use super::super::token_bucket::TokenBucket;
     use super::super::{Algorithm, Params, State};
     use crate::decision::Decision;
-    use crate::{store::MemoryStore, ManualClock, Policy, Quota};
+    use crate::{
+        clock::ManualClock,
+        store::{MemoryStore, Policy},
+        Quota,
+    };
 
     const T0: u64 = 1_700_000_000_000_000;
 

@@ -40,7 +40,7 @@ use crate::store::{OnStoreError, Store, StoreFailure};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{key, Algorithm, HeaderStyle, OnStoreError, Quota, RateLimitLayer};
+/// use tollgate::{key, Algorithm, HeaderStyle, Quota, RateLimitLayer, store::OnStoreError};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .quota("10/s; burst=20".parse::<Quota>()?)

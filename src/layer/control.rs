@@ -126,7 +126,7 @@ impl Control {
     ///
     /// [`ControlError::UnknownRule`] for a rule that is not in force; [`ControlError::Store`]
     /// when the store cannot answer (with
-    /// [`OnStoreError::FallbackToMemory`](crate::OnStoreError::FallbackToMemory), the fallback
+    /// [`OnStoreError::FallbackToMemory`](crate::store::OnStoreError::FallbackToMemory), the fallback
     /// answers instead).
     pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
@@ -167,7 +167,7 @@ impl Control {
     /// # Errors
     ///
     /// As for [`peek`](Self::peek); a store of your own answers
-    /// [`StoreError::Unsupported`](crate::StoreError::Unsupported).
+    /// [`StoreError::Unsupported`](crate::store::StoreError::Unsupported).
     pub async fn refund(&self, rule: &str, key: &str, n: u32) -> Result<(), ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
         Ok(self.limiter.decider.stack.refund(&key, &policy, n).await?)

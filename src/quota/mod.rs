@@ -230,7 +230,7 @@ pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
 /// with different names never share state.
 ///
 /// ```
-/// use tollgate::{Algorithm, Policy, Quota};
+/// use tollgate::{Algorithm, Quota, store::Policy};
 ///
 /// let policy = Policy::new("api", Quota::per_minute(100)?, Algorithm::SlidingWindow)?;
 /// assert_eq!(policy.name(), "api");
@@ -306,7 +306,7 @@ impl Policy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Policy, Quota};
+    /// use tollgate::{Algorithm, Quota, store::Policy};
     ///
     /// let policy = Policy::new("login", Quota::per_minute(5)?, Algorithm::Gcra)?
     ///     .block_for(Duration::from_secs(600));
@@ -340,7 +340,7 @@ impl Policy {
     /// [blocks](Self::block_for) (set `block_for` after this and it is ignored by leased keys).
     ///
     /// ```
-    /// use tollgate::{Algorithm, Lease, Policy, Quota};
+    /// use tollgate::{Algorithm, Quota, rules::Lease, store::Policy};
     ///
     /// let policy = Policy::new("global", Quota::per_second(20_000)?, Algorithm::Gcra)?
     ///     .with_lease(Lease::Auto)?;

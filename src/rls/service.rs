@@ -327,7 +327,7 @@ impl RateLimitServiceBuilder {
     ///
     /// ```
     /// use tollgate::rls::RateLimitService;
-    /// use tollgate::OnStoreError;
+    /// use tollgate::store::OnStoreError;
     ///
     /// let reference = RateLimitService::builder(); // a gRPC error
     /// let local = RateLimitService::builder().on_store_error(OnStoreError::FallbackToMemory);

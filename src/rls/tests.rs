@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 
 use super::config::RlsConfig;
 use super::matching::{client_key, wildcard_match, Matched};
-use crate::{Algorithm, Lease};
+use crate::{rules::Lease, Algorithm};
 
 macro_rules! fixture {
     ($name:literal) => {

@@ -94,8 +94,8 @@ impl DelayQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
     use crate::store::MemoryStore;
-    use crate::ManualClock;
 
     #[test]
     fn requests_past_the_burst_wait_for_their_slot_up_to_max_delay() {

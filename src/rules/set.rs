@@ -101,7 +101,7 @@ mod tests {
 
     use super::*;
     use crate::rules::Route;
-    use crate::{key, Algorithm, Policy, Quota};
+    use crate::{key, store::Policy, Algorithm, Quota};
 
     fn rule(name: &str) -> CompiledRule {
         let quota = Quota::per_minute(10).unwrap();

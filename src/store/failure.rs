@@ -28,7 +28,7 @@ pub enum OnStoreError {
 /// variable.
 ///
 /// ```
-/// use tollgate::OnStoreError;
+/// use tollgate::store::OnStoreError;
 ///
 /// assert_eq!("fallback".parse::<OnStoreError>()?, OnStoreError::FallbackToMemory);
 /// assert!("retry".parse::<OnStoreError>().is_err());
@@ -74,7 +74,7 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
 /// ```
 /// use std::time::Duration;
 /// use tollgate::store::StoreFailure;
-/// use tollgate::{OnStoreError, Quota, RateLimitLayer};
+/// use tollgate::{Quota, RateLimitLayer, store::OnStoreError};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .quota(Quota::per_minute(100)?)

@@ -25,12 +25,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::error::StoreError;
-use crate::quota::Policy;
 
 mod failure;
 mod memory;
 pub(crate) mod stack;
+pub use crate::error::StoreError;
+pub use crate::quota::Policy;
 pub(crate) use failure::ErrorHook;
 pub use failure::{OnStoreError, StoreFailure};
 pub use memory::MemoryStore;
@@ -51,7 +51,7 @@ mod tests;
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::time::Duration;
 /// use tollgate::store::{MemoryStore, Store};
-/// use tollgate::{key, Decision, Policy, Quota, RateLimitLayer, StoreError};
+/// use tollgate::{key, Decision, Quota, RateLimitLayer, store::{Policy, StoreError}};
 ///
 /// /// Decides in memory, and counts the decisions it was asked for.
 /// #[derive(Default)]

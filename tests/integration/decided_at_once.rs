@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, Quota, RateLimitLayer, Store};
+use tollgate::{key, store::Store, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
 fn request() -> Request<()> {

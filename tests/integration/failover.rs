@@ -13,7 +13,7 @@ use support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tollgate::store::{RedisStore, StoreFailure};
-use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
+use tollgate::{key, store::OnStoreError, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 /// An app limited through the Redis at `url`, with a breaker that probes again quickly.

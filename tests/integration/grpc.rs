@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use tollgate::key;
 use tollgate::store::RedisStore;
-use tollgate::{OnMissingKey, OnStoreError, Quota, RateLimitLayer};
+use tollgate::{store::OnStoreError, OnMissingKey, Quota, RateLimitLayer};
 use tonic::metadata::MetadataMap;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};

@@ -11,7 +11,12 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use support::BuiltIn;
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, Algorithm, ControlError, ManualClock, Policy, Quota, RateLimitLayer, Store};
+use tollgate::{
+    clock::ManualClock,
+    key,
+    store::{Policy, Store},
+    Algorithm, ControlError, Quota, RateLimitLayer,
+};
 
 #[tokio::test]
 async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() {

@@ -26,7 +26,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tollgate::rls::{Charging, RateLimitService, RlsConfig};
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{Algorithm, Store};
+use tollgate::{store::Store, Algorithm};
 
 const OK: Code = Code::Ok;
 const OVER: Code = Code::OverLimit;

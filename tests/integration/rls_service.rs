@@ -21,7 +21,10 @@ use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
 use tollgate::rls::{Charging, RateLimitService, ResponseHeaders, RlsConfig};
 use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
-use tollgate::{Decision, OnStoreError, Policy, Store, StoreError};
+use tollgate::{
+    store::{OnStoreError, Policy, Store, StoreError},
+    Decision,
+};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 

@@ -12,7 +12,8 @@ use http::Method;
 use tollgate::rules::{Mode, Rule};
 use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
-    key, Algorithm, ManualClock, Quota, RateLimitLayer, RateLimitLayerBuilder, Skip, Store,
+    clock::ManualClock, key, store::Store, Algorithm, Quota, RateLimitLayer, RateLimitLayerBuilder,
+    Skip,
 };
 use tower::{Layer, ServiceExt};
 

@@ -12,7 +12,7 @@ use axum::Router;
 use support::log::Log;
 use support::RedisServer;
 use tollgate::store::{RedisStore, StoreFailure};
-use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
+use tollgate::{key, store::OnStoreError, Quota, RateLimitLayer};
 
 /// The lines logged by tollgate so far: level and message.
 fn tollgate_lines(log: &Log) -> Vec<(String, String)> {

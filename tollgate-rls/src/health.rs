@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::rls::RateLimitService;
 use tollgate::store::{RedisStore, Store};
-use tollgate::{Algorithm, Policy, Quota};
+use tollgate::{store::Policy, Algorithm, Quota};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 

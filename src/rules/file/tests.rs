@@ -846,11 +846,11 @@ fn lease_is_auto_or_a_number_and_bad_values_point_at_it() {
     .unwrap();
     assert_eq!(
         compile(&file.rules[0]).policy.lease(),
-        Some(crate::Lease::Auto)
+        Some(crate::rules::Lease::Auto)
     );
     assert_eq!(
         compile(&file.rules[1]).policy.lease(),
-        Some(crate::Lease::tokens(25))
+        Some(crate::rules::Lease::tokens(25))
     );
 
     let e = error("[[rule]]\nname = \"api\"\nquota = \"1/s\"\nlease = \"lots\"\n");

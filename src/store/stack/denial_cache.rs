@@ -487,7 +487,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reset_through_another_instance_reaches_this_cache_within_5_s() {
-        let clock = crate::ManualClock::new(1_000_000);
+        let clock = crate::clock::ManualClock::new(1_000_000);
         let store = MemoryStore::with_clock(clock.clone());
         let (here, there) = (
             DenialCache::new(store.clone(), 100),
@@ -511,7 +511,7 @@ mod tests {
 
     #[tokio::test]
     async fn after_every_denial_ended_a_new_denial_is_cached_again() {
-        let clock = crate::ManualClock::new(1_000_000);
+        let clock = crate::clock::ManualClock::new(1_000_000);
         let cache = DenialCache::new(MemoryStore::with_clock(clock.clone()), 100);
         let policy = policy("1/min");
         assert!(cache.check("k", &policy, 1).await.unwrap().allowed);

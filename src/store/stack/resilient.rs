@@ -421,7 +421,7 @@ mod tests {
     use std::sync::atomic::AtomicU8;
 
     use super::*;
-    use crate::{Algorithm, ManualClock, Quota};
+    use crate::{clock::ManualClock, Algorithm, Quota};
 
     const ANSWER: u8 = 0;
     const FAIL: u8 = 1;

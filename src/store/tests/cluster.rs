@@ -8,7 +8,7 @@ use super::leases::leases_are_exact;
 use super::support::RedisCluster;
 use crate::store::stack::{Check, StoreExt};
 use crate::store::{RedisStore, Store};
-use crate::{Algorithm, Policy, Quota};
+use crate::{store::Policy, Algorithm, Quota};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_and_stacked_limits_span_slots() {

@@ -13,7 +13,11 @@ use crate::rules::Rule;
 use crate::store::stack::{Backend, Grant, StoreExt};
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{
-    key, Algorithm, Decision, Lease, ManualClock, Policy, Quota, RateLimitLayer, StoreError,
+    clock::ManualClock,
+    key,
+    rules::Lease,
+    store::{Policy, StoreError},
+    Algorithm, Decision, Quota, RateLimitLayer,
 };
 use axum::routing::get;
 use axum::Router;

@@ -11,7 +11,11 @@ use rand::{Rng, SeedableRng};
 use super::support;
 use crate::store::stack::{Check, StoreExt};
 use crate::store::{MemoryStore, RedisStore, Store};
-use crate::{Algorithm, ManualClock, Policy, Quota, StoreError};
+use crate::{
+    clock::ManualClock,
+    store::{Policy, StoreError},
+    Algorithm, Quota,
+};
 
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {

@@ -6,7 +6,7 @@ use super::leases::leases_are_exact;
 use super::support::RedisSentinel;
 use crate::store::stack::StoreExt;
 use crate::store::{RedisStore, Store};
-use crate::{Algorithm, Policy, Quota};
+use crate::{store::Policy, Algorithm, Quota};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_and_refunds_go_to_the_master() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::stack::{Check, StoreExt};
 use crate::store::{MemoryStore, RedisStore, Store};
-use crate::{Algorithm, Decision, ManualClock, Policy, Quota};
+use crate::{clock::ManualClock, store::Policy, Algorithm, Decision, Quota};
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

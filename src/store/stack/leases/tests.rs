@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::*;
 use crate::lease::Lease;
 use crate::store::MemoryStore;
-use crate::{Algorithm, ManualClock, Quota};
+use crate::{clock::ManualClock, Algorithm, Quota};
 
 /// A memory store that counts its calls and can take its time to lease.
 #[derive(Debug, Clone)]
