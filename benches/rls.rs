@@ -202,7 +202,11 @@ fn runtime(name: &str) -> tokio::runtime::Runtime {
 }
 
 fn build(store: impl Store) -> RateLimitService {
-    let config = RlsConfig::from_yaml([("bench.yaml", CONFIG)], false).expect("config");
+    let config = RlsConfig::from_yaml(
+        [("bench.yaml", CONFIG)],
+        tollgate::rls::DuplicateDomains::Refuse,
+    )
+    .expect("config");
     RateLimitService::builder()
         .config(config)
         .store(store)

@@ -271,7 +271,7 @@ fn with_store(builder: RateLimitLayerBuilder) -> Result<RateLimitLayerBuilder, C
         .filter(|name| std::env::var_os(name).is_some())
         .collect();
     if set.len() > 1 {
-        return Err(ConfigError::of(
+        return Err(ConfigError::with_kind(
             ConfigErrorKind::Store,
             format!("{} are set: set only one of them", set.join(" and ")),
         ));

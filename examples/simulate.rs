@@ -72,7 +72,7 @@ impl FromStr for Pattern {
             "burst" => Ok(Pattern::Burst),
             "steady" => Ok(Pattern::Steady),
             "boundary" => Ok(Pattern::Boundary),
-            other => Err(ConfigError::of(
+            other => Err(ConfigError::with_kind(
                 tollgate::ConfigErrorKind::Rule,
                 format!("unknown pattern {other:?} (use burst, steady or boundary)"),
             )),

@@ -52,7 +52,7 @@ impl Lease {
 
     /// Checks the lease against the policy's algorithm and capacity.
     pub(crate) fn validate(&self, algorithm: Algorithm, capacity: u32) -> Result<(), ConfigError> {
-        let fail = |why: String| Err(ConfigError::of(ConfigErrorKind::Rule, why));
+        let fail = |why: String| Err(ConfigError::with_kind(ConfigErrorKind::Rule, why));
         if !Self::ALGORITHMS.contains(&algorithm) {
             let names: Vec<&str> = Self::ALGORITHMS.iter().map(Algorithm::as_str).collect();
             return fail(format!(
@@ -94,7 +94,7 @@ impl FromStr for Lease {
                 .filter(|&n| n >= 1)
                 .map(Lease::Tokens)
                 .ok_or_else(|| {
-                    ConfigError::of(
+                    ConfigError::with_kind(
                         ConfigErrorKind::Rule,
                         format!(
                             "invalid lease {s:?} (use \"auto\" or a whole number of tokens from 1)"

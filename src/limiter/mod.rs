@@ -33,8 +33,7 @@ pub(crate) use verdict::Verdict;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnMissingKey {
-    /// Answer `400 Bad Request` naming what is missing (gRPC requests: INVALID_ARGUMENT).
-    /// The default.
+    /// Refuse it as a bad request (`400 Bad Request`) naming what is missing. The default.
     #[default]
     Reject,
     /// Let the request through unlimited by that rule, without its headers.

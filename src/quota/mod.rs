@@ -154,7 +154,7 @@ impl Quota {
         self.check_ranges()?;
         let period_us = self.period.as_micros();
         if u128::from(self.limit) > period_us {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!(
                     "invalid quota {self}: {} requests in {period_us}µs is more than one per \
@@ -169,7 +169,7 @@ impl Quota {
     /// Every check of [`check`](Self::check) but the rate's.
     fn check_ranges(&self) -> Result<(), ConfigError> {
         let err = |what: String| {
-            Err(ConfigError::of(
+            Err(ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!("invalid quota {self}: {what}"),
             ))
@@ -218,7 +218,7 @@ pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
     if name_ok {
         return Ok(());
     }
-    Err(ConfigError::of(
+    Err(ConfigError::with_kind(
         ConfigErrorKind::Quota,
         format!("invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"),
     ))
@@ -266,7 +266,7 @@ impl Policy {
         let name = name.into();
         check_policy_name(&name)?;
         if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!(
                     "burst is not used by {algorithm} (only gcra, token_bucket and leaky_bucket \
@@ -309,24 +309,25 @@ impl Policy {
     /// use tollgate::{Algorithm, Quota, store::Policy};
     ///
     /// let policy = Policy::new("login", Quota::per_minute(5)?, Algorithm::Gcra)?
-    ///     .block_for(Duration::from_secs(600));
-    /// assert_eq!(policy.blocks_for(), Some(Duration::from_secs(600)));
+    ///     .with_block_for(Duration::from_secs(600));
+    /// assert_eq!(policy.block_for(), Some(Duration::from_secs(600)));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn block_for(mut self, duration: Duration) -> Self {
+    pub fn with_block_for(mut self, duration: Duration) -> Self {
         self.block_for_us = u64::try_from(duration.as_micros())
             .unwrap_or(u64::MAX)
             .min(MAX_BUCKET_SPAN_US);
         self
     }
 
-    /// How long a denied client is blocked (see [`block_for`](Self::block_for)), if at all.
-    pub fn blocks_for(&self) -> Option<Duration> {
+    /// How long a denied client is blocked (see [`with_block_for`](Self::with_block_for)), if
+    /// at all.
+    pub fn block_for(&self) -> Option<Duration> {
         (self.block_for_us > 0).then(|| Duration::from_micros(self.block_for_us))
     }
 
-    /// [`blocks_for`](Self::blocks_for) in µs, 0 for none: what the stores compute with.
+    /// [`block_for`](Self::block_for) in µs, 0 for none: what the stores compute with.
     pub(crate) fn block_for_us(&self) -> u64 {
         self.block_for_us
     }
@@ -337,7 +338,7 @@ impl Policy {
     ///
     /// Fails for the sliding windows (which cannot take unused units back exactly), for a
     /// lease of more tokens than the quota's capacity, and for a policy that
-    /// [blocks](Self::block_for) (set `block_for` after this and it is ignored by leased keys).
+    /// [blocks](Self::block_for) (set `with_block_for` after this and it is ignored by leased keys).
     ///
     /// ```
     /// use tollgate::{Algorithm, Quota, rules::Lease, store::Policy};
@@ -353,7 +354,7 @@ impl Policy {
             u32::try_from(self.params.burst).unwrap_or(u32::MAX),
         )?;
         if self.block_for_us > 0 {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Rule,
                 "lease does not work with block_for: a leased key is decided locally, where no \
                  block is set; remove one of them",

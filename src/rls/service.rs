@@ -41,7 +41,7 @@ use crate::store::{OnStoreError, Store, StoreFailure};
 /// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
 /// let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: second, requests_per_unit: 10 }\n";
 /// let service = RateLimitService::builder()
-///     .config(RlsConfig::from_yaml([("edge.yaml", yaml)], false)?)
+///     .config(RlsConfig::from_yaml([("edge.yaml", yaml)], tollgate::rls::DuplicateDomains::Refuse)?)
 ///     .build()?;
 /// tonic::transport::Server::builder()
 ///     .add_service(service.into_server())

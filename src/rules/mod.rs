@@ -65,7 +65,7 @@ impl std::str::FromStr for Mode {
             "enforce" => Ok(Mode::Enforce),
             "shadow" => Ok(Mode::Shadow),
             "delay" => Ok(Mode::Delay),
-            other => Err(ConfigError::of(
+            other => Err(ConfigError::with_kind(
                 ConfigErrorKind::Rule,
                 format!("unknown mode {other:?} (use enforce, shadow or delay)"),
             )),

@@ -42,7 +42,7 @@ async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() 
         )
         .unwrap();
         if let Some(block_for) = block_for {
-            policy = policy.block_for(block_for);
+            policy = policy.with_block_for(block_for);
         }
         let mut rng = SmallRng::seed_from_u64(0x9ee4 ^ algorithm as u64);
 

@@ -36,7 +36,11 @@ descriptors:
 ";
 
 fn service(store: impl Store) -> RateLimitService {
-    let config = RlsConfig::from_yaml([("limits.yaml", LIMITS)], false).unwrap();
+    let config = RlsConfig::from_yaml(
+        [("limits.yaml", LIMITS)],
+        tollgate::rls::DuplicateDomains::Refuse,
+    )
+    .unwrap();
     RateLimitService::builder()
         .config(config)
         .store(store)

@@ -50,7 +50,11 @@ async fn serve(service: RateLimitService) -> Client {
 }
 
 fn config(files: &[(&str, &str)]) -> RlsConfig {
-    RlsConfig::from_yaml(files.iter().copied(), false).unwrap()
+    RlsConfig::from_yaml(
+        files.iter().copied(),
+        tollgate::rls::DuplicateDomains::Refuse,
+    )
+    .unwrap()
 }
 
 /// The service on `store`, with a store timeout long enough that no answer is a timeout's

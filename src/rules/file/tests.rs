@@ -669,7 +669,7 @@ fn block_for_from_the_rule_or_the_defaults() {
     let unused: Arc<dyn KeyExtractor> = Arc::new(key::Global);
     let login = file.rules[0].compile(&unused, Algorithm::Gcra).unwrap();
     assert_eq!(
-        login.policy.blocks_for(),
+        login.policy.block_for(),
         Some(std::time::Duration::from_secs(900))
     );
     // A shadow rule never blocks.
@@ -679,7 +679,7 @@ fn block_for_from_the_rule_or_the_defaults() {
     )
     .unwrap();
     let api = file.rules[0].compile(&unused, Algorithm::Gcra).unwrap();
-    assert_eq!(api.policy.blocks_for(), None);
+    assert_eq!(api.policy.block_for(), None);
 }
 
 #[test]

@@ -494,7 +494,7 @@ mod tests {
             DenialCache::new(store, 100),
         );
         // Blocked for 15 minutes after a denial.
-        let policy = policy("1/min").block_for(Duration::from_secs(900));
+        let policy = policy("1/min").with_block_for(Duration::from_secs(900));
         assert!(here.check("k", &policy, 1).await.unwrap().allowed);
         assert!(!here.check("k", &policy, 1).await.unwrap().allowed);
         there.reset("k", &policy).await.unwrap();

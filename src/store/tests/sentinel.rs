@@ -16,7 +16,7 @@ async fn leases_and_refunds_go_to_the_master() {
 
     let login = Policy::new("login", Quota::per_minute(2).unwrap(), Algorithm::Gcra)
         .unwrap()
-        .block_for(Duration::from_secs(60));
+        .with_block_for(Duration::from_secs(60));
     let check = async || store.check("eve", &login, 1).await.unwrap();
     assert_eq!((check().await.allowed, check().await.allowed), (true, true));
     assert!(!check().await.allowed);
