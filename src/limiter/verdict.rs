@@ -1,6 +1,7 @@
 //! [`Verdict`]: what the limiter makes of the store's decisions for one request, made at once
 //! or after waiting for the store, with its span and metrics.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +14,8 @@ use super::give_back::GiveBack;
 use super::{Limiter, Pending, Planned};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::response::{self, HeaderStyle, Headers, Refusal};
-use crate::rules::Mode;
+use crate::response::{self, HeaderStyle, Headers, Refusal, Shown};
+use crate::rules::{self, Mode};
 use crate::store::stack::{Check, StoreExt};
 use crate::store::{OnStoreError, Store};
 use crate::telemetry::{self, Outcome};
@@ -253,7 +254,12 @@ impl Limiter {
                 }
             }
             if headed {
-                seen.push((pending.policy(planned), *decision));
+                let item = match &planned.tier {
+                    None => Cow::Borrowed(&rule.header_item),
+                    Some(tier) => Cow::Owned(rules::header_item(&tier.0)),
+                };
+                let name = rule.policy.name();
+                seen.push((Shown { name, item }, *decision));
             }
         }
         let headers = match headed {

@@ -3,12 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderValue;
-
 use crate::algorithm::{Algorithm, Params};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
-use crate::response;
 use crate::telemetry::{Metered, RequestKeys};
 
 mod parse;
@@ -246,8 +243,6 @@ pub struct Policy {
     block_for_us: u64,
     /// How instances lease this policy's quota, if they do (see [`Lease`]).
     lease: Option<Lease>,
-    /// Its item of the `RateLimit-Policy` header, written once (see `crate::response`).
-    header_item: HeaderValue,
     /// Its keys of `tollgate_requests_total`, made once (see `crate::telemetry`).
     request_keys: RequestKeys,
 }
@@ -287,7 +282,6 @@ impl Policy {
     fn unchecked(name: Arc<str>, quota: Quota, algorithm: Algorithm) -> Self {
         Self {
             params: quota.params(algorithm),
-            header_item: response::policy_item(&name, quota.limit, quota.period),
             name,
             quota,
             algorithm,
@@ -412,16 +406,6 @@ impl Metered for Policy {
 
     fn request_keys(&self) -> &RequestKeys {
         &self.request_keys
-    }
-}
-
-impl response::Named for Policy {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn header_item(&self) -> &HeaderValue {
-        &self.header_item
     }
 }
 

@@ -1,5 +1,6 @@
 //! What clients are told: rate-limit headers, the 429, and the gRPC mapping ([`Refusal`]).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -205,15 +206,14 @@ impl Short {
     }
 }
 
-/// A policy as its headers show it: a name, and its item of `RateLimit-Policy`, written once
-/// (with [`policy_item`]).
-pub(crate) trait Named {
-    fn name(&self) -> &str;
-    fn header_item(&self) -> &HeaderValue;
+/// A policy as the headers show it: its name, and its item of `RateLimit-Policy` (see
+/// [`policy_item`]), written once for a rule's own policy and made for a tier's.
+pub(crate) struct Shown<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) item: Cow<'a, HeaderValue>,
 }
 
-/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60` (`limit` per `period`): written
-/// once per policy.
+/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60` (`limit` per `period`).
 pub(crate) fn policy_item(name: &str, limit: u32, period: Duration) -> HeaderValue {
     let item = (Value::new().text("\""))
         .text(name)
@@ -229,10 +229,7 @@ pub(crate) fn policy_item(name: &str, limit: u32, period: Duration) -> HeaderVal
 ///
 /// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most
 /// restrictive one (the fewest remaining).
-pub(crate) fn rate_limit_headers<P: Named>(
-    style: HeaderStyle,
-    checks: &[(&P, Decision)],
-) -> Headers {
+pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decision)]) -> Headers {
     if style == HeaderStyle::None {
         return Headers::default();
     }
@@ -243,20 +240,20 @@ pub(crate) fn rate_limit_headers<P: Named>(
     let (policy, decision) = tightest;
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         h.policy = match checks {
-            [(one, _)] => Some(one.header_item().clone()),
+            [(one, _)] => Some(one.item.as_ref().clone()),
             many => {
                 let mut policies = Value::new();
                 for (i, (p, _)) in many.iter().enumerate() {
                     policies
                         .0
                         .extend_from_slice(if i == 0 { b"" } else { b", " });
-                    policies.0.extend_from_slice(p.header_item().as_bytes());
+                    policies.0.extend_from_slice(p.item.as_bytes());
                 }
                 HeaderValue::from_maybe_shared(policies.0.freeze()).ok()
             }
         };
         let mut current = Short::new();
-        (current.text("\"").text(policy.name()).text("\";r="))
+        (current.text("\"").text(policy.name).text("\";r="))
             .number(decision.remaining)
             .text(";t=")
             .number(ceil_secs(decision.reset_after));
@@ -368,6 +365,15 @@ mod tests {
         Policy::new(name, quota, Algorithm::Gcra).unwrap()
     }
 
+    fn shown(policy: &Policy) -> Shown<'_> {
+        let quota = policy.quota();
+        let item = policy_item(policy.name(), quota.limit(), quota.period());
+        Shown {
+            name: policy.name(),
+            item: Cow::Owned(item),
+        }
+    }
+
     fn decision(remaining: u64, reset_ms: u64) -> Decision {
         Decision::allowed(100, remaining, Duration::from_millis(reset_ms))
     }
@@ -381,7 +387,10 @@ mod tests {
         let mut h = HeaderMap::new();
         rate_limit_headers(
             HeaderStyle::Ietf,
-            &[(&a, decision(7, 300)), (&b, decision(3, 86_000_001))],
+            &[
+                (shown(&a), decision(7, 300)),
+                (shown(&b), decision(3, 86_000_001)),
+            ],
         )
         .write_into(&mut h);
         assert_eq!(
@@ -396,13 +405,15 @@ mod tests {
     fn legacy_headers_use_delta_seconds_rounded_up() {
         let a = policy("api", Quota::per_minute(100).unwrap());
         let mut h = HeaderMap::new();
-        rate_limit_headers(HeaderStyle::Legacy, &[(&a, decision(42, 16_001))]).write_into(&mut h);
+        rate_limit_headers(HeaderStyle::Legacy, &[(shown(&a), decision(42, 16_001))])
+            .write_into(&mut h);
         assert_eq!(h["x-ratelimit-limit"], "100");
         assert_eq!(h["x-ratelimit-remaining"], "42");
         assert_eq!(h["x-ratelimit-reset"], "17");
         assert!(h.get(&RATELIMIT).is_none());
         let mut none = HeaderMap::new();
-        rate_limit_headers(HeaderStyle::None, &[(&a, decision(42, 1))]).write_into(&mut none);
+        rate_limit_headers(HeaderStyle::None, &[(shown(&a), decision(42, 1))])
+            .write_into(&mut none);
         assert!(none.is_empty());
     }
 

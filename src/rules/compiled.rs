@@ -4,13 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderName;
+use http::{HeaderName, HeaderValue};
 
 use super::{count_status, Cost, CostSpec, DelayQueue, Mode, Route, Rule, StatusMatch, TierFn};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
 use crate::quota::{check_policy_name, Policy, Quota};
+use crate::response;
 
 impl Rule {
     /// Checks the rule and fixes its defaults.
@@ -116,6 +117,7 @@ impl Rule {
             ));
         }
         Ok(CompiledRule {
+            header_item: header_item(&policy),
             policy,
             quota: self.quota,
             mode: self.mode,
@@ -192,10 +194,19 @@ pub(crate) enum Setting {
     Lease,
 }
 
+/// `policy`'s item of the `RateLimit-Policy` header (for a rule's policy, written once with
+/// the rule; for a tier's, when its headers are).
+pub(crate) fn header_item(policy: &Policy) -> HeaderValue {
+    let quota = policy.quota();
+    response::policy_item(policy.name(), quota.limit(), quota.period())
+}
+
 /// A rule ready to use: defaults applied, quota validated.
 #[derive(Clone)]
 pub(crate) struct CompiledRule {
     pub(crate) policy: Policy,
+    /// The policy's item of the `RateLimit-Policy` header, written once.
+    pub(crate) header_item: HeaderValue,
     pub(crate) quota: Quota,
     pub(crate) mode: Mode,
     /// In delay mode: the queue, which also shapes `policy`.
@@ -214,6 +225,7 @@ impl CompiledRule {
     /// `RateLimitLayer::new` limits with. Nothing in it can be wrong, so it cannot fail.
     pub(crate) fn everything(policy: Policy, quota: Quota, key: Arc<dyn KeyExtractor>) -> Self {
         Self {
+            header_item: header_item(&policy),
             policy,
             quota,
             mode: Mode::Enforce,

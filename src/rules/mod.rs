@@ -28,7 +28,7 @@ mod skip;
 mod source;
 pub use crate::lease::Lease;
 pub use crate::read::MAX_FILE_BYTES;
-pub(crate) use compiled::{CompiledRule, Setting};
+pub(crate) use compiled::{header_item, CompiledRule, Setting};
 pub(crate) use cost::{Cost, CostFn};
 pub use count_status::StatusMatch;
 pub(crate) use count_status::ALLOWED as COUNT_STATUS_ALLOWED;
