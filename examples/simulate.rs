@@ -19,8 +19,8 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use tollgate::store::MemoryStore;
-use tollgate::{clock::ManualClock, store::Policy, Algorithm, ConfigError, Quota};
+use tollgate::store::{MemoryStore, Policy};
+use tollgate::{clock::ManualClock, Algorithm, ConfigError, Quota};
 
 fn main() {
     let arg = |flag: &str, env: &str, default: &str| {

@@ -10,8 +10,8 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tollgate::rules::{Mode, Rule};
-use tollgate::store::{RedisStore, StoreFailure};
-use tollgate::{key, store::OnStoreError, Quota, RateLimitLayer, Skip};
+use tollgate::store::{OnStoreError, RedisStore, StoreFailure};
+use tollgate::{key, Quota, RateLimitLayer, Skip};
 
 /// Runs `test` on a current-thread runtime with a Prometheus recorder of its own: every
 /// metric the layers it builds report (their tasks run on this thread too) goes there and

@@ -25,8 +25,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tollgate::rls::{Charging, DuplicateDomains, RateLimitService, RlsConfig};
-use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{store::Store, Algorithm};
+use tollgate::store::{MemoryStore, RedisStore, Store};
+use tollgate::Algorithm;
 
 const OK: Code = Code::Ok;
 const OVER: Code = Code::OverLimit;
