@@ -10,7 +10,11 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response};
 use tollgate::store::MemoryStore;
-use tollgate::{key, Algorithm, Policy, Quota, RateLimitLayer, Store};
+use tollgate::{
+    key,
+    store::{Policy, Store},
+    Algorithm, Quota, RateLimitLayer,
+};
 use tower::{Layer, Service, ServiceExt};
 
 fn memory_store(c: &mut Criterion) {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tollgate::store::MemoryStore;
-use tollgate::{Algorithm, ManualClock, Policy};
+use tollgate::store::{MemoryStore, Policy};
+use tollgate::{clock::ManualClock, Algorithm};
 
 /// Requests in a flood, each with a new key.
 const FLOOD: u64 = 1_000_000;

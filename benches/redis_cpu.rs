@@ -41,7 +41,11 @@ use deadpool_redis::redis::{self, aio::MultiplexedConnection, Script};
 use deadpool_redis::{Pool, Runtime};
 use http::{HeaderValue, Request, Response};
 use tollgate::store::RedisStore;
-use tollgate::{key, Algorithm, HeaderStyle, Policy, Quota, RateLimitLayer, Store};
+use tollgate::{
+    key,
+    store::{Policy, Store},
+    Algorithm, HeaderStyle, Quota, RateLimitLayer,
+};
 use tower::{Layer, ServiceExt};
 
 /// Requests in flight.

@@ -7,7 +7,10 @@
 
 use deadpool_redis::redis;
 use tollgate::store::RedisStore;
-use tollgate::{Algorithm, Policy, Quota, Store};
+use tollgate::{
+    store::{Policy, Store},
+    Algorithm, Quota,
+};
 
 const CLIENTS: usize = 100_000;
 const CONCURRENCY: usize = 64;

@@ -24,8 +24,8 @@ use tollgate::rls::proto::rate_limit_service_server::{
 };
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tollgate::rls::{RateLimitService, RlsConfig};
+use tollgate::store::Store;
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::Store;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -202,7 +202,11 @@ fn runtime(name: &str) -> tokio::runtime::Runtime {
 }
 
 fn build(store: impl Store) -> RateLimitService {
-    let config = RlsConfig::from_yaml([("bench.yaml", CONFIG)], false).expect("config");
+    let config = RlsConfig::from_yaml(
+        [("bench.yaml", CONFIG)],
+        tollgate::rls::DuplicateDomains::Refuse,
+    )
+    .expect("config");
     RateLimitService::builder()
         .config(config)
         .store(store)

@@ -102,7 +102,7 @@ fn app() -> Result<Router, ConfigError> {
         .period(quota.period() / quota.limit())
         .burst_size(quota.capacity());
     let too_fine = || {
-        ConfigError::of(
+        ConfigError::with_kind(
             ConfigErrorKind::Quota,
             "RATE_LIMIT: governor needs at least 1 ns between requests",
         )

@@ -64,8 +64,8 @@ use tollgate::key;
 use tollgate::rules::Rule;
 use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
-    Algorithm, ConfigError, ConfigErrorKind, Control, ControlError, HeaderStyle, OnStoreError,
-    Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
+    store::OnStoreError, Algorithm, ConfigError, ConfigErrorKind, Control, ControlError,
+    HeaderStyle, Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
 };
 
 /// What is logged unless `RUST_LOG` says otherwise: tollgate's state changes, not the Redis
@@ -271,7 +271,7 @@ fn with_store(builder: RateLimitLayerBuilder) -> Result<RateLimitLayerBuilder, C
         .filter(|name| std::env::var_os(name).is_some())
         .collect();
     if set.len() > 1 {
-        return Err(ConfigError::of(
+        return Err(ConfigError::with_kind(
             ConfigErrorKind::Store,
             format!("{} are set: set only one of them", set.join(" and ")),
         ));

@@ -19,8 +19,8 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use tollgate::store::MemoryStore;
-use tollgate::{Algorithm, ConfigError, ManualClock, Policy, Quota};
+use tollgate::store::{MemoryStore, Policy};
+use tollgate::{clock::ManualClock, Algorithm, ConfigError, Quota};
 
 fn main() {
     let arg = |flag: &str, env: &str, default: &str| {
@@ -72,7 +72,7 @@ impl FromStr for Pattern {
             "burst" => Ok(Pattern::Burst),
             "steady" => Ok(Pattern::Steady),
             "boundary" => Ok(Pattern::Boundary),
-            other => Err(ConfigError::of(
+            other => Err(ConfigError::with_kind(
                 tollgate::ConfigErrorKind::Rule,
                 format!("unknown pattern {other:?} (use burst, steady or boundary)"),
             )),

@@ -18,13 +18,18 @@
 #   `store/tests/`) imports from `store/wrappers/`, tests included: `memory/`, `redis/`, the
 #   contract files, and any store added beside them;
 # - non-test code imports from the module that defines a name (`crate::error::ConfigError`),
-#   not from the root's re-exports (`crate::ConfigError`), so that every dependency shows.
+#   not from the root's re-exports (`crate::ConfigError`), so that every dependency shows;
+# - the crate root re-exports at most 16 names (`pub use` in src/lib.rs), each of which has
+#   no other public home;
+# - the limiter (src/limiter/) never mentions gRPC or tonic: it says what was decided, and
+#   the service renders it for the request's protocol.
 #
 # Prints what is wrong and exits 1; prints nothing and exits 0 when all is well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAX_LINES=500
+MAX_ROOT_NAMES=16
 failed=0
 
 is_test_file() {
@@ -74,7 +79,7 @@ use warnings;
 
 my @files = sort split /\n/, `find src -name '*.rs'`;
 
-sub is_test_file { $_[0] =~ m{/tests/|/tests\.rs$|_tests\.rs$|/test_[^/]*\.rs$} }
+sub is_test_file { $_[0] =~ m{/tests/|/tests\.rs$} }
 
 # The module path of a file: src/a/b.rs and src/a/b/mod.rs are (a, b); src/lib.rs is ().
 sub module_of {
@@ -259,6 +264,32 @@ done < <(find src -name '*.rs' | sort)
 
 if hits=$(grep -rn --include='*.rs' '#\[path' src tests examples benches test-kit tollgate-rls/src tollgate-rls/tests); then
     printf '%s\n' "$hits" | sed 's/$/: a module included by path (use the test kit or a module of its own)/'
+    failed=1
+fi
+
+# The names `pub use`d at the crate root: `pub use a::B;` or `pub use a::{B, C};`.
+root_names=$(sed -n 's/^pub use [a-z_:]*::\({\?\)\(.*\);$/\2/p' src/lib.rs | tr -d '{}' | tr ',' '\n' |
+    sed 's/.* as //; s/^ *//; s/ *$//' | grep -v '^$' || true)
+count=$(printf '%s\n' "$root_names" | grep -c . || true)
+if [ "$count" -gt "$MAX_ROOT_NAMES" ]; then
+    echo "src/lib.rs: $count names at the crate root (at most $MAX_ROOT_NAMES): $(echo $root_names)"
+    failed=1
+fi
+# A root name also re-exported by a public module (`pub mod` in src/lib.rs) has two homes.
+public_modules=$(sed -n 's/^pub mod \([a-z_]*\);$/\1/p' src/lib.rs)
+for name in $root_names; do
+    for module in $public_modules; do
+        homes=$(grep -rlE "^pub (use .*|(trait|struct|enum|type|fn) )\b$name\b" "src/$module" \
+            "src/$module.rs" 2>/dev/null || true)
+        if [ -n "$homes" ]; then
+            echo "$name is public both at the crate root and in tollgate::$module ($(echo $homes))"
+            failed=1
+        fi
+    done
+done
+
+if grep -rniE 'grpc|tonic' src/limiter >/dev/null; then
+    grep -rniE 'grpc|tonic' src/limiter | sed 's/^/the limiter mentions the protocol: /'
     failed=1
 fi
 

@@ -106,7 +106,7 @@ impl Anchored {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{Clock, ManualClock};
+/// use tollgate::clock::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_millis(2));

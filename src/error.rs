@@ -39,11 +39,12 @@ pub enum ConfigErrorKind {
 impl ConfigError {
     /// A configuration error of kind [`ConfigErrorKind::Other`] with the given explanation.
     pub fn new(message: impl Into<String>) -> Self {
-        Self::of(ConfigErrorKind::Other, message)
+        Self::with_kind(ConfigErrorKind::Other, message)
     }
 
-    /// A configuration error of `kind` with the given explanation.
-    pub fn of(kind: ConfigErrorKind, message: impl Into<String>) -> Self {
+    /// A configuration error of `kind` with the given explanation (e.g. from a store of
+    /// your own: [`ConfigErrorKind::Store`]).
+    pub fn with_kind(kind: ConfigErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
@@ -63,15 +64,7 @@ impl ConfigError {
     /// The same error with `context` in front, e.g. the rule or field it came from.
     #[must_use]
     pub fn context(self, context: impl fmt::Display) -> Self {
-        Self::of(self.kind, format!("{context}: {}", self.message))
-    }
-
-    /// The same error, of `kind` (for an error found inside a larger part, e.g. a quota's
-    /// error inside a rules file).
-    #[must_use]
-    pub fn kind_of(mut self, kind: ConfigErrorKind) -> Self {
-        self.kind = kind;
-        self
+        Self::with_kind(self.kind, format!("{context}: {}", self.message))
     }
 }
 

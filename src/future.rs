@@ -17,8 +17,7 @@ use tower_service::Service;
 use crate::limiter::count::{Counter, Counting};
 use crate::limiter::give_back::GiveBack;
 use crate::limiter::Verdict;
-use crate::response::Headers;
-use crate::response::ResponseBody;
+use crate::response::{Headers, Refusal, ResponseBody};
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the
 /// store.
@@ -115,6 +114,9 @@ where
     {
         let state = match verdict {
             Verdict::Proceed(headers) => answering(ready.call(request), headers, None),
+            Verdict::Refuse(refusal) => State::Respond {
+                response: Some(refusal.render(request.headers())),
+            },
             verdict => after(verdict, Some((take_ready(ready), request))),
         };
         Self { state }
@@ -126,10 +128,11 @@ where
         }
     }
 
-    pub(crate) fn respond(response: Box<Response<Full<Bytes>>>) -> Self {
+    /// The future of a request refused before the store was asked (no key, a bad cost).
+    pub(crate) fn refuse(refusal: Refusal, request: &Request<ReqBody>) -> Self {
         Self {
             state: State::Respond {
-                response: Some(response),
+                response: Some(refusal.render(request.headers())),
             },
         }
     }
@@ -207,7 +210,7 @@ where
 }
 
 /// The state after the limiter's verdict: call the ready inner service with the request,
-/// wait for the request's slot first (delay mode), or answer.
+/// wait for the request's slot first (delay mode), or answer (rendered for the request).
 fn after<Svc, ReqBody>(
     verdict: Verdict,
     inner: Option<(Svc, Request<ReqBody>)>,
@@ -227,8 +230,8 @@ where
                 give_back: later.give_back,
             }),
         },
-        Verdict::Respond(response) => State::Respond {
-            response: Some(response),
+        Verdict::Refuse(refusal) => State::Respond {
+            response: inner.map(|(_, request)| refusal.render(request.headers())),
         },
     }
 }

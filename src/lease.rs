@@ -17,7 +17,7 @@ use crate::error::{ConfigError, ConfigErrorKind};
 /// it expires, as far as the algorithm can take them back exactly.
 ///
 /// ```
-/// use tollgate::{rules::Rule, Lease, Quota};
+/// use tollgate::{Quota, rules::{Rule, Lease}};
 ///
 /// let rule = Rule::new("global", Quota::per_second(20_000)?).lease(Lease::Auto);
 /// let fixed = Rule::new("partner", Quota::per_second(500)?).lease(Lease::tokens(25));
@@ -52,7 +52,7 @@ impl Lease {
 
     /// Checks the lease against the policy's algorithm and capacity.
     pub(crate) fn validate(&self, algorithm: Algorithm, capacity: u32) -> Result<(), ConfigError> {
-        let fail = |why: String| Err(ConfigError::of(ConfigErrorKind::Rule, why));
+        let fail = |why: String| Err(ConfigError::with_kind(ConfigErrorKind::Rule, why));
         if !Self::ALGORITHMS.contains(&algorithm) {
             let names: Vec<&str> = Self::ALGORITHMS.iter().map(Algorithm::as_str).collect();
             return fail(format!(
@@ -94,7 +94,7 @@ impl FromStr for Lease {
                 .filter(|&n| n >= 1)
                 .map(Lease::Tokens)
                 .ok_or_else(|| {
-                    ConfigError::of(
+                    ConfigError::with_kind(
                         ConfigErrorKind::Rule,
                         format!(
                             "invalid lease {s:?} (use \"auto\" or a whole number of tokens from 1)"

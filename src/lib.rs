@@ -49,15 +49,19 @@
 //! Its `call` asks the limiter (`limiter/`) which rules (`rules/`) apply, with which keys
 //! (`key/`) and costs, and returns a [`ResponseFuture`] (`future.rs`) that waits for the
 //! limiter's decision, waits again in delay mode, then calls your service or answers itself.
-//! The limiter asks one store (`store/`): the builder stacks, outermost first, a cache of
-//! denials (a client already denied is answered locally), leases (hot keys decided locally
-//! from quota leased in the backend) and failure handling (timeout, circuit breaker,
-//! fallback) around your backend, [`MemoryStore`] or [`RedisStore`] or a [`Store`] of your
-//! own; none of them is a type you build. The limiter turns the store's [`Decision`]s into
-//! headers or a denial (`response/`), and [`Control`] reads and acts on it afterwards.
+//! The limiter asks one store through its decider (`decider/`, which [`rls`] uses too): the
+//! builder stacks, outermost first, a cache of denials (a client already denied is answered
+//! locally), leases (hot keys decided locally from quota leased in the backend) and failure
+//! handling (timeout, circuit breaker, fallback) around your backend, [`MemoryStore`] or
+//! [`RedisStore`] or a [`Store`] of your own; none of them is a type you build. The limiter
+//! turns the store's [`Decision`]s into headers, a wait, or a refusal (denied, unavailable,
+//! bad request) without knowing the protocol; the service renders a refusal for the request,
+//! as a 429, 503 or 400 or as a gRPC status (`response/`). [`Control`] reads and acts on the
+//! limiter afterwards.
 //!
 //! [`MemoryStore`]: store::MemoryStore
 //! [`RedisStore`]: store::RedisStore
+//! [`Store`]: store::Store
 //!
 //! # Feature Flags
 //!
@@ -90,7 +94,8 @@
 )]
 
 mod algorithm;
-mod clock;
+pub mod clock;
+mod decider;
 mod decision;
 mod error;
 mod future;
@@ -114,18 +119,15 @@ mod telemetry;
 mod tests;
 
 pub use algorithm::Algorithm;
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use decider::Stats;
 pub use decision::Decision;
-pub use error::{ConfigError, ConfigErrorKind, ControlError, StoreError};
+pub use error::{ConfigError, ConfigErrorKind, ControlError};
 pub use future::ResponseFuture;
-pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip, Stats};
-pub use lease::Lease;
+pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip};
 pub use limiter::OnMissingKey;
-pub use quota::{Policy, Quota};
-pub use response::HeaderStyle;
-pub use response::ResponseBody;
+pub use quota::Quota;
+pub use response::{HeaderStyle, ResponseBody};
 pub use service::RateLimit;
-pub use store::{OnStoreError, Store};
 
 /// Link targets for the guides in `docs/`, read before each guide's own: the guides link to
 /// each other by file name (`rules.md`), which works on GitHub; in rustdoc the first

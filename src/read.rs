@@ -47,7 +47,7 @@ pub(crate) fn read_rules_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
 /// `kind.max_bytes`, or an error that names the file and says why not.
 pub(crate) fn read_config_file(path: &Path, kind: &FileKind) -> Result<Vec<u8>, ConfigError> {
     let fail = |why: String| {
-        ConfigError::of(
+        ConfigError::with_kind(
             ConfigErrorKind::RulesFile,
             format!("cannot read {} {}: {why}", kind.name, path.display()),
         )

@@ -8,13 +8,13 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use crate::future::{take_ready, ResponseFuture};
-use crate::limiter::{is_grpc, Limiter, Plan};
+use crate::limiter::{Limiter, Plan};
 use crate::response::ResponseBody;
 
 /// Rate-limits an inner service; made by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
 /// `poll_ready` only asks the inner service: a limited key never stalls readiness for other
-/// clients. Denials are responses (429), not errors, so the inner error type is kept and an
+/// clients. Denials are responses (429, or a gRPC status for a gRPC request), not errors, so the inner error type is kept and an
 /// `Infallible` service stays `Infallible`.
 ///
 /// A request the store can decide at once (the memory store, a cached denial, a lease in
@@ -61,24 +61,21 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
         let plan = self.limiter.plan(&parts);
-        if let Plan::Check(pending) = &plan {
-            // Decided at once (the memory store, a cached denial, a lease in hand).
-            if let Some(verdict) = self.limiter.decide_ready(pending, || is_grpc(&parts)) {
-                let request = Request::from_parts(parts, body);
-                return ResponseFuture::decided(verdict, &mut self.inner, request);
-            }
-        }
+        let request = Request::from_parts(parts, body);
         match plan {
-            Plan::Pass => ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body))),
-            Plan::Respond(response) => ResponseFuture::respond(response),
-            Plan::Check(pending) => {
-                // The inner service is called after the decision: take the one
-                // `poll_ready` made ready, and leave a clone for the next request.
-                let inner = take_ready(&mut self.inner);
-                let (pending, grpc) = (pending.owned(), is_grpc(&parts));
-                let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending, grpc));
-                ResponseFuture::checking(deciding, inner, Request::from_parts(parts, body))
-            }
+            Plan::Pass => ResponseFuture::inner(self.inner.call(request)),
+            Plan::Refuse(refusal) => ResponseFuture::refuse(*refusal, &request),
+            // Decided at once (the memory store, a cached denial, a lease in hand).
+            Plan::Check(pending) => match self.limiter.decide_ready(&pending) {
+                Some(verdict) => ResponseFuture::decided(verdict, &mut self.inner, request),
+                None => {
+                    // The inner service is called after the decision: take the one
+                    // `poll_ready` made ready, and leave a clone for the next request.
+                    let inner = take_ready(&mut self.inner);
+                    let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending.owned()));
+                    ResponseFuture::checking(deciding, inner, request)
+                }
+            },
         }
     }
 }

@@ -280,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_lease_is_what_back_to_back_requests_would_get() {
-        for algorithm in crate::Lease::ALGORITHMS {
+        for algorithm in crate::rules::Lease::ALGORITHMS {
             let p = &Quota::per_second(10).unwrap().params(algorithm);
             let (mut leased, mut one_by_one) = (State::new(algorithm), State::new(algorithm));
             let now = 5_000_000;

@@ -95,7 +95,7 @@ impl FromStr for Algorithm {
             .find(|a| a.as_str() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
-                ConfigError::of(
+                ConfigError::with_kind(
                     ConfigErrorKind::Rule,
                     format!("unknown algorithm {s:?} (use one of {})", names.join(", ")),
                 )

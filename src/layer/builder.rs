@@ -10,16 +10,18 @@ use http::Response;
 
 use super::{RateLimitLayer, Skip};
 use crate::algorithm::Algorithm;
+use crate::decider::StoreSetup;
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
-use crate::limiter::{DenyResponse, Limiter, OnMissingKey, SkipFn};
+use crate::limiter::{Limiter, OnMissingKey, SkipFn};
 use crate::quiet_log::QuietLog;
 use crate::quota::Quota;
-use crate::response::HeaderStyle;
+use crate::response::{DenyResponse, HeaderStyle};
 use crate::rules::{Rule, RuleSource};
-use crate::store::wrappers::{self, Backend, DENIAL_CACHE_CAPACITY};
-use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
+#[cfg(test)]
+use crate::store::wrappers::Backend;
+use crate::store::{OnStoreError, Store, StoreFailure};
 
 /// Builds a [`RateLimitLayer`]; see [`RateLimitLayer::builder`].
 ///
@@ -38,7 +40,7 @@ use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::{key, Algorithm, HeaderStyle, OnStoreError, Quota, RateLimitLayer};
+/// use tollgate::{key, Algorithm, HeaderStyle, Quota, RateLimitLayer, store::OnStoreError};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .quota("10/s; burst=20".parse::<Quota>()?)
@@ -60,10 +62,7 @@ pub struct RateLimitLayerBuilder {
     rules: Vec<Rule>,
     rules_file: Option<PathBuf>,
     skip: Skip,
-    store: Backend,
-    failure: StoreFailure,
-    /// Capacity of the cache of denials; 0 when it is off.
-    denial_cache: usize,
+    store: StoreSetup,
     on_missing_key: OnMissingKey,
     headers: HeaderStyle,
     deny: Option<DenyResponse>,
@@ -80,9 +79,7 @@ impl RateLimitLayerBuilder {
             rules: Vec::new(),
             rules_file: None,
             skip: Skip::default(),
-            store: Backend::Memory(MemoryStore::new()),
-            failure: StoreFailure::default(),
-            denial_cache: DENIAL_CACHE_CAPACITY,
+            store: StoreSetup::default(),
             on_missing_key: OnMissingKey::default(),
             headers: HeaderStyle::default(),
             deny: None,
@@ -159,19 +156,19 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Where state lives (default: a new [`MemoryStore`]): a
+    /// Where state lives (default: a new [`MemoryStore`](crate::store::MemoryStore)): a
     /// [`RedisStore`](crate::store::RedisStore), or any [`Store`] of your own. The layer puts
     /// the cache of denials, leases for hot keys and the failure handling around it. Chosen
     /// at run time: the layer's type does not name the store.
     pub fn store(mut self, store: impl Store) -> Self {
-        self.store = Backend::of(store);
+        self.store.store(store);
         self
     }
 
     /// A backend made by the crate's tests (e.g. a store with a lease of its own making).
     #[cfg(test)]
     pub(crate) fn backend(mut self, backend: Backend) -> Self {
-        self.store = backend;
+        self.store.backend(backend);
         self
     }
 
@@ -179,14 +176,14 @@ impl RateLimitLayerBuilder {
     /// breaker and an error hook, in one value (default [`StoreFailure::default`]: fail open,
     /// 50 ms).
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
-        self.failure = failure;
+        self.store.failure(failure);
         self
     }
 
     /// What to do while the store cannot decide (default [`OnStoreError::Allow`]: fail open):
     /// shorthand for that part of [`store_failure`](Self::store_failure).
     pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.failure.on_error = on_store_error;
+        self.store.on_error(on_store_error);
         self
     }
 
@@ -194,7 +191,7 @@ impl RateLimitLayerBuilder {
     /// [`StoreFailure::timeout`]. The in-memory store never waits, so it never starts this
     /// timer.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
-        self.failure = self.failure.timeout(timeout);
+        self.store.timeout(timeout);
         self
     }
 
@@ -207,7 +204,7 @@ impl RateLimitLayerBuilder {
     /// instance's cached denial of that client; other instances ask the store again within
     /// 5 s. The memory store needs no cache (it answers a denied client as fast) and has none.
     pub fn denial_cache(mut self, enabled: bool) -> Self {
-        self.denial_cache = if enabled { DENIAL_CACHE_CAPACITY } else { 0 };
+        self.store.denial_cache(enabled);
         self
     }
 
@@ -257,9 +254,7 @@ impl RateLimitLayerBuilder {
     /// A [`ConfigError`] that says what is wrong: nothing to limit, a zero store timeout, a
     /// rule or skip that cannot work, a rules file that cannot be read or does not validate.
     pub fn build(mut self) -> Result<RateLimitLayer, ConfigError> {
-        if self.failure.timeout.is_zero() {
-            return Err(ConfigError::new("store_timeout must be longer than zero"));
-        }
+        self.store.validate()?;
         let mut code_rules = Vec::with_capacity(self.rules.len() + 1);
         if let Some(quota) = self.quota {
             code_rules.push(Rule::new(self.name.clone(), quota));
@@ -287,13 +282,12 @@ impl RateLimitLayerBuilder {
     /// The layer over `rules` and the predicate `skip`, with the rest of these settings
     /// (checked already).
     pub(super) fn assemble(self, rules: Arc<RuleSource>, skip: Option<SkipFn>) -> RateLimitLayer {
-        let on_store_error = self.failure.on_error;
-        let store = wrappers::wrap(self.store, &self.failure, self.denial_cache);
+        let on_store_error = self.store.failure.on_error;
         RateLimitLayer {
             limiter: Arc::new(Limiter {
                 rules,
                 skip,
-                store,
+                decider: self.store.build(),
                 on_missing_key: self.on_missing_key,
                 headers: self.headers,
                 deny: self.deny,
@@ -316,7 +310,6 @@ impl fmt::Debug for RateLimitLayerBuilder {
             .field("rules_file", &self.rules_file)
             .field("skip", &self.skip)
             .field("store", &self.store)
-            .field("failure", &self.failure)
             .finish_non_exhaustive()
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::decider::Stats;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ControlError};
 use crate::limiter::Limiter;
@@ -57,22 +58,6 @@ pub struct Control {
     limiter: Arc<Limiter>,
 }
 
-/// A layer's figures at one moment, from [`Control::stats`]. (With the `metrics` feature the
-/// same figures and more go to your metrics recorder.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct Stats {
-    /// How many times the store failed since the layer was built: errors, timeouts, and
-    /// requests answered while the circuit breaker was open.
-    pub store_errors: u64,
-    /// Whether the circuit breaker is open now: the store is failing and not being called.
-    pub circuit_open: bool,
-    /// How many requests the cache of denials answered without asking the store.
-    pub denial_cache_hits: u64,
-    /// How many requests a shadow-mode rule would have denied.
-    pub shadow_denials: u64,
-}
-
 impl Control {
     pub(super) fn new(limiter: Arc<Limiter>) -> Self {
         Self { limiter }
@@ -80,13 +65,8 @@ impl Control {
 
     /// The layer's figures now.
     pub fn stats(&self) -> Stats {
-        let resilient = self.limiter.store.resilient();
-        Stats {
-            store_errors: resilient.errors(),
-            circuit_open: resilient.circuit_open(),
-            denial_cache_hits: self.limiter.store.hits(),
-            shadow_denials: self.limiter.shadow_denials.load(Ordering::Relaxed),
-        }
+        let shadow_denials = self.limiter.shadow_denials.load(Ordering::Relaxed);
+        self.limiter.decider.stats(shadow_denials)
     }
 
     /// Reads the rules file again now and swaps in its rules, without waiting for the file
@@ -146,18 +126,18 @@ impl Control {
     ///
     /// [`ControlError::UnknownRule`] for a rule that is not in force; [`ControlError::Store`]
     /// when the store cannot answer (with
-    /// [`OnStoreError::FallbackToMemory`](crate::OnStoreError::FallbackToMemory), the fallback
+    /// [`OnStoreError::FallbackToMemory`](crate::store::OnStoreError::FallbackToMemory), the fallback
     /// answers instead).
     pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self.limiter.store.peek(&key, &policy, 1).await?)
+        Ok(self.limiter.decider.store.peek(&key, &policy, 1).await?)
     }
 
     /// Forgets the state of client `key` under the rule named `rule`, and any block: its next
     /// request starts with a whole quota. Errors as for [`peek`](Self::peek).
     pub async fn reset(&self, rule: &str, key: &str) -> Result<(), ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self.limiter.store.reset(&key, &policy).await?)
+        Ok(self.limiter.decider.store.reset(&key, &policy).await?)
     }
 
     /// Denies every request of client `key` under the rule named `rule` for `duration` from
@@ -170,7 +150,12 @@ impl Control {
         duration: Duration,
     ) -> Result<(), ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self.limiter.store.block(&key, &policy, duration).await?)
+        Ok(self
+            .limiter
+            .decider
+            .store
+            .block(&key, &policy, duration)
+            .await?)
     }
 
     /// Gives `n` units back to client `key` under the rule named `rule`, as far as the rule's
@@ -182,10 +167,10 @@ impl Control {
     /// # Errors
     ///
     /// As for [`peek`](Self::peek); a store of your own answers
-    /// [`StoreError::Unsupported`](crate::StoreError::Unsupported).
+    /// [`StoreError::Unsupported`](crate::store::StoreError::Unsupported).
     pub async fn refund(&self, rule: &str, key: &str, n: u32) -> Result<(), ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self.limiter.store.refund(&key, &policy, n).await?)
+        Ok(self.limiter.decider.store.refund(&key, &policy, n).await?)
     }
 }
 

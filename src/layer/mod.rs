@@ -20,7 +20,7 @@ mod control;
 mod skip;
 
 pub use builder::RateLimitLayerBuilder;
-pub use control::{Control, Stats};
+pub use control::Control;
 pub use skip::Skip;
 
 /// The policy name used when none is given; it appears in store keys and headers.
@@ -79,7 +79,7 @@ impl RateLimitLayer {
     }
 
     /// A handle on this layer (cheap to clone, usable after the layer has gone into the
-    /// app): its [`Stats`], the rules in force and their reload, and acting on one client
+    /// app): its [`Stats`](crate::Stats), the rules in force and their reload, and acting on one client
     /// (peek, reset, block, refund). See [`Control`].
     pub fn control(&self) -> Control {
         Control::new(Arc::clone(&self.limiter))

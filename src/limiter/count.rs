@@ -75,7 +75,7 @@ fn count(limiter: Arc<Limiter>, counted: Vec<Counted>) -> Counting {
             .iter()
             .map(|c| Check::new(&c.key, &c.policy, c.cost).blocking(false))
             .collect();
-        let _ = limiter.store.check_many(&checks).await;
+        let _ = limiter.decider.store.check_many(&checks).await;
     })
 }
 

@@ -56,7 +56,7 @@ impl Drop for GiveBack {
         runtime.spawn(async move {
             for place in &held.places {
                 // A store error is the store's to count and log; the place then stays taken.
-                let _ = (held.limiter.store)
+                let _ = (held.limiter.decider.store)
                     .refund(&place.key, &place.policy, place.cost)
                     .await;
             }

@@ -1,26 +1,22 @@
 //! The decision for one request, shared by every clone of the service: which rules apply,
-//! with which keys and costs; asking the store; and the response or headers from its answer.
-//! Timeouts, the circuit breaker and the fallback are the store stack's (`store::stack`).
+//! with which keys and costs; asking the store; and what its answer means for the request
+//! (proceed with headers, wait, or a [`Refusal`]), which the service renders.
+//! Timeouts, the circuit breaker and the fallback are the store wrappers' (`store::wrappers`).
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::header::CONTENT_TYPE;
 use http::request::Parts;
-use http::Response;
-use http_body_util::Full;
 use smallvec::SmallVec;
 
-use crate::decision::Decision;
+use crate::decider::Decider;
 use crate::error::ControlError;
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
-use crate::response::{self, HeaderStyle};
+use crate::response::{DenyResponse, HeaderStyle, Refusal};
 use crate::rules::{CompiledRule, InForce, RuleSource};
-use crate::store::wrappers::Wrapped;
 use crate::store::OnStoreError;
 use crate::telemetry::{self, Outcome};
 use count::Counted;
@@ -37,7 +33,7 @@ pub(crate) use verdict::Verdict;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnMissingKey {
-    /// Answer `400 Bad Request` naming what is missing (gRPC: INVALID_ARGUMENT). The default.
+    /// Refuse it as a bad request (`400 Bad Request`) naming what is missing. The default.
     #[default]
     Reject,
     /// Let the request through unlimited by that rule, without its headers.
@@ -51,9 +47,6 @@ pub enum OnMissingKey {
 /// digests.
 const ANONYMOUS_KEY: &str = "#anonymous";
 
-/// Builds the response for a denied request, in place of the default 429.
-pub(crate) type DenyResponse = Arc<dyn Fn(&Decision) -> Response<String> + Send + Sync>;
-
 /// Tells requests the layer never limits (health checks, preflights).
 pub(crate) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
 
@@ -61,9 +54,8 @@ pub(crate) struct Limiter {
     /// The rules in force; replaced whole when a rules file changes.
     pub(crate) rules: Arc<RuleSource>,
     pub(crate) skip: Option<SkipFn>,
-    /// The store inside the failure handling, behind the leases for hot keys and the cache
-    /// of denials.
-    pub(crate) store: Wrapped,
+    /// The store, wrapped as the builder set it up.
+    pub(crate) decider: Decider,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,
@@ -80,9 +72,8 @@ pub(crate) struct Limiter {
 pub(crate) enum Plan<'a> {
     /// Call the inner service without limiting.
     Pass,
-    /// Answer at once (no key, bad cost). Boxed, as rare: every plan would have room for a
-    /// whole response.
-    Respond(Box<Response<Full<Bytes>>>),
+    /// Refuse at once (no key, bad cost). Boxed, as rare.
+    Refuse(Box<Refusal>),
     /// Ask the store.
     Check(Pending<'a>),
 }
@@ -174,15 +165,6 @@ struct Planned {
     tier: Option<Box<(Policy, Quota)>>,
 }
 
-/// Whether a request is gRPC (`content-type: application/grpc…`): asked only when the
-/// limiter answers the request itself, as most requests are passed on.
-pub(crate) fn is_grpc(parts: &Parts) -> bool {
-    parts
-        .headers
-        .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
-}
-
 impl Limiter {
     pub(crate) fn plan(&self, parts: &Parts) -> Plan<'_> {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
@@ -229,18 +211,13 @@ impl Limiter {
                             "Bad Request: no client key for rate limiting: expected {}",
                             rule.key.describe()
                         );
-                        return Plan::Respond(Box::new(response::bad_request(
-                            is_grpc(parts),
-                            &message,
-                        )));
+                        return Plan::Refuse(Box::new(Refusal::BadRequest(message)));
                     }
                 },
             };
             let cost = match rule.cost.of(parts, rule.max_cost) {
                 Ok(cost) => cost,
-                Err(message) => {
-                    return Plan::Respond(Box::new(response::bad_request(is_grpc(parts), &message)))
-                }
+                Err(message) => return Plan::Refuse(Box::new(Refusal::BadRequest(message))),
             };
             checks.push(Planned {
                 rule: index,
@@ -296,7 +273,7 @@ impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("rules", &self.rules)
-            .field("store", &self.store)
+            .field("decider", &self.decider)
             .field("on_missing_key", &self.on_missing_key)
             .field("headers", &self.headers)
             .field("on_store_error", &self.on_store_error)

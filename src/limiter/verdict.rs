@@ -1,13 +1,11 @@
 //! [`Verdict`]: what the limiter makes of the store's decisions for one request, made at once
 //! or after waiting for the store, with its span and metrics.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::Full;
 use smallvec::SmallVec;
 use tracing::Instrument;
 
@@ -16,8 +14,8 @@ use super::give_back::GiveBack;
 use super::{Limiter, Pending, Planned};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::response::{self, HeaderStyle, Headers};
-use crate::rules::Mode;
+use crate::response::{self, HeaderStyle, Headers, Refusal, Shown};
+use crate::rules::{self, Mode};
 use crate::store::check::Check;
 use crate::store::contract::StoreExt;
 use crate::store::{OnStoreError, Store};
@@ -34,8 +32,9 @@ pub(crate) enum Verdict {
     /// Call the inner service after a wait (delay mode), or count its response later (rules
     /// with `count_status`). Boxed, as rare.
     Later(Box<Later>),
-    /// Answer with this response instead. Boxed, as rare.
-    Respond(Box<Response<Full<Bytes>>>),
+    /// Answer instead of calling the inner service; the service renders the answer. Boxed,
+    /// as rare.
+    Refuse(Box<Refusal>),
 }
 
 /// A verdict to proceed with more to it than headers.
@@ -54,12 +53,7 @@ pub(crate) struct Later {
 impl Limiter {
     /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
-    /// `grpc` tells whether the request is gRPC, asked only if it is answered here.
-    pub(crate) fn decide_ready(
-        self: &Arc<Self>,
-        pending: &Pending<'_>,
-        grpc: impl FnOnce() -> bool,
-    ) -> Option<Verdict> {
+    pub(crate) fn decide_ready(self: &Arc<Self>, pending: &Pending<'_>) -> Option<Verdict> {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
@@ -67,27 +61,27 @@ impl Limiter {
             return None;
         }
         let span = decision_span(pending);
-        let check = || (self.store).check_ready(&one.key, pending.policy(one), one.cost);
+        let check = || (self.decider.store).check_ready(&one.key, pending.policy(one), one.cost);
         let ready = match &span {
             None => check(),
             Some(span) => span.in_scope(check),
         };
-        let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?), grpc);
+        let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?));
         record_outcome(span.as_ref(), &verdict);
         Some(verdict)
     }
 
-    /// The verdict of a request that waits for the store; `grpc`: whether it is gRPC.
-    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>, grpc: bool) -> Verdict {
+    /// The verdict of a request that waits for the store.
+    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>) -> Verdict {
         let span = decision_span(&pending);
         let counts_later = pending.counts_later();
         let asked = async {
             if counts_later {
                 // Boxed: rules with `count_status` are few, and the peeks and checks they
                 // wait on would otherwise make every request's future larger.
-                Box::pin(self.ask_store_peeking(&pending, grpc)).await
+                Box::pin(self.ask_store_peeking(&pending)).await
             } else {
-                self.ask_store(&pending, grpc).await
+                self.ask_store(&pending).await
             }
         };
         let verdict = match &span {
@@ -121,7 +115,7 @@ impl Limiter {
     /// quotas are peeked, consuming nothing (the request is counted once its response is
     /// known). If one of them denies, the other rules are peeked too, so that nothing is
     /// consumed from any; else the other rules are checked, together, as usual.
-    async fn ask_store_peeking(self: &Arc<Self>, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    async fn ask_store_peeking(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
         let rules = pending.rules.rules();
         let counted = |c: &Planned| rules[c.rule].count_status.is_some();
         let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
@@ -133,7 +127,12 @@ impl Limiter {
                 .enumerate()
                 .filter(|(_, c)| counted(c))
             {
-                decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
+                decisions[i] = Some(
+                    self.decider
+                        .store
+                        .peek(&c.key, pending.policy(c), c.cost)
+                        .await?,
+                );
             }
             let denied = (pending.checks.iter().zip(&decisions))
                 .any(|(c, d)| blocking(c) && d.is_some_and(|d| !d.allowed));
@@ -143,13 +142,18 @@ impl Limiter {
             if denied {
                 for &i in &others {
                     let c = &pending.checks[i];
-                    decisions[i] = Some(self.store.peek(&c.key, pending.policy(c), c.cost).await?);
+                    decisions[i] = Some(
+                        self.decider
+                            .store
+                            .peek(&c.key, pending.policy(c), c.cost)
+                            .await?,
+                    );
                 }
             } else if !others.is_empty() {
                 let checks: Vec<Check<'_>> = (others.iter().map(|&i| &pending.checks[i]))
                     .map(|c| Check::new(&c.key, pending.policy(c), c.cost).blocking(blocking(c)))
                     .collect();
-                let checked = self.store.check_many(&checks).await?;
+                let checked = self.decider.store.check_many(&checks).await?;
                 for (&i, decision) in others.iter().zip(checked) {
                     decisions[i] = Some(decision);
                 }
@@ -160,22 +164,26 @@ impl Limiter {
         match decided {
             Ok(()) => {
                 let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
-                self.verdict(pending, &decisions, || grpc)
+                self.verdict(pending, &decisions)
             }
-            Err(_) => self.unanswered(pending, grpc),
+            Err(_) => self.unanswered(pending),
         }
     }
 
     /// Asks the store about every check and turns its answer into a verdict.
-    async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
         let decided = match pending.checks.as_slice() {
-            // One limit, the common case: no list of checks to build. The stack's future is
+            // One limit, the common case: no list of checks to build. The wrapped store's future is
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
             // allocations small enough for the allocator's fast path cost less than one that
             // is not.
-            [one] => Box::pin(self.store.check(&one.key, pending.policy(one), one.cost))
-                .await
-                .map(|decision| self.verdict(pending, std::slice::from_ref(&decision), || grpc)),
+            [one] => Box::pin(
+                self.decider
+                    .store
+                    .check(&one.key, pending.policy(one), one.cost),
+            )
+            .await
+            .map(|decision| self.verdict(pending, std::slice::from_ref(&decision))),
             many => {
                 let rules = pending.rules.rules();
                 let checks: Vec<Check<'_>> = many
@@ -188,37 +196,32 @@ impl Limiter {
                         charge: false,
                     })
                     .collect();
-                let decided = Box::pin(self.store.check_many(&checks)).await;
-                decided.map(|decisions| self.verdict(pending, &decisions, || grpc))
+                let decided = Box::pin(self.decider.store.check_many(&checks)).await;
+                decided.map(|decisions| self.verdict(pending, &decisions))
             }
         };
-        decided.unwrap_or_else(|_| self.unanswered(pending, grpc))
+        decided.unwrap_or_else(|_| self.unanswered(pending))
     }
 
     /// The verdict when the store could not decide (its failure is counted, logged and
-    /// handled by the store stack): a 503 when failing closed, else through, without the
+    /// handled by the store wrappers): refused when failing closed, else through, without the
     /// rate-limit numbers the limiter does not know (a `count_status` rule may still count
     /// the response).
-    fn unanswered(&self, pending: &Pending<'_>, grpc: bool) -> Verdict {
+    fn unanswered(&self, pending: &Pending<'_>) -> Verdict {
         let rules = pending.rules.rules();
         for check in &pending.checks {
             telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
         }
         match self.on_store_error {
-            OnStoreError::Deny => Verdict::Respond(Box::new(response::unavailable(grpc))),
+            OnStoreError::Deny => Verdict::Refuse(Box::new(Refusal::Unavailable)),
             _ => Verdict::Proceed(Headers::default()),
         }
     }
 
-    /// The response (or headers and wait) from the store's decisions, one per check; `grpc`
-    /// is asked only for a denial. A request that waits (delay mode) takes along its places
-    /// in the delay queues, given back if it is dropped while it waits.
-    fn verdict(
-        self: &Arc<Self>,
-        pending: &Pending<'_>,
-        decisions: &[Decision],
-        grpc: impl FnOnce() -> bool,
-    ) -> Verdict {
+    /// The verdict (headers, and a wait or a denial) from the store's decisions, one per
+    /// check. A request that waits (delay mode) takes along its places in the delay queues,
+    /// given back if it is dropped while it waits.
+    fn verdict(self: &Arc<Self>, pending: &Pending<'_>, decisions: &[Decision]) -> Verdict {
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
@@ -252,7 +255,12 @@ impl Limiter {
                 }
             }
             if headed {
-                seen.push((pending.policy(planned), *decision));
+                let item = match &planned.tier {
+                    None => Cow::Borrowed(&rule.header_item),
+                    Some(tier) => Cow::Owned(rules::header_item(&tier.0)),
+                };
+                let name = rule.policy.name();
+                seen.push((Shown { name, item }, *decision));
             }
         }
         let headers = match headed {
@@ -260,7 +268,11 @@ impl Limiter {
             false => Headers::default(),
         };
         match denial {
-            Some(decision) => Verdict::Respond(Box::new(self.denial(&decision, headers, grpc()))),
+            Some(decision) => Verdict::Refuse(Box::new(Refusal::Denied {
+                decision,
+                headers,
+                custom: self.deny.clone(),
+            })),
             None if wait.is_zero() => Verdict::Proceed(headers),
             None => Verdict::Later(Box::new(Later {
                 headers,
@@ -269,15 +281,6 @@ impl Limiter {
                 give_back: GiveBack::new(Arc::clone(self), pending.delay_places()),
             })),
         }
-    }
-
-    fn denial(&self, decision: &Decision, headers: Headers, grpc: bool) -> Response<Full<Bytes>> {
-        let mut denial = match &self.deny {
-            Some(deny) => deny(decision).map(|body| Full::new(Bytes::from(body))),
-            None => response::too_many_requests(decision, grpc),
-        };
-        headers.fill_in(denial.headers_mut());
-        denial
     }
 
     fn shadow_denied(&self, rule: &str, key: &str) {
@@ -338,10 +341,10 @@ fn record_outcome(span: Option<&tracing::Span>, verdict: &Verdict) {
     };
     let outcome = match verdict {
         Verdict::Proceed(_) | Verdict::Later(_) => "proceed",
-        Verdict::Respond(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
-            "denied"
-        }
-        Verdict::Respond(_) => "unavailable",
+        Verdict::Refuse(refusal) => match **refusal {
+            Refusal::Denied { .. } => "denied",
+            Refusal::Unavailable | Refusal::BadRequest(_) => "unavailable",
+        },
     };
     span.record("outcome", outcome);
     span.in_scope(|| tracing::debug!(target: "tollgate", outcome, "rate limit decision"));

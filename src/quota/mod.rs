@@ -3,12 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderValue;
-
 use crate::algorithm::{Algorithm, Params};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
-use crate::response;
 use crate::telemetry::{Metered, RequestKeys};
 
 mod parse;
@@ -154,7 +151,7 @@ impl Quota {
         self.check_ranges()?;
         let period_us = self.period.as_micros();
         if u128::from(self.limit) > period_us {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!(
                     "invalid quota {self}: {} requests in {period_us}µs is more than one per \
@@ -169,7 +166,7 @@ impl Quota {
     /// Every check of [`check`](Self::check) but the rate's.
     fn check_ranges(&self) -> Result<(), ConfigError> {
         let err = |what: String| {
-            Err(ConfigError::of(
+            Err(ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!("invalid quota {self}: {what}"),
             ))
@@ -218,7 +215,7 @@ pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
     if name_ok {
         return Ok(());
     }
-    Err(ConfigError::of(
+    Err(ConfigError::with_kind(
         ConfigErrorKind::Quota,
         format!("invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"),
     ))
@@ -230,7 +227,7 @@ pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
 /// with different names never share state.
 ///
 /// ```
-/// use tollgate::{Algorithm, Policy, Quota};
+/// use tollgate::{Algorithm, Quota, store::Policy};
 ///
 /// let policy = Policy::new("api", Quota::per_minute(100)?, Algorithm::SlidingWindow)?;
 /// assert_eq!(policy.name(), "api");
@@ -246,8 +243,6 @@ pub struct Policy {
     block_for_us: u64,
     /// How instances lease this policy's quota, if they do (see [`Lease`]).
     lease: Option<Lease>,
-    /// Its item of the `RateLimit-Policy` header, written once (see `crate::response`).
-    header_item: HeaderValue,
     /// Its keys of `tollgate_requests_total`, made once (see `crate::telemetry`).
     request_keys: RequestKeys,
 }
@@ -266,7 +261,7 @@ impl Policy {
         let name = name.into();
         check_policy_name(&name)?;
         if quota.burst_setting().is_some_and(|b| b != quota.limit()) && !algorithm.uses_burst() {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!(
                     "burst is not used by {algorithm} (only gcra, token_bucket and leaky_bucket \
@@ -287,7 +282,6 @@ impl Policy {
     fn unchecked(name: Arc<str>, quota: Quota, algorithm: Algorithm) -> Self {
         Self {
             params: quota.params(algorithm),
-            header_item: response::policy_item(&name, quota.limit, quota.period),
             name,
             quota,
             algorithm,
@@ -306,27 +300,28 @@ impl Policy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Policy, Quota};
+    /// use tollgate::{Algorithm, Quota, store::Policy};
     ///
     /// let policy = Policy::new("login", Quota::per_minute(5)?, Algorithm::Gcra)?
-    ///     .block_for(Duration::from_secs(600));
-    /// assert_eq!(policy.blocks_for(), Some(Duration::from_secs(600)));
+    ///     .with_block_for(Duration::from_secs(600));
+    /// assert_eq!(policy.block_for(), Some(Duration::from_secs(600)));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn block_for(mut self, duration: Duration) -> Self {
+    pub fn with_block_for(mut self, duration: Duration) -> Self {
         self.block_for_us = u64::try_from(duration.as_micros())
             .unwrap_or(u64::MAX)
             .min(MAX_BUCKET_SPAN_US);
         self
     }
 
-    /// How long a denied client is blocked (see [`block_for`](Self::block_for)), if at all.
-    pub fn blocks_for(&self) -> Option<Duration> {
+    /// How long a denied client is blocked (see [`with_block_for`](Self::with_block_for)), if
+    /// at all.
+    pub fn block_for(&self) -> Option<Duration> {
         (self.block_for_us > 0).then(|| Duration::from_micros(self.block_for_us))
     }
 
-    /// [`blocks_for`](Self::blocks_for) in µs, 0 for none: what the stores compute with.
+    /// [`block_for`](Self::block_for) in µs, 0 for none: what the stores compute with.
     pub(crate) fn block_for_us(&self) -> u64 {
         self.block_for_us
     }
@@ -337,10 +332,10 @@ impl Policy {
     ///
     /// Fails for the sliding windows (which cannot take unused units back exactly), for a
     /// lease of more tokens than the quota's capacity, and for a policy that
-    /// [blocks](Self::block_for) (set `block_for` after this and it is ignored by leased keys).
+    /// [blocks](Self::block_for) (set `with_block_for` after this and it is ignored by leased keys).
     ///
     /// ```
-    /// use tollgate::{Algorithm, Lease, Policy, Quota};
+    /// use tollgate::{Algorithm, Quota, rules::Lease, store::Policy};
     ///
     /// let policy = Policy::new("global", Quota::per_second(20_000)?, Algorithm::Gcra)?
     ///     .with_lease(Lease::Auto)?;
@@ -353,7 +348,7 @@ impl Policy {
             u32::try_from(self.params.burst).unwrap_or(u32::MAX),
         )?;
         if self.block_for_us > 0 {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Rule,
                 "lease does not work with block_for: a leased key is decided locally, where no \
                  block is set; remove one of them",
@@ -411,16 +406,6 @@ impl Metered for Policy {
 
     fn request_keys(&self) -> &RequestKeys {
         &self.request_keys
-    }
-}
-
-impl response::Named for Policy {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn header_item(&self) -> &HeaderValue {
-        &self.header_item
     }
 }
 

@@ -43,7 +43,7 @@ impl FromStr for Quota {
     /// (or `d`), with long forms (`second`, `minutes`, …) also accepted.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let fail = |why: &str| {
-            ConfigError::of(
+            ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!("invalid quota {s:?}: {why}"),
             )
@@ -88,7 +88,7 @@ impl FromStr for Quota {
             }
         }
         quota.check().map_err(|e| {
-            ConfigError::of(
+            ConfigError::with_kind(
                 ConfigErrorKind::Quota,
                 format!("invalid quota {s:?}: {}", after_colon(&e)),
             )

@@ -1,5 +1,6 @@
-//! What clients are told: rate-limit headers, the 429, and the gRPC mapping.
+//! What clients are told: rate-limit headers, the 429, and the gRPC mapping ([`Refusal`]).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -11,7 +12,9 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 
 mod body;
+mod refusal;
 pub use body::ResponseBody;
+pub(crate) use refusal::{DenyResponse, Refusal};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -203,15 +206,14 @@ impl Short {
     }
 }
 
-/// A policy as its headers show it: a name, and its item of `RateLimit-Policy`, written once
-/// (with [`policy_item`]).
-pub(crate) trait Named {
-    fn name(&self) -> &str;
-    fn header_item(&self) -> &HeaderValue;
+/// A policy as the headers show it: its name, and its item of `RateLimit-Policy` (see
+/// [`policy_item`]), written once for a rule's own policy and made for a tier's.
+pub(crate) struct Shown<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) item: Cow<'a, HeaderValue>,
 }
 
-/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60` (`limit` per `period`): written
-/// once per policy.
+/// A policy's item of `RateLimit-Policy`, `"name";q=100;w=60` (`limit` per `period`).
 pub(crate) fn policy_item(name: &str, limit: u32, period: Duration) -> HeaderValue {
     let item = (Value::new().text("\""))
         .text(name)
@@ -227,10 +229,7 @@ pub(crate) fn policy_item(name: &str, limit: u32, period: Duration) -> HeaderVal
 ///
 /// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most
 /// restrictive one (the fewest remaining).
-pub(crate) fn rate_limit_headers<P: Named>(
-    style: HeaderStyle,
-    checks: &[(&P, Decision)],
-) -> Headers {
+pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decision)]) -> Headers {
     if style == HeaderStyle::None {
         return Headers::default();
     }
@@ -241,20 +240,20 @@ pub(crate) fn rate_limit_headers<P: Named>(
     let (policy, decision) = tightest;
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         h.policy = match checks {
-            [(one, _)] => Some(one.header_item().clone()),
+            [(one, _)] => Some(one.item.as_ref().clone()),
             many => {
                 let mut policies = Value::new();
                 for (i, (p, _)) in many.iter().enumerate() {
                     policies
                         .0
                         .extend_from_slice(if i == 0 { b"" } else { b", " });
-                    policies.0.extend_from_slice(p.header_item().as_bytes());
+                    policies.0.extend_from_slice(p.item.as_bytes());
                 }
                 HeaderValue::from_maybe_shared(policies.0.freeze()).ok()
             }
         };
         let mut current = Short::new();
-        (current.text("\"").text(policy.name()).text("\";r="))
+        (current.text("\"").text(policy.name).text("\";r="))
             .number(decision.remaining)
             .text(";t=")
             .number(ceil_secs(decision.reset_after));
@@ -282,7 +281,7 @@ fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
     }
 }
 
-/// A response the limiter makes itself, as plain text or a gRPC trailers-only response.
+/// A response the layer makes itself, as plain text or a gRPC trailers-only response.
 fn limiter_response(
     grpc: bool,
     status: StatusCode,
@@ -321,31 +320,8 @@ fn limiter_response(
     response
 }
 
-/// The 400 (gRPC: INVALID_ARGUMENT) for a request the limiter cannot limit: no client key, a
-/// cost that is not a number.
-pub(crate) fn bad_request(grpc: bool, message: &str) -> Response<Full<Bytes>> {
-    limiter_response(
-        grpc,
-        StatusCode::BAD_REQUEST,
-        GrpcCode::InvalidArgument,
-        message,
-        None,
-    )
-}
-
-/// The fail-closed answer while the store is away: 503 (gRPC: UNAVAILABLE) with Retry-After.
-pub(crate) fn unavailable(grpc: bool) -> Response<Full<Bytes>> {
-    limiter_response(
-        grpc,
-        StatusCode::SERVICE_UNAVAILABLE,
-        GrpcCode::Unavailable,
-        "Service Unavailable: the rate limiter cannot decide right now",
-        Some(Duration::from_secs(1)),
-    )
-}
-
 /// The 429 (or RESOURCE_EXHAUSTED) for a denied request.
-pub(crate) fn too_many_requests(decision: &Decision, grpc: bool) -> Response<Full<Bytes>> {
+fn too_many_requests(decision: &Decision, grpc: bool) -> Response<Full<Bytes>> {
     // Written piece by piece: a flooded key gets this on every request.
     let mut retry_in = String::new();
     let message = match decision.retry_after {
@@ -389,6 +365,15 @@ mod tests {
         Policy::new(name, quota, Algorithm::Gcra).unwrap()
     }
 
+    fn shown(policy: &Policy) -> Shown<'_> {
+        let quota = policy.quota();
+        let item = policy_item(policy.name(), quota.limit(), quota.period());
+        Shown {
+            name: policy.name(),
+            item: Cow::Owned(item),
+        }
+    }
+
     fn decision(remaining: u64, reset_ms: u64) -> Decision {
         Decision::allowed(100, remaining, Duration::from_millis(reset_ms))
     }
@@ -402,7 +387,10 @@ mod tests {
         let mut h = HeaderMap::new();
         rate_limit_headers(
             HeaderStyle::Ietf,
-            &[(&a, decision(7, 300)), (&b, decision(3, 86_000_001))],
+            &[
+                (shown(&a), decision(7, 300)),
+                (shown(&b), decision(3, 86_000_001)),
+            ],
         )
         .write_into(&mut h);
         assert_eq!(
@@ -417,13 +405,15 @@ mod tests {
     fn legacy_headers_use_delta_seconds_rounded_up() {
         let a = policy("api", Quota::per_minute(100).unwrap());
         let mut h = HeaderMap::new();
-        rate_limit_headers(HeaderStyle::Legacy, &[(&a, decision(42, 16_001))]).write_into(&mut h);
+        rate_limit_headers(HeaderStyle::Legacy, &[(shown(&a), decision(42, 16_001))])
+            .write_into(&mut h);
         assert_eq!(h["x-ratelimit-limit"], "100");
         assert_eq!(h["x-ratelimit-remaining"], "42");
         assert_eq!(h["x-ratelimit-reset"], "17");
         assert!(h.get(&RATELIMIT).is_none());
         let mut none = HeaderMap::new();
-        rate_limit_headers(HeaderStyle::None, &[(&a, decision(42, 1))]).write_into(&mut none);
+        rate_limit_headers(HeaderStyle::None, &[(shown(&a), decision(42, 1))])
+            .write_into(&mut none);
         assert!(none.is_empty());
     }
 

@@ -77,8 +77,9 @@ impl RlsConfig {
         let mut together = RlsConfig::default();
         for (path, bytes) in read.files {
             let name = path.display().to_string();
-            let fail =
-                |why: String| ConfigError::of(ConfigErrorKind::RulesFile, format!("{name}: {why}"));
+            let fail = |why: String| {
+                ConfigError::with_kind(ConfigErrorKind::RulesFile, format!("{name}: {why}"))
+            };
             let loaded = std::str::from_utf8(&bytes)
                 .map_err(|_| fail("the file is not UTF-8 text".into()))
                 .and_then(|text| {

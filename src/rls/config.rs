@@ -15,10 +15,21 @@ use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
 use crate::quota::{Policy, Quota};
 
+/// What [`RlsConfig::from_yaml`] does with a domain found in more than one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DuplicateDomains {
+    /// Refuse the configuration, naming the domain: the reference's default.
+    #[default]
+    Refuse,
+    /// Merge their descriptors (the reference's `MERGE_DOMAIN_CONFIG`).
+    Merge,
+}
+
 /// The rate limits of every domain, as loaded from the reference's YAML files.
 ///
 /// ```
-/// use tollgate::rls::RlsConfig;
+/// use tollgate::rls::{DuplicateDomains, RlsConfig};
 ///
 /// let yaml = "
 /// domain: edge
@@ -26,11 +37,11 @@ use crate::quota::{Policy, Quota};
 ///   - key: remote_address
 ///     rate_limit: { unit: minute, requests_per_unit: 100 }
 /// ";
-/// let config = RlsConfig::from_yaml([("edge.yaml", yaml)], false)?;
+/// let config = RlsConfig::from_yaml([("edge.yaml", yaml)], DuplicateDomains::Refuse)?;
 /// assert_eq!(config.domains().collect::<Vec<_>>(), ["edge"]);
 ///
 /// let bad = "domain: edge\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight }\n";
-/// let e = RlsConfig::from_yaml([("bad.yaml", bad)], false).unwrap_err();
+/// let e = RlsConfig::from_yaml([("bad.yaml", bad)], DuplicateDomains::Refuse).unwrap_err();
 /// assert_eq!(e.to_string(), "bad.yaml: invalid rate limit unit 'fortnight'");
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
@@ -87,16 +98,16 @@ pub(crate) struct Limit {
 
 impl RlsConfig {
     /// Compiles files given as `(name, content)`, in order; the name is what errors show.
-    /// A domain in two files is an error unless `merge_domains` (the reference's
-    /// `MERGE_DOMAIN_CONFIG`), which merges their descriptors.
+    /// A domain in two files is an error, or merged: see [`DuplicateDomains`].
     pub fn from_yaml<'a>(
         files: impl IntoIterator<Item = (&'a str, &'a str)>,
-        merge_domains: bool,
+        duplicates: DuplicateDomains,
     ) -> Result<Self, ConfigError> {
+        let merge_domains = duplicates == DuplicateDomains::Merge;
         let mut config = Self::default();
         for (name, content) in files {
             config.load_file(content, merge_domains).map_err(|why| {
-                ConfigError::of(ConfigErrorKind::RulesFile, format!("{name}: {why}"))
+                ConfigError::with_kind(ConfigErrorKind::RulesFile, format!("{name}: {why}"))
             })?;
         }
         Ok(config)
@@ -136,7 +147,7 @@ impl RlsConfig {
         let mut config = Self::default();
         for (name, root) in roots {
             config.load_root(root, merge_domains).map_err(|why| {
-                ConfigError::of(ConfigErrorKind::RulesFile, format!("{name}: {why}"))
+                ConfigError::with_kind(ConfigErrorKind::RulesFile, format!("{name}: {why}"))
             })?;
         }
         Ok(config)

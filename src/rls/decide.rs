@@ -1,22 +1,16 @@
-//! The one file of `rls` that calls tollgate's store stack. Everything else (configuration,
-//! matching, the service, responses) sees only [`Decider`], [`Ask`] and the [`Decision`]s it
-//! returns, so a change of the stack's internal API is a change here.
-//!
-//! The stack is the layer's, built by the same function: a cache of denials, leases for hot
-//! keys, then failure handling (timeout, circuit breaker, fail open / closed / local
-//! fallback) around the store's [`Backend`] (a built-in store called directly, any other
-//! [`Store`](crate::store::Store) through exact defaults).
-
-use std::fmt;
+//! The one file of `rls` that calls tollgate's store wrappers: a request's descriptors decided
+//! together through the [`Decider`] the layer's limiter also decides through. Everything else
+//! (configuration, matching, the service, responses) sees only [`Decider`], [`Ask`] and the
+//! [`Decision`]s it returns, so a change of the wrappers' internal API is a change here.
 
 use super::charging::Charging;
+use crate::decider::Decider;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
 use crate::store::check::Check;
 use crate::store::contract::StoreExt;
-use crate::store::wrappers::{self, Backend, Wrapped, DENIAL_CACHE_CAPACITY};
-use crate::store::{Store, StoreFailure};
+use crate::store::Store;
 
 /// One limit of a request: a client key under a policy, at a cost (0: look, consume nothing),
 /// and whether its denial blocks the request (shadow and quota-mode limits do not).
@@ -28,19 +22,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) blocking: bool,
 }
 
-/// Decides a request's limits together through the store stack.
-pub(crate) struct Decider {
-    stack: Wrapped,
-}
-
+/// A request's limits, decided together.
 impl Decider {
-    /// The layer's stack around `backend`, failing as `failure` says.
-    pub(crate) fn new(backend: Backend, failure: &StoreFailure) -> Self {
-        Self {
-            stack: wrappers::wrap(backend, failure, DENIAL_CACHE_CAPACITY),
-        }
-    }
-
     /// One decision per ask, in order, all taken at once and atomically, charged as
     /// `charging` says: [`Charging::AllowedOnly`], if a blocking ask with a cost is denied,
     /// consumes nothing from any limit; [`Charging::EveryHit`] charges every ask, allowed or
@@ -49,7 +32,7 @@ impl Decider {
     /// looks (a request of cost 0: denied only past the limit) and consume nothing.
     ///
     /// A request with one counted ask, not charged while over (the common case of
-    /// `AllowedOnly`), is one `check`: answered at once when the stack can (memory store,
+    /// `AllowedOnly`), is one `check`: answered at once when the wrappers can (memory store,
     /// cached denial, lease in hand), and leased when its policy says so. Otherwise it is one
     /// `check_many`: one script call on Redis, one locked step in memory.
     pub(crate) async fn decide(
@@ -63,9 +46,9 @@ impl Decider {
             ([], _) => {}
             (&[i], Charging::AllowedOnly) => {
                 let a = &asks[i];
-                let decision = match self.stack.check_ready(a.key, a.policy, a.cost) {
+                let decision = match self.store.check_ready(a.key, a.policy, a.cost) {
                     Some(decision) => decision,
-                    None => self.stack.check(a.key, a.policy, a.cost).await?,
+                    None => self.store.check(a.key, a.policy, a.cost).await?,
                 };
                 decided.push((i, decision));
             }
@@ -84,12 +67,12 @@ impl Decider {
                             .charge(charge)
                     })
                     .collect();
-                let decisions = self.stack.check_many(&checks).await?;
+                let decisions = self.store.check_many(&checks).await?;
                 decided.extend(many.iter().copied().zip(decisions));
             }
         }
         for (i, a) in asks.iter().enumerate().filter(|(_, a)| a.cost == 0) {
-            decided.push((i, self.stack.peek(a.key, a.policy, 0).await?));
+            decided.push((i, self.store.peek(a.key, a.policy, 0).await?));
         }
         decided.sort_unstable_by_key(|&(i, _)| i);
         Ok(decided.into_iter().map(|(_, d)| d).collect())
@@ -100,31 +83,8 @@ impl Decider {
     pub(crate) async fn look(&self, asks: &[Ask<'_>]) -> Result<Vec<Decision>, StoreError> {
         let mut decisions = Vec::with_capacity(asks.len());
         for a in asks {
-            decisions.push(self.stack.peek(a.key, a.policy, a.cost).await?);
+            decisions.push(self.store.peek(a.key, a.policy, a.cost).await?);
         }
         Ok(decisions)
-    }
-
-    /// How many store calls failed (errors, timeouts, calls refused by the open circuit).
-    pub(crate) fn errors(&self) -> u64 {
-        self.stack.resilient().errors()
-    }
-
-    /// Whether the circuit breaker is open.
-    pub(crate) fn circuit_open(&self) -> bool {
-        self.stack.resilient().circuit_open()
-    }
-
-    /// How many decisions the cache of denials answered without asking the store.
-    pub(crate) fn denial_cache_hits(&self) -> u64 {
-        self.stack.hits()
-    }
-}
-
-impl fmt::Debug for Decider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Decider")
-            .field("store", self.stack.resilient())
-            .finish_non_exhaustive()
     }
 }

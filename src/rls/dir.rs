@@ -82,7 +82,7 @@ struct Walk {
 impl Walk {
     fn dir(&mut self, path: &Path) -> Result<(), ConfigError> {
         let fail = |e: std::io::Error| {
-            ConfigError::of(
+            ConfigError::with_kind(
                 ConfigErrorKind::RulesFile,
                 format!(
                     "cannot read the configuration directory {}: {e}",
@@ -135,7 +135,7 @@ impl Walk {
     }
 
     fn file(&mut self, path: PathBuf) -> Result<(), ConfigError> {
-        let over = |what: String| ConfigError::of(ConfigErrorKind::RulesFile, what);
+        let over = |what: String| ConfigError::with_kind(ConfigErrorKind::RulesFile, what);
         if self.read.files.len() == MAX_FILES {
             return Err(over(format!(
                 "the configuration directory has more than {MAX_FILES} files, the limit \

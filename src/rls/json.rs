@@ -39,7 +39,7 @@ impl RateLimitService {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n";
     /// let service = RateLimitService::builder()
-    ///     .config(RlsConfig::from_yaml([("d.yaml", yaml)], false)?)
+    ///     .config(RlsConfig::from_yaml([("d.yaml", yaml)], tollgate::rls::DuplicateDomains::Refuse)?)
     ///     .build()?;
     /// let body = br#"{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}"#;
     /// assert_eq!(service.decide_json(body).await.status, 200);

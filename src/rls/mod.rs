@@ -50,7 +50,7 @@ mod yaml;
 
 pub use charging::Charging;
 pub use check::DirCheck;
-pub use config::RlsConfig;
+pub use config::{DuplicateDomains, RlsConfig};
 pub use json::JsonAnswer;
 pub use limits::{
     MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES, MAX_REQUEST_BYTES,

@@ -104,7 +104,11 @@ descriptors:
                 .build()
                 .unwrap();
             runtime.block_on(async {
-                let config = RlsConfig::from_yaml([("edge.yaml", YAML)], false).unwrap();
+                let config = RlsConfig::from_yaml(
+                    [("edge.yaml", YAML)],
+                    crate::rls::DuplicateDomains::Refuse,
+                )
+                .unwrap();
                 let service = RateLimitService::builder()
                     .config(config)
                     .stats_max_series(max)

@@ -14,7 +14,6 @@ use tonic::{Request, Response, Status};
 
 use super::charging::Charging;
 use super::config::RlsConfig;
-use super::decide::Decider;
 use super::limits;
 use super::metadata;
 use super::plan::{Item, Modes, Plan};
@@ -23,10 +22,9 @@ use super::series::{Series, DEFAULT_MAX_SERIES};
 use super::source::{ConfigDir, ConfigSource};
 use super::stats;
 use super::xds::{self, XdsSource, XdsTask};
+use crate::decider::{Decider, Stats, StoreSetup};
 use crate::error::ConfigError;
-use crate::layer::Stats;
-use crate::store::wrappers::Backend;
-use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
+use crate::store::{OnStoreError, Store, StoreFailure};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), answering
 /// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over
@@ -43,7 +41,7 @@ use crate::store::{MemoryStore, OnStoreError, Store, StoreFailure};
 /// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
 /// let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: second, requests_per_unit: 10 }\n";
 /// let service = RateLimitService::builder()
-///     .config(RlsConfig::from_yaml([("edge.yaml", yaml)], false)?)
+///     .config(RlsConfig::from_yaml([("edge.yaml", yaml)], tollgate::rls::DuplicateDomains::Refuse)?)
 ///     .build()?;
 /// tonic::transport::Server::builder()
 ///     .add_service(service.into_server())
@@ -73,7 +71,7 @@ struct Inner {
 
 impl RateLimitService {
     /// A builder: the configuration (a directory or an [`RlsConfig`]), the store (default: a
-    /// new [`MemoryStore`]) and what to do when it fails.
+    /// new [`MemoryStore`](crate::store::MemoryStore)) and what to do when it fails.
     pub fn builder() -> RateLimitServiceBuilder {
         RateLimitServiceBuilder {
             config: None,
@@ -81,8 +79,7 @@ impl RateLimitService {
             ignore_dot_files: false,
             serve_before_config: false,
             watch: true,
-            store: Backend::of(MemoryStore::new()),
-            failure: StoreFailure::default(),
+            store: StoreSetup::default(),
             on_error: None,
             modes: Modes::default(),
             headers: None,
@@ -201,12 +198,9 @@ impl RateLimitService {
     /// metrics recorder.)
     pub fn stats(&self) -> Stats {
         let inner = &self.inner;
-        Stats {
-            store_errors: inner.decider.errors(),
-            circuit_open: inner.decider.circuit_open(),
-            denial_cache_hits: inner.decider.denial_cache_hits(),
-            shadow_denials: inner.shadow_denials.load(Ordering::Relaxed),
-        }
+        inner
+            .decider
+            .stats(inner.shadow_denials.load(Ordering::Relaxed))
     }
 }
 
@@ -251,8 +245,7 @@ pub struct RateLimitServiceBuilder {
     ignore_dot_files: bool,
     serve_before_config: bool,
     watch: bool,
-    store: Backend,
-    failure: StoreFailure,
+    store: StoreSetup,
     on_error: Option<OnStoreError>,
     modes: Modes,
     headers: Option<ResponseHeaders>,
@@ -316,7 +309,7 @@ impl RateLimitServiceBuilder {
         self
     }
 
-    /// Where state lives (default: a new [`MemoryStore`]): a
+    /// Where state lives (default: a new [`MemoryStore`](crate::store::MemoryStore)): a
     /// [`RedisStore`](crate::store::RedisStore) shared by every instance of the service, or any
     /// [`Store`] of your own. The service puts the layer's stack around it: the cache of
     /// denials, leases for hot descriptors, and the failure handling of
@@ -324,7 +317,7 @@ impl RateLimitServiceBuilder {
     /// name the store. The built-in stores decide a request's descriptors in one atomic step;
     /// a store of your own is asked for them one by one, in order (not atomically).
     pub fn store(mut self, store: impl Store) -> Self {
-        self.store = Backend::of(store);
+        self.store.store(store);
         self
     }
 
@@ -333,7 +326,7 @@ impl RateLimitServiceBuilder {
     /// [`on_store_error`](Self::on_store_error) does.
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
         self.on_error = Some(failure.on_error);
-        self.failure = failure;
+        self.store.failure(failure);
         self
     }
 
@@ -347,7 +340,7 @@ impl RateLimitServiceBuilder {
     ///
     /// ```
     /// use tollgate::rls::RateLimitService;
-    /// use tollgate::OnStoreError;
+    /// use tollgate::store::OnStoreError;
     ///
     /// let reference = RateLimitService::builder(); // a gRPC error
     /// let local = RateLimitService::builder().on_store_error(OnStoreError::FallbackToMemory);
@@ -357,7 +350,7 @@ impl RateLimitServiceBuilder {
     pub fn on_store_error(mut self, on_store_error: impl Into<Option<OnStoreError>>) -> Self {
         self.on_error = on_store_error.into();
         if let Some(policy) = self.on_error {
-            self.failure.on_error = policy;
+            self.store.on_error(policy);
         }
         self
     }
@@ -365,7 +358,7 @@ impl RateLimitServiceBuilder {
     /// The longest a decision waits for the store (default 50 ms): shorthand for
     /// [`StoreFailure::timeout`].
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
-        self.failure = self.failure.timeout(timeout);
+        self.store.timeout(timeout);
         self
     }
 
@@ -427,9 +420,7 @@ impl RateLimitServiceBuilder {
     /// Loads the configuration and builds the service; any problem with the configuration
     /// (naming its file) or a setting is an error here.
     pub fn build(self) -> Result<RateLimitService, ConfigError> {
-        if self.failure.timeout.is_zero() {
-            return Err(ConfigError::new("store_timeout must be longer than zero"));
-        }
+        self.store.validate()?;
         if self.near_limit_ratio.is_nan() || self.near_limit_ratio < 0.0 {
             return Err(ConfigError::new(
                 "near_limit_ratio must be a number from 0 up",
@@ -458,15 +449,15 @@ impl RateLimitServiceBuilder {
         if self.watch {
             config.watch();
         }
-        let mut failure = self.failure;
+        let mut store = self.store;
         if self.on_error.is_none() {
             // The stack hands every failure up, to be answered as an error.
-            failure.on_error = OnStoreError::Deny;
+            store.on_error(OnStoreError::Deny);
         }
         Ok(RateLimitService {
             inner: Arc::new(Inner {
                 config,
-                decider: Decider::new(self.store, &failure),
+                decider: store.build(),
                 on_error: self.on_error,
                 modes: self.modes,
                 headers: self.headers,
@@ -486,7 +477,6 @@ impl fmt::Debug for RateLimitServiceBuilder {
         f.debug_struct("RateLimitServiceBuilder")
             .field("config", &self.config)
             .field("store", &self.store)
-            .field("failure", &self.failure)
             .field("on_error", &self.on_error)
             .finish_non_exhaustive()
     }

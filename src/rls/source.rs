@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 
-use super::config::RlsConfig;
+use super::config::{DuplicateDomains, RlsConfig};
 use super::dir::Skipped;
 use super::stats;
 use crate::error::{ConfigError, ConfigErrorKind};
@@ -275,14 +275,18 @@ fn compile(files: &[(PathBuf, Vec<u8>)], merge: bool) -> Result<RlsConfig, Confi
     let mut texts = Vec::with_capacity(files.len());
     for (path, bytes) in files {
         let text = std::str::from_utf8(bytes).map_err(|_| {
-            ConfigError::of(
+            ConfigError::with_kind(
                 ConfigErrorKind::RulesFile,
                 format!("{}: the file is not UTF-8 text", path.display()),
             )
         })?;
         texts.push((path.display().to_string(), text));
     }
-    RlsConfig::from_yaml(texts.iter().map(|(n, t)| (n.as_str(), *t)), merge)
+    let duplicates = match merge {
+        true => DuplicateDomains::Merge,
+        false => DuplicateDomains::Refuse,
+    };
+    RlsConfig::from_yaml(texts.iter().map(|(n, t)| (n.as_str(), *t)), duplicates)
 }
 
 #[cfg(test)]

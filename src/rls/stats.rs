@@ -308,7 +308,13 @@ mod tests {
                 .unwrap();
             runtime.block_on(async {
                 let service = RateLimitService::builder()
-                    .config(RlsConfig::from_yaml([("d.yaml", yaml)], false).unwrap())
+                    .config(
+                        RlsConfig::from_yaml(
+                            [("d.yaml", yaml)],
+                            crate::rls::DuplicateDomains::Refuse,
+                        )
+                        .unwrap(),
+                    )
                     .build()
                     .unwrap();
                 for hits in [7, 5, 2] {

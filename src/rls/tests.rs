@@ -7,9 +7,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 
-use super::config::RlsConfig;
+use super::config::{DuplicateDomains, RlsConfig};
 use super::matching::{client_key, wildcard_match, Matched};
-use crate::{Algorithm, Lease};
+use crate::{rules::Lease, Algorithm};
 
 macro_rules! fixture {
     ($name:literal) => {
@@ -21,13 +21,13 @@ macro_rules! fixture {
 }
 
 fn load(files: &[(&str, &str)]) -> RlsConfig {
-    match RlsConfig::from_yaml(files.iter().copied(), false) {
+    match RlsConfig::from_yaml(files.iter().copied(), DuplicateDomains::Refuse) {
         Ok(config) => config,
         Err(e) => panic!("{e}"),
     }
 }
 
-fn error(files: &[(&str, &str)], merge: bool) -> String {
+fn error(files: &[(&str, &str)], merge: DuplicateDomains) -> String {
     match RlsConfig::from_yaml(files.iter().copied(), merge) {
         Ok(_) => panic!(
             "accepted {:?}",
@@ -221,15 +221,18 @@ fn wildcard_match_is_the_references() {
 #[test]
 fn domains_merge_only_when_asked() {
     let files = [fixture!("merge_a.yaml"), fixture!("merge_b.yaml")];
-    let merged = RlsConfig::from_yaml(files, true).unwrap();
+    let merged = RlsConfig::from_yaml(files, DuplicateDomains::Merge).unwrap();
     assert_eq!(limit(&merged, "merged", &[("first", "one")]).0, 10);
     assert_eq!(limit(&merged, "merged", &[("second", "two")]).0, 20);
     assert_eq!(
-        error(&files, false),
+        error(&files, DuplicateDomains::Refuse),
         "merge_b.yaml: duplicate domain 'merged' in config file"
     );
     assert_eq!(
-        error(&[fixture!("merge_a.yaml"), fixture!("merge_a.yaml")], true),
+        error(
+            &[fixture!("merge_a.yaml"), fixture!("merge_a.yaml")],
+            DuplicateDomains::Merge
+        ),
         "merge_a.yaml: duplicate descriptor composite key 'merged.first_one'"
     );
 }
@@ -286,9 +289,12 @@ fn every_file_the_reference_rejects_is_rejected_with_its_message() {
         (fixture!("float_leaf.yaml"), "error checking config"),
     ];
     for ((name, content), why) in cases {
-        assert_eq!(error(&[(name, content)], false), format!("{name}: {why}"));
+        assert_eq!(
+            error(&[(name, content)], DuplicateDomains::Refuse),
+            format!("{name}: {why}")
+        );
     }
-    let e = error(&[fixture!("bad_yaml.yaml")], false);
+    let e = error(&[fixture!("bad_yaml.yaml")], DuplicateDomains::Refuse);
     assert!(
         e.starts_with("bad_yaml.yaml: error loading config file: "),
         "{e}"
@@ -296,7 +302,7 @@ fn every_file_the_reference_rejects_is_rejected_with_its_message() {
     assert_eq!(
         error(
             &[fixture!("nested.yaml"), fixture!("duplicate_domain.yaml")],
-            false
+            DuplicateDomains::Refuse
         ),
         "duplicate_domain.yaml: duplicate domain 'shop' in config file"
     );
@@ -328,18 +334,22 @@ fn extensions_pick_the_algorithm_burst_lease_and_window() {
     assert_eq!(nothing.limit.requests_per_unit, 0);
     assert!(nothing.limit.policy.is_none());
 
-    let e = error(&[fixture!("bad_algorithm.yaml")], false);
+    let e = error(&[fixture!("bad_algorithm.yaml")], DuplicateDomains::Refuse);
     assert!(
         e.starts_with(
             "bad_algorithm.yaml: descriptor 'shop.user': unknown algorithm \"leaky_window\""
         ),
         "{e}"
     );
-    let e = error(&[fixture!("burst_on_window.yaml")], false);
+    let e = error(
+        &[fixture!("burst_on_window.yaml")],
+        DuplicateDomains::Refuse,
+    );
     assert!(e.contains("burst is not used by fixed_window"), "{e}");
     let zero = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, \
                 requests_per_unit: 1, unit_multiplier: 0}\n";
-    assert!(error(&[("zero.yaml", zero)], false).contains("unit_multiplier must be at least 1"));
+    assert!(error(&[("zero.yaml", zero)], DuplicateDomains::Refuse)
+        .contains("unit_multiplier must be at least 1"));
 }
 
 #[test]
@@ -396,7 +406,7 @@ fn scalars_are_kept_as_written() {
     // And in the errors, as the reference prints them.
     let bad = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: 0x1F}\n";
     assert_eq!(
-        error(&[("bad.yaml", bad)], false),
+        error(&[("bad.yaml", bad)], DuplicateDomains::Refuse),
         "bad.yaml: invalid rate limit unit '0x1F'"
     );
 }
@@ -454,7 +464,6 @@ fn any_u32_per_any_unit_is_accepted() {
     assert_eq!((params.interval, params.burst), (1, 7));
     // One more than a u32 is refused, as the reference refuses it (no uint32 holds it).
     let text = yaml(u64::from(u32::MAX) + 1, "second", "");
-    assert!(
-        error(&[("over.yaml", &text)], false).contains("requests_per_unit must be a whole number")
-    );
+    assert!(error(&[("over.yaml", &text)], DuplicateDomains::Refuse)
+        .contains("requests_per_unit must be a whole number"));
 }

@@ -4,13 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderName;
+use http::{HeaderName, HeaderValue};
 
 use super::{count_status, Cost, CostSpec, DelayQueue, Mode, Route, Rule, StatusMatch, TierFn};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
 use crate::quota::{check_policy_name, Policy, Quota};
+use crate::response;
 
 impl Rule {
     /// Checks the rule and fixes its defaults.
@@ -40,7 +41,7 @@ impl Rule {
                     let message = format!("cost_header {name:?} is not a valid header name");
                     (
                         Setting::CostHeader,
-                        ConfigError::of(ConfigErrorKind::Rule, message),
+                        ConfigError::with_kind(ConfigErrorKind::Rule, message),
                     )
                 })?)
             }
@@ -52,7 +53,7 @@ impl Rule {
         if self.lease.is_some() && self.mode == Mode::Delay {
             return Err((
                 Setting::Lease,
-                ConfigError::of(
+                ConfigError::with_kind(
                     ConfigErrorKind::Rule,
                     "lease does not work in delay mode, which waits for each request's slot in \
                      the store; remove lease or use mode enforce or shadow",
@@ -83,14 +84,14 @@ impl Rule {
                 if self.mode == Mode::Shadow {
                     policy
                 } else {
-                    policy.block_for(block_for)
+                    policy.with_block_for(block_for)
                 }
             }
         };
         let count_status = self.checked_count_status(self.mode).map_err(|why| {
             (
                 Setting::CountStatus,
-                ConfigError::of(ConfigErrorKind::Rule, why),
+                ConfigError::with_kind(ConfigErrorKind::Rule, why),
             )
         })?;
         let policy = match self.lease {
@@ -100,7 +101,7 @@ impl Rule {
         if count_status.is_some() && self.lease.is_some() {
             return Err((
                 Setting::Lease,
-                ConfigError::of(
+                ConfigError::with_kind(
                     ConfigErrorKind::Rule,
                     "lease does not work with count_status: a leased unit is spent before the \
                      handler runs, and count_status counts a request only after its response; \
@@ -112,10 +113,11 @@ impl Rule {
         if max_cost == 0 {
             return Err((
                 Setting::MaxCost,
-                ConfigError::of(ConfigErrorKind::Rule, "max_cost must be at least 1"),
+                ConfigError::with_kind(ConfigErrorKind::Rule, "max_cost must be at least 1"),
             ));
         }
         Ok(CompiledRule {
+            header_item: header_item(&policy),
             policy,
             quota: self.quota,
             mode: self.mode,
@@ -162,7 +164,7 @@ const MAX_BLOCK: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Checks a rule's `block_for` in `mode`.
 fn check_block_for(block_for: Duration, mode: Mode) -> Result<(), ConfigError> {
-    let rule = |message: String| Err(ConfigError::of(ConfigErrorKind::Rule, message));
+    let rule = |message: String| Err(ConfigError::with_kind(ConfigErrorKind::Rule, message));
     if block_for.is_zero() || block_for > MAX_BLOCK {
         return rule(format!(
             "block_for {block_for:?} is out of range: use from 1µs to 365 days, e.g. \"10m\""
@@ -192,10 +194,19 @@ pub(crate) enum Setting {
     Lease,
 }
 
+/// `policy`'s item of the `RateLimit-Policy` header (for a rule's policy, written once with
+/// the rule; for a tier's, when its headers are).
+pub(crate) fn header_item(policy: &Policy) -> HeaderValue {
+    let quota = policy.quota();
+    response::policy_item(policy.name(), quota.limit(), quota.period())
+}
+
 /// A rule ready to use: defaults applied, quota validated.
 #[derive(Clone)]
 pub(crate) struct CompiledRule {
     pub(crate) policy: Policy,
+    /// The policy's item of the `RateLimit-Policy` header, written once.
+    pub(crate) header_item: HeaderValue,
     pub(crate) quota: Quota,
     pub(crate) mode: Mode,
     /// In delay mode: the queue, which also shapes `policy`.
@@ -214,6 +225,7 @@ impl CompiledRule {
     /// `RateLimitLayer::new` limits with. Nothing in it can be wrong, so it cannot fail.
     pub(crate) fn everything(policy: Policy, quota: Quota, key: Arc<dyn KeyExtractor>) -> Self {
         Self {
+            header_item: header_item(&policy),
             policy,
             quota,
             mode: Mode::Enforce,
@@ -235,8 +247,8 @@ impl CompiledRule {
         }?
         .counted_as(&self.policy);
         // A tier blocks and leases as the rule does.
-        let policy = match self.policy.blocks_for() {
-            Some(block_for) => policy.block_for(block_for),
+        let policy = match self.policy.block_for() {
+            Some(block_for) => policy.with_block_for(block_for),
             None => policy,
         };
         match self.policy.lease() {

@@ -87,7 +87,7 @@ impl FromStr for StatusMatch {
             Some(_) => None,
             None => text.parse().ok().map(Self::Code),
         };
-        let fail = |why: String| ConfigError::of(ConfigErrorKind::Rule, why);
+        let fail = |why: String| ConfigError::with_kind(ConfigErrorKind::Rule, why);
         let parsed = parsed.ok_or_else(|| {
             fail(format!(
                 "count_status {text:?} is not a status code or class ({ALLOWED})"

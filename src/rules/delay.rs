@@ -27,7 +27,7 @@ impl DelayQueue {
         algorithm: Algorithm,
         max_delay: Option<Duration>,
     ) -> Result<Self, ConfigError> {
-        let fail = |message: String| Err(ConfigError::of(ConfigErrorKind::Rule, message));
+        let fail = |message: String| Err(ConfigError::with_kind(ConfigErrorKind::Rule, message));
         let Some(max_delay) = max_delay else {
             return fail(
                 "mode delay needs max_delay, the longest a request may wait (e.g. max_delay = \"2s\")"
@@ -52,7 +52,7 @@ impl DelayQueue {
         let params = quota.params(Algorithm::LeakyBucket);
         let queue = self.queue_slots(&params);
         let burst = u32::try_from(params.burst.saturating_add(queue)).map_err(|_| {
-            ConfigError::of(
+            ConfigError::with_kind(
                 ConfigErrorKind::Rule,
                 "max_delay is too long for this quota (the queue would be too long)",
             )
@@ -94,8 +94,8 @@ impl DelayQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
     use crate::store::MemoryStore;
-    use crate::ManualClock;
 
     #[test]
     fn requests_past_the_burst_wait_for_their_slot_up_to_max_delay() {

@@ -14,7 +14,6 @@ use http::Method;
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
-use crate::lease::Lease;
 use crate::quota::Quota;
 
 mod compiled;
@@ -27,8 +26,9 @@ mod route;
 mod set;
 mod skip;
 mod source;
+pub use crate::lease::Lease;
 pub use crate::read::MAX_FILE_BYTES;
-pub(crate) use compiled::{CompiledRule, Setting};
+pub(crate) use compiled::{header_item, CompiledRule, Setting};
 pub(crate) use cost::{Cost, CostFn};
 pub use count_status::StatusMatch;
 pub(crate) use count_status::ALLOWED as COUNT_STATUS_ALLOWED;
@@ -65,7 +65,7 @@ impl std::str::FromStr for Mode {
             "enforce" => Ok(Mode::Enforce),
             "shadow" => Ok(Mode::Shadow),
             "delay" => Ok(Mode::Delay),
-            other => Err(ConfigError::of(
+            other => Err(ConfigError::with_kind(
                 ConfigErrorKind::Rule,
                 format!("unknown mode {other:?} (use enforce, shadow or delay)"),
             )),
@@ -250,7 +250,7 @@ impl Rule {
 
     /// Once this rule denies a client, keeps denying it for `duration`, even if its quota
     /// refills meanwhile; `Retry-After` tells the rest of the block, and the client starts
-    /// afresh after it (see [`Policy::block_for`](crate::Policy::block_for)). The block lives in the store, next to the
+    /// afresh after it (see [`Policy::block_for`](crate::store::Policy::block_for)). The block lives in the store, next to the
     /// client's state, so on Redis every instance sees it. Under stacked limits only the
     /// denying rule blocks. A shadow rule never blocks (its denials let requests through), and
     /// delay mode refuses it: a queued client waits for its slot rather than being blocked.
@@ -276,7 +276,7 @@ impl Rule {
     /// (`[401]`) or errors (`StatusMatch::class(5)`).
     ///
     /// Before the handler runs, the quota is peeked, consuming nothing (see
-    /// [`Store::peek`](crate::Store::peek)): a client with nothing left gets the usual 429,
+    /// [`Store::peek`](crate::store::Store::peek)): a client with nothing left gets the usual 429,
     /// and the handler is not called. The headers report that peek. Once the handler has
     /// answered with a listed status, the request is counted at its cost, before the response
     /// goes out, so a client that asks again always sees it; it is counted even if the client
@@ -320,7 +320,7 @@ impl Rule {
     /// fixed windows; the sliding windows and delay mode refuse it with a [`ConfigError`].
     ///
     /// ```
-    /// use tollgate::{key, rules::Rule, Lease, Quota, RateLimitLayer};
+    /// use tollgate::{key, Quota, RateLimitLayer, rules::{Rule, Lease}};
     ///
     /// let layer = RateLimitLayer::builder()
     ///     .rule(Rule::new("global", Quota::per_second(20_000)?).key(key::Global).lease(Lease::Auto))

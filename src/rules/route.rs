@@ -32,7 +32,7 @@ impl Route {
         let path = match path {
             None | Some("*") | Some("/*") => PathPattern::Any,
             Some(p) if !p.starts_with('/') => {
-                return Err(ConfigError::of(
+                return Err(ConfigError::with_kind(
                     ConfigErrorKind::Rule,
                     format!("path {p:?} must start with '/' (e.g. \"/login\" or \"/api/*\")"),
                 ))
@@ -41,7 +41,7 @@ impl Route {
                 Some(prefix) if !prefix.contains('*') => PathPattern::Prefix(prefix.to_owned()),
                 None if !p.contains('*') => PathPattern::Exact(p.to_owned()),
                 _ => {
-                    return Err(ConfigError::of(
+                    return Err(ConfigError::with_kind(
                         ConfigErrorKind::Rule,
                         format!(
                             "path {p:?}: '*' may only end a pattern, after a '/' (e.g. \"/api/*\")"
@@ -102,7 +102,7 @@ pub(crate) fn parse_methods<'a>(
         .into_iter()
         .map(|name| {
             Method::from_bytes(name.to_ascii_uppercase().as_bytes()).map_err(|_| {
-                ConfigError::of(
+                ConfigError::with_kind(
                     ConfigErrorKind::Rule,
                     format!("invalid HTTP method {name:?}"),
                 )

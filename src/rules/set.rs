@@ -24,7 +24,7 @@ impl RuleSet {
     pub(crate) fn new(rules: Vec<CompiledRule>, skips: Vec<Skip>) -> Result<Self, ConfigError> {
         let mut names = HashSet::with_capacity(rules.len());
         if let Some(twice) = rules.iter().find(|r| !names.insert(r.policy.name())) {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Rule,
                 format!(
                     "two rules are named {:?}: rule names must be unique",
@@ -101,7 +101,7 @@ mod tests {
 
     use super::*;
     use crate::rules::Route;
-    use crate::{key, Algorithm, Policy, Quota};
+    use crate::{key, store::Policy, Algorithm, Quota};
 
     fn rule(name: &str) -> CompiledRule {
         let quota = Quota::per_minute(10).unwrap();

@@ -28,7 +28,7 @@ impl SkipSpec {
     /// The skip, with `default_key` reading the keys of a [`SkipSpec::Keys`].
     pub(crate) fn build(self, default_key: &Arc<dyn KeyExtractor>) -> Result<Skip, ConfigError> {
         let empty = |what: &str| {
-            ConfigError::of(
+            ConfigError::with_kind(
                 ConfigErrorKind::Rule,
                 format!("skip: no {what} given; list at least one"),
             )

@@ -271,7 +271,7 @@ impl RuleSource {
         if let Some(bytes) = file {
             let origin = self.origin();
             let fail = |why: String| {
-                ConfigError::of(ConfigErrorKind::RulesFile, format!("{origin}: {why}"))
+                ConfigError::with_kind(ConfigErrorKind::RulesFile, format!("{origin}: {why}"))
             };
             let text = std::str::from_utf8(bytes)
                 .map_err(|e| fail(format!("the rules file is not UTF-8 text ({e})")))?;

@@ -33,51 +33,53 @@ impl BuiltIn {
 }
 
 /// As a store of the user's (e.g. inside a test's own store).
-impl tollgate::Store for BuiltIn {
+impl tollgate::store::Store for BuiltIn {
     async fn check(
         &self,
         key: &str,
-        policy: &tollgate::Policy,
+        policy: &tollgate::store::Policy,
         cost: u32,
-    ) -> Result<tollgate::Decision, tollgate::StoreError> {
+    ) -> Result<tollgate::Decision, tollgate::store::StoreError> {
         match self {
-            Self::Memory(store) => tollgate::Store::check(store, key, policy, cost).await,
-            Self::Redis(store) => tollgate::Store::check(store, key, policy, cost).await,
+            Self::Memory(store) => tollgate::store::Store::check(store, key, policy, cost).await,
+            Self::Redis(store) => tollgate::store::Store::check(store, key, policy, cost).await,
         }
     }
 
     async fn peek(
         &self,
         key: &str,
-        policy: &tollgate::Policy,
+        policy: &tollgate::store::Policy,
         cost: u32,
-    ) -> Result<tollgate::Decision, tollgate::StoreError> {
+    ) -> Result<tollgate::Decision, tollgate::store::StoreError> {
         match self {
-            Self::Memory(store) => tollgate::Store::peek(store, key, policy, cost).await,
-            Self::Redis(store) => tollgate::Store::peek(store, key, policy, cost).await,
+            Self::Memory(store) => tollgate::store::Store::peek(store, key, policy, cost).await,
+            Self::Redis(store) => tollgate::store::Store::peek(store, key, policy, cost).await,
         }
     }
 
     async fn reset(
         &self,
         key: &str,
-        policy: &tollgate::Policy,
-    ) -> Result<(), tollgate::StoreError> {
+        policy: &tollgate::store::Policy,
+    ) -> Result<(), tollgate::store::StoreError> {
         match self {
-            Self::Memory(store) => tollgate::Store::reset(store, key, policy).await,
-            Self::Redis(store) => tollgate::Store::reset(store, key, policy).await,
+            Self::Memory(store) => tollgate::store::Store::reset(store, key, policy).await,
+            Self::Redis(store) => tollgate::store::Store::reset(store, key, policy).await,
         }
     }
 
     async fn block(
         &self,
         key: &str,
-        policy: &tollgate::Policy,
+        policy: &tollgate::store::Policy,
         duration: Duration,
-    ) -> Result<(), tollgate::StoreError> {
+    ) -> Result<(), tollgate::store::StoreError> {
         match self {
-            Self::Memory(store) => tollgate::Store::block(store, key, policy, duration).await,
-            Self::Redis(store) => tollgate::Store::block(store, key, policy, duration).await,
+            Self::Memory(store) => {
+                tollgate::store::Store::block(store, key, policy, duration).await
+            }
+            Self::Redis(store) => tollgate::store::Store::block(store, key, policy, duration).await,
         }
     }
 }

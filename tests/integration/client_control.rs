@@ -10,7 +10,9 @@ use axum::routing::get;
 use axum::Router;
 use tollgate::rules::{Mode, Rule};
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, ConfigErrorKind, ControlError, ManualClock, Quota, RateLimitLayer, Store};
+use tollgate::{
+    clock::ManualClock, key, store::Store, ConfigErrorKind, ControlError, Quota, RateLimitLayer,
+};
 
 /// Starts the time of every test: a realistic µs timestamp.
 const T0: u64 = 1_700_000_000_000_000;
@@ -307,7 +309,10 @@ async fn reset_block_and_refund_on_redis() {
 /// A store of the user's has no refund (it is not part of `Store`): it says so.
 #[tokio::test]
 async fn a_store_without_them_says_so() {
-    use tollgate::{Decision, Policy, StoreError};
+    use tollgate::{
+        store::{Policy, StoreError},
+        Decision,
+    };
 
     #[derive(Debug)]
     struct OnlyChecks(MemoryStore);

@@ -3,7 +3,10 @@
 use std::sync::Arc;
 
 use tollgate::store::MemoryStore;
-use tollgate::{Algorithm, Policy, Quota, Store};
+use tollgate::{
+    store::{Policy, Store},
+    Algorithm, Quota,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_tasks_on_one_key_get_exactly_the_limit() {

@@ -15,8 +15,9 @@ use axum::Router;
 use http::Method;
 use tollgate::rules::{Mode, Rule, StatusMatch};
 use tollgate::{
-    key, ConfigErrorKind, Decision, Policy, Quota, RateLimitLayer, RateLimitLayerBuilder, Store,
-    StoreError,
+    key,
+    store::{Policy, Store, StoreError},
+    ConfigErrorKind, Decision, Quota, RateLimitLayer, RateLimitLayerBuilder,
 };
 
 /// `POST /signin` (200 for `password=open-sesame`, else 401) and `GET /boom` (the status in

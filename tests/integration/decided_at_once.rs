@@ -7,8 +7,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, Quota, RateLimitLayer, Store};
+use tollgate::store::{MemoryStore, RedisStore, Store};
+use tollgate::{key, Quota, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
 fn request() -> Request<()> {

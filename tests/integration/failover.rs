@@ -12,8 +12,8 @@ use axum::Router;
 use support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tollgate::store::{RedisStore, StoreFailure};
-use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
+use tollgate::store::{OnStoreError, RedisStore, StoreFailure};
+use tollgate::{key, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 /// An app limited through the Redis at `url`, with a breaker that probes again quickly.

@@ -10,8 +10,8 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tollgate::rules::{Mode, Rule};
-use tollgate::store::{RedisStore, StoreFailure};
-use tollgate::{key, OnStoreError, Quota, RateLimitLayer, Skip};
+use tollgate::store::{OnStoreError, RedisStore, StoreFailure};
+use tollgate::{key, Quota, RateLimitLayer, Skip};
 
 /// Runs `test` on a current-thread runtime with a Prometheus recorder of its own: every
 /// metric the layers it builds report (their tasks run on this thread too) goes there and
@@ -287,7 +287,7 @@ fn leases_count_calls_and_units_granted_and_returned() {
             .rule(
                 Rule::new("l_api", Quota::per_minute(10).unwrap())
                     .path("/api")
-                    .lease(tollgate::Lease::tokens(4)),
+                    .lease(tollgate::rules::Lease::tokens(4)),
             )
             .build()
             .unwrap();

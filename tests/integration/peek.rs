@@ -11,7 +11,12 @@ use axum::Router;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{key, Algorithm, ControlError, ManualClock, Policy, Quota, RateLimitLayer, Store};
+use tollgate::{
+    clock::ManualClock,
+    key,
+    store::{Policy, Store},
+    Algorithm, ControlError, Quota, RateLimitLayer,
+};
 
 #[tokio::test]
 async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() {
@@ -37,7 +42,7 @@ async fn memory_and_redis_peek_alike_for_the_same_history_and_consume_nothing() 
         )
         .unwrap();
         if let Some(block_for) = block_for {
-            policy = policy.block_for(block_for);
+            policy = policy.with_block_for(block_for);
         }
         let mut rng = SmallRng::seed_from_u64(0x9ee4 ^ algorithm as u64);
 

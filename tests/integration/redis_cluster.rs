@@ -12,7 +12,11 @@ use axum::routing::get;
 use axum::Router;
 use support::RedisCluster;
 use tollgate::store::{RedisOptions, RedisStore, StoreFailure};
-use tollgate::{key, Algorithm, OnStoreError, Policy, Quota, RateLimitLayer, Store};
+use tollgate::{
+    key,
+    store::{OnStoreError, Policy, Store},
+    Algorithm, Quota, RateLimitLayer,
+};
 
 /// How many of 12 concurrent requests of `key` at limit 5 the store allows.
 async fn allowed_of_twelve(store: &RedisStore, policy: &Arc<Policy>, key: &str) -> usize {

@@ -10,7 +10,11 @@ use axum::routing::get;
 use axum::Router;
 use support::RedisSentinel;
 use tollgate::store::{RedisStore, StoreFailure};
-use tollgate::{key, Algorithm, OnStoreError, Policy, Quota, RateLimitLayer, Store};
+use tollgate::{
+    key,
+    store::{OnStoreError, Policy, Store},
+    Algorithm, Quota, RateLimitLayer,
+};
 
 /// How many of 12 concurrent requests of `key` at limit 5 the store allows.
 async fn allowed_of_twelve(store: &RedisStore, algorithm: Algorithm, key: &str) -> usize {
@@ -43,7 +47,7 @@ async fn limits_are_exact_before_and_after_a_failover() {
     // see the crate's store tests).
     let login = Policy::new("login", Quota::per_minute(2).unwrap(), Algorithm::Gcra)
         .unwrap()
-        .block_for(Duration::from_secs(60));
+        .with_block_for(Duration::from_secs(60));
     let check = async || store.check("eve", &login, 1).await.unwrap();
     assert_eq!((check().await.allowed, check().await.allowed), (true, true));
     let denied = check().await;

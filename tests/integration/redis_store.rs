@@ -11,7 +11,10 @@ use axum::Router;
 use deadpool_redis::redis;
 use tollgate::store::RedisStore;
 use tollgate::{
-    key, Algorithm, Clock, ConfigErrorKind, ManualClock, Policy, Quota, RateLimitLayer, Store,
+    clock::{Clock, ManualClock},
+    key,
+    store::{Policy, Store},
+    Algorithm, ConfigErrorKind, Quota, RateLimitLayer,
 };
 
 fn routes(layer: RateLimitLayer) -> Router {

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use support::SecureRedis;
 use tollgate::store::RedisStore;
-use tollgate::{Algorithm, Policy, Quota, Store};
+use tollgate::{
+    store::{Policy, Store},
+    Algorithm, Quota,
+};
 
 /// How many of 12 concurrent requests of one key at limit 5 the store allows.
 async fn allowed_of_twelve(store: &RedisStore, algorithm: Algorithm) -> usize {

@@ -24,9 +24,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use tollgate::rls::{Charging, RateLimitService, RlsConfig};
-use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::{Algorithm, Store};
+use tollgate::rls::{Charging, DuplicateDomains, RateLimitService, RlsConfig};
+use tollgate::store::{MemoryStore, RedisStore, Store};
+use tollgate::Algorithm;
 
 const OK: Code = Code::Ok;
 const OVER: Code = Code::OverLimit;
@@ -50,7 +50,10 @@ fn yaml(algorithm: Algorithm) -> String {
 fn service(store: impl Store, algorithm: Algorithm, charging: Charging) -> RateLimitService {
     let yaml = yaml(algorithm);
     RateLimitService::builder()
-        .config(RlsConfig::from_yaml([("budget.yaml", yaml.as_str())], false).unwrap())
+        .config(
+            RlsConfig::from_yaml([("budget.yaml", yaml.as_str())], DuplicateDomains::Refuse)
+                .unwrap(),
+        )
         .store(store)
         .charging(charging)
         .build()
@@ -183,7 +186,10 @@ async fn hits_are_charged_as_the_reference_charges_them_on_redis() {
 async fn every_hit_is_charged_by_default() {
     let yaml = yaml(Algorithm::FixedWindow);
     let service = RateLimitService::builder()
-        .config(RlsConfig::from_yaml([("budget.yaml", yaml.as_str())], false).unwrap())
+        .config(
+            RlsConfig::from_yaml([("budget.yaml", yaml.as_str())], DuplicateDomains::Refuse)
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let got = sequences(&service, Charging::EveryHit).await;

@@ -19,8 +19,8 @@ use tollgate::rls::{
     RateLimitService, RlsConfig, MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES,
     MAX_REQUEST_BYTES, MAX_VALUE_BYTES,
 };
+use tollgate::store::Store;
 use tollgate::store::{MemoryStore, RedisStore};
-use tollgate::Store;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::Code as GrpcCode;
@@ -36,7 +36,11 @@ descriptors:
 ";
 
 fn service(store: impl Store) -> RateLimitService {
-    let config = RlsConfig::from_yaml([("limits.yaml", LIMITS)], false).unwrap();
+    let config = RlsConfig::from_yaml(
+        [("limits.yaml", LIMITS)],
+        tollgate::rls::DuplicateDomains::Refuse,
+    )
+    .unwrap();
     RateLimitService::builder()
         .config(config)
         .store(store)

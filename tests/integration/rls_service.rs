@@ -21,7 +21,10 @@ use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
 use tollgate::rls::{Charging, RateLimitService, ResponseHeaders, RlsConfig};
 use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
-use tollgate::{Decision, OnStoreError, Policy, Store, StoreError};
+use tollgate::{
+    store::{OnStoreError, Policy, Store, StoreError},
+    Decision,
+};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 
@@ -47,7 +50,11 @@ async fn serve(service: RateLimitService) -> Client {
 }
 
 fn config(files: &[(&str, &str)]) -> RlsConfig {
-    RlsConfig::from_yaml(files.iter().copied(), false).unwrap()
+    RlsConfig::from_yaml(
+        files.iter().copied(),
+        tollgate::rls::DuplicateDomains::Refuse,
+    )
+    .unwrap()
 }
 
 /// The service on `store`, with a store timeout long enough that no answer is a timeout's

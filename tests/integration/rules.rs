@@ -12,7 +12,8 @@ use http::Method;
 use tollgate::rules::{Mode, Rule};
 use tollgate::store::{MemoryStore, RedisStore};
 use tollgate::{
-    key, Algorithm, ManualClock, Quota, RateLimitLayer, RateLimitLayerBuilder, Skip, Store,
+    clock::ManualClock, key, store::Store, Algorithm, Quota, RateLimitLayer, RateLimitLayerBuilder,
+    Skip,
 };
 use tower::{Layer, ServiceExt};
 
@@ -254,6 +255,28 @@ async fn tiers_give_paid_keys_a_larger_quota() {
     }
     assert_eq!(free, [200, 200, 429, 429, 429, 429]);
     assert_eq!(paid, [200, 200, 200, 200, 200, 429]);
+}
+
+/// `RateLimit-Policy` names the quota a request was decided by: its tier's, or the rule's.
+#[tokio::test]
+async fn a_tier_shows_its_own_quota_in_the_policy_header() {
+    let layer = RateLimitLayer::builder()
+        .rule(
+            Rule::new("api", Quota::per_minute(2).unwrap())
+                .key(key::Header::new("x-api-key"))
+                .quota_for(|key| {
+                    key.starts_with("paid-")
+                        .then(|| Quota::per_minute(5).unwrap())
+                }),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(layer).await;
+    let free = send(addr, Method::GET, "/", &[("x-api-key", "free-1")]).await;
+    let paid = send(addr, Method::GET, "/", &[("x-api-key", "paid-1")]).await;
+    assert_eq!(free.policy.as_deref(), Some("\"api\";q=2;w=60"));
+    assert_eq!(paid.policy.as_deref(), Some("\"api\";q=5;w=60"));
+    assert_eq!(paid.ratelimit.as_deref(), Some("\"api\";r=4;t=12"));
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@ use axum::routing::get;
 use axum::Router;
 use support::log::Log;
 use support::RedisServer;
-use tollgate::store::{RedisStore, StoreFailure};
-use tollgate::{key, OnStoreError, Quota, RateLimitLayer};
+use tollgate::store::{OnStoreError, RedisStore, StoreFailure};
+use tollgate::{key, Quota, RateLimitLayer};
 
 /// The lines logged by tollgate so far: level and message.
 fn tollgate_lines(log: &Log) -> Vec<(String, String)> {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate::rls::{Charging, XdsSource};
-use tollgate::OnStoreError;
+use tollgate::store::OnStoreError;
 
 pub(crate) use grpc_tls::GrpcTls;
 pub(crate) use stats::{Protocol, Statsd};

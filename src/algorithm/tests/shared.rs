@@ -14,7 +14,11 @@ mod buckets {
     use crate::algorithm::token_bucket::TokenBucket;
     use crate::algorithm::{Algorithm, Params, State};
     use crate::decision::Decision;
-    use crate::{store::MemoryStore, ManualClock, Policy, Quota};
+    use crate::{
+        clock::ManualClock,
+        store::{MemoryStore, Policy},
+        Quota,
+    };
 
     const T0: u64 = 1_700_000_000_000_000;
 

@@ -94,7 +94,8 @@ mod tests {
             }],
         };
         let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: MINUTE, requests_per_unit: 5 }\n    descriptors:\n      - key: path\n        value: /api\n        rate_limit: { unit: SECOND, requests_per_unit: 1, name: api, replaces: [{ name: other }] }\n";
-        let from_yaml = RlsConfig::from_yaml([("edge", yaml)], false).unwrap();
+        let from_yaml =
+            RlsConfig::from_yaml([("edge", yaml)], crate::rls::DuplicateDomains::Refuse).unwrap();
         assert_eq!(compile(vec![resource]).unwrap().dump(), from_yaml.dump());
     }
 

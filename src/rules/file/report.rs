@@ -80,7 +80,7 @@ impl Source<'_> {
             text.push_str(&format!("{field}: "));
         }
         text.push_str(&message.to_string());
-        ConfigError::of(ConfigErrorKind::RulesFile, text)
+        ConfigError::with_kind(ConfigErrorKind::RulesFile, text)
     }
 
     /// A TOML syntax error: toml's own message, on one line so a failed reload logs as one.

@@ -669,7 +669,7 @@ fn block_for_from_the_rule_or_the_defaults() {
     let unused: Arc<dyn KeyExtractor> = Arc::new(key::Global);
     let login = file.rules[0].compile(&unused, Algorithm::Gcra).unwrap();
     assert_eq!(
-        login.policy.blocks_for(),
+        login.policy.block_for(),
         Some(std::time::Duration::from_secs(900))
     );
     // A shadow rule never blocks.
@@ -679,7 +679,7 @@ fn block_for_from_the_rule_or_the_defaults() {
     )
     .unwrap();
     let api = file.rules[0].compile(&unused, Algorithm::Gcra).unwrap();
-    assert_eq!(api.policy.blocks_for(), None);
+    assert_eq!(api.policy.block_for(), None);
 }
 
 #[test]
@@ -846,11 +846,11 @@ fn lease_is_auto_or_a_number_and_bad_values_point_at_it() {
     .unwrap();
     assert_eq!(
         compile(&file.rules[0]).policy.lease(),
-        Some(crate::Lease::Auto)
+        Some(crate::rules::Lease::Auto)
     );
     assert_eq!(
         compile(&file.rules[1]).policy.lease(),
-        Some(crate::Lease::tokens(25))
+        Some(crate::rules::Lease::tokens(25))
     );
 
     let e = error("[[rule]]\nname = \"api\"\nquota = \"1/s\"\nlease = \"lots\"\n");

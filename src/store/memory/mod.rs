@@ -41,7 +41,7 @@ use shard::{lock, Shard};
 /// Clones share the same state.
 ///
 /// ```
-/// use tollgate::{store::MemoryStore, ManualClock};
+/// use tollgate::{store::MemoryStore, clock::ManualClock};
 ///
 /// let store = MemoryStore::new().max_keys(1_000_000);
 /// let for_tests = MemoryStore::with_clock(ManualClock::new(0));
@@ -67,7 +67,7 @@ impl MemoryStore {
         Self::with_clock(SystemClock)
     }
 
-    /// A store that reads time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    /// A store that reads time from `clock` (a [`ManualClock`](crate::clock::ManualClock) in tests).
     pub fn with_clock(clock: impl Clock) -> Self {
         let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
         // A power of two (see `shard_index`).

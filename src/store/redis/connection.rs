@@ -82,7 +82,7 @@ fn redacted(urls: &[String]) -> (Vec<String>, impl Fn(&str) -> String + '_) {
 
 /// The `Store` error for URLs that cannot make a pool.
 fn invalid(what: &str, shown: impl fmt::Debug, error: String) -> ConfigError {
-    ConfigError::of(
+    ConfigError::with_kind(
         ConfigErrorKind::Store,
         format!("invalid {what} {shown:?}: {error}"),
     )
@@ -137,7 +137,7 @@ fn prepare_tls(options: &RedisOptions, infos: &[ConnectionInfo]) -> Result<(), C
         if let Some(tls) = &options.tls {
             super::tls::validate(tls)?;
             if !infos.iter().any(is_tls) {
-                return Err(ConfigError::of(
+                return Err(ConfigError::with_kind(
                     ConfigErrorKind::Store,
                     "Redis TLS settings are given but no address uses TLS (rediss://)",
                 ));
@@ -197,7 +197,7 @@ impl Connection {
     ) -> Result<Self, ConfigError> {
         let urls: Vec<String> = sentinels.iter().map(|u| u.as_ref().to_owned()).collect();
         if urls.is_empty() {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Store,
                 "a Redis Sentinel store needs at least one sentinel URL",
             ));
@@ -258,7 +258,7 @@ impl Connection {
     ) -> Result<Self, ConfigError> {
         let urls: Vec<String> = nodes.iter().map(|u| u.as_ref().to_owned()).collect();
         if urls.is_empty() {
-            return Err(ConfigError::of(
+            return Err(ConfigError::with_kind(
                 ConfigErrorKind::Store,
                 "a Redis Cluster store needs at least one node URL",
             ));

@@ -218,7 +218,7 @@ impl RedisStore {
 
     /// Sends this clock's time with every decision instead of using Redis `TIME`.
     ///
-    /// For tests (a [`ManualClock`](crate::ManualClock) drives Redis deterministically) and for
+    /// For tests (a [`ManualClock`](crate::clock::ManualClock) drives Redis deterministically) and for
     /// deployments that trust their app servers' clocks more than Redis's.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {

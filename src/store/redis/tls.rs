@@ -24,7 +24,7 @@ pub(crate) fn install_crypto_provider() {
 /// certificate (or no key) would otherwise fail every handshake, long after the start.
 pub(crate) fn validate(tls: &RedisTls) -> Result<(), ConfigError> {
     let invalid =
-        |what: &str| ConfigError::of(ConfigErrorKind::Store, format!("Redis TLS: {what}"));
+        |what: &str| ConfigError::with_kind(ConfigErrorKind::Store, format!("Redis TLS: {what}"));
     let certificates = |pem: &[u8]| {
         CertificateDer::pem_slice_iter(pem)
             .collect::<Result<Vec<_>, _>>()

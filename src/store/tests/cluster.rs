@@ -9,7 +9,7 @@ use super::support::RedisCluster;
 use crate::store::check::Check;
 use crate::store::contract::StoreExt;
 use crate::store::{RedisStore, Store};
-use crate::{Algorithm, Policy, Quota};
+use crate::{store::Policy, Algorithm, Quota};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_and_stacked_limits_span_slots() {

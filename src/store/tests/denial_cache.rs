@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use super::support;
 use crate::store::wrappers::DenialCache;
 use crate::store::{MemoryStore, RedisStore, Store};
-use crate::{Algorithm, ManualClock, Policy, Quota};
+use crate::{clock::ManualClock, store::Policy, Algorithm, Quota};
 
 /// Seeded histories of every algorithm: the memory store without a cache and the Redis store
 /// behind one give the same decisions. A cached answer to a request costing more than the one

@@ -18,7 +18,11 @@ use crate::store::wrappers::user_store::check_in_order;
 use crate::store::wrappers::Backend;
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{
-    key, Algorithm, Decision, Lease, ManualClock, Policy, Quota, RateLimitLayer, StoreError,
+    clock::ManualClock,
+    key,
+    rules::Lease,
+    store::{Policy, StoreError},
+    Algorithm, Decision, Quota, RateLimitLayer,
 };
 use axum::routing::get;
 use axum::Router;

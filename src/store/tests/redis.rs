@@ -12,7 +12,11 @@ use super::support;
 use crate::store::check::Check;
 use crate::store::contract::StoreExt;
 use crate::store::{MemoryStore, RedisStore, Store};
-use crate::{Algorithm, ManualClock, Policy, Quota, StoreError};
+use crate::{
+    clock::ManualClock,
+    store::{Policy, StoreError},
+    Algorithm, Quota,
+};
 
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {
@@ -107,7 +111,7 @@ async fn redis_and_memory_agree_on_blocks_resets_and_refunds() {
             let block_for = Duration::from_micros(period / 2 + 1);
             let policy = Policy::new("p", quota, algorithm)
                 .unwrap()
-                .block_for(block_for);
+                .with_block_for(block_for);
             let mut offset: u64 = 1_700_000_000_000_000;
             for step in 0..400 {
                 offset += match rng.random_range(0..10) {

@@ -6,7 +6,7 @@ use super::leases::leases_are_exact;
 use super::support::RedisSentinel;
 use crate::store::contract::StoreExt;
 use crate::store::{RedisStore, Store};
-use crate::{Algorithm, Policy, Quota};
+use crate::{store::Policy, Algorithm, Quota};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_and_refunds_go_to_the_master() {
@@ -16,7 +16,7 @@ async fn leases_and_refunds_go_to_the_master() {
 
     let login = Policy::new("login", Quota::per_minute(2).unwrap(), Algorithm::Gcra)
         .unwrap()
-        .block_for(Duration::from_secs(60));
+        .with_block_for(Duration::from_secs(60));
     let check = async || store.check("eve", &login, 1).await.unwrap();
     assert_eq!((check().await.allowed, check().await.allowed), (true, true));
     assert!(!check().await.allowed);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::store::check::Check;
 use crate::store::contract::StoreExt;
 use crate::store::{MemoryStore, RedisStore, Store};
-use crate::{Algorithm, Decision, ManualClock, Policy, Quota};
+use crate::{clock::ManualClock, store::Policy, Algorithm, Decision, Quota};
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -92,7 +92,7 @@ async fn stacked_blocks_are_identical_in_memory_and_redis() {
         .enumerate()
         .map(|(i, p)| {
             if i % 2 == 0 {
-                p.block_for(Duration::from_millis(1_500))
+                p.with_block_for(Duration::from_millis(1_500))
             } else {
                 p
             }
@@ -284,14 +284,14 @@ async fn only_the_denying_limit_blocks(
         Algorithm::Gcra,
     )
     .unwrap()
-    .block_for(Duration::from_secs(300));
+    .with_block_for(Duration::from_secs(300));
     let hourly = Policy::new(
         "hourly-block",
         Quota::per_hour(100).unwrap(),
         Algorithm::SlidingWindowLog,
     )
     .unwrap()
-    .block_for(Duration::from_secs(3600));
+    .with_block_for(Duration::from_secs(3600));
     let both = [check(keys[0], &burst, true), check(keys[1], &hourly, true)];
     let ask = async || store.check_many(&both).await.unwrap();
     assert_eq!(summary(&ask().await), [(true, 1), (true, 99)], "{label}");

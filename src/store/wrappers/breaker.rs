@@ -12,7 +12,7 @@ use crate::clock::Clock;
 /// [`StoreFailure`](crate::store::StoreFailure)).
 ///
 /// After `failures` consecutive failures the circuit opens: decisions are answered by the
-/// [`OnStoreError`](crate::OnStoreError) policy at once, with no call and no timeout. After a
+/// [`OnStoreError`](crate::store::OnStoreError) policy at once, with no call and no timeout. After a
 /// back-off (starting at `min_open`, doubling up to `max_open` while probes fail, with ±20%
 /// jitter so instances do not probe in step) one request probes the store; success closes the
 /// circuit.
@@ -301,7 +301,7 @@ impl fmt::Debug for Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     fn breaker(settings: BreakerSettings) -> (Breaker, ManualClock) {
         let clock = ManualClock::new(1_000_000);

@@ -478,14 +478,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_reset_through_another_instance_reaches_this_cache_within_5_s() {
-        let clock = crate::ManualClock::new(1_000_000);
+        let clock = crate::clock::ManualClock::new(1_000_000);
         let store = MemoryStore::with_clock(clock.clone());
         let (here, there) = (
             DenialCache::new(store.clone(), 100),
             DenialCache::new(store, 100),
         );
         // Blocked for 15 minutes after a denial.
-        let policy = policy("1/min").block_for(Duration::from_secs(900));
+        let policy = policy("1/min").with_block_for(Duration::from_secs(900));
         assert!(here.check("k", &policy, 1).await.unwrap().allowed);
         assert!(!here.check("k", &policy, 1).await.unwrap().allowed);
         there.reset("k", &policy).await.unwrap();
@@ -502,7 +502,7 @@ mod tests {
 
     #[tokio::test]
     async fn after_every_denial_ended_a_new_denial_is_cached_again() {
-        let clock = crate::ManualClock::new(1_000_000);
+        let clock = crate::clock::ManualClock::new(1_000_000);
         let cache = DenialCache::new(MemoryStore::with_clock(clock.clone()), 100);
         let policy = policy("1/min");
         assert!(cache.check("k", &policy, 1).await.unwrap().allowed);

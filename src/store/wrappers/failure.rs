@@ -42,7 +42,7 @@ impl std::str::FromStr for OnStoreError {
             "allow" => Ok(Self::Allow),
             "deny" => Ok(Self::Deny),
             "fallback" | "fallback_to_memory" => Ok(Self::FallbackToMemory),
-            other => Err(ConfigError::of(
+            other => Err(ConfigError::with_kind(
                 ConfigErrorKind::Other,
                 format!("unknown store error policy {other:?} (use allow, deny or fallback)"),
             )),

@@ -437,9 +437,10 @@ mod tests {
     use std::sync::atomic::AtomicU8;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::store::wrappers::user_store::{check_in_order, lease_by_check};
     use crate::store::wrappers::Backend;
-    use crate::{Algorithm, ManualClock, Quota};
+    use crate::{Algorithm, Quota};
 
     const ANSWER: u8 = 0;
     const FAIL: u8 = 1;

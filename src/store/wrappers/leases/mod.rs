@@ -77,7 +77,7 @@ const DEFAULT_CAPACITY: usize = 10_000;
 ///   dropped request's own cost counts as spent).
 /// - **Failures.** A failing store is seen at the next refill, where the store below
 ///   (a [`Resilient`](crate::store::Resilient)) applies the layer's
-///   [`OnStoreError`](crate::OnStoreError); the lease in hand is spent first.
+///   [`OnStoreError`](crate::store::OnStoreError); the lease in hand is spent first.
 /// - A request whose cost is more than what is left of the lease (but some is left), and
 ///   stacked limits (`StoreExt::check_many`), ask the inner store directly.
 ///

@@ -7,7 +7,7 @@ use super::*;
 use crate::lease::Lease;
 use crate::store::wrappers::user_store::check_in_order;
 use crate::store::MemoryStore;
-use crate::{Algorithm, ManualClock, Quota};
+use crate::{clock::ManualClock, Algorithm, Quota};
 
 /// A memory store that counts its calls and can take its time to lease.
 #[derive(Debug, Clone)]
