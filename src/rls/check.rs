@@ -4,9 +4,21 @@
 
 use std::path::{Path, PathBuf};
 
-use super::config::RlsConfig;
+use super::config::{DuplicateDomains, RlsConfig};
 use super::dir::ConfigDir;
 use crate::error::{ConfigError, ConfigErrorKind};
+
+/// Whether [`RlsConfig::check_dir`] reads files whose name starts with `.`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DotFiles {
+    /// Read them, as the reference does by default.
+    #[default]
+    Read,
+    /// Skip them (the reference's `RUNTIME_IGNOREDOTFILES`). Hidden directories, such as
+    /// Kubernetes' `..data`, are always skipped.
+    Ignore,
+}
 
 /// What [`RlsConfig::check_dir`] found.
 #[derive(Debug)]
@@ -32,17 +44,17 @@ impl DirCheck {
 impl RlsConfig {
     /// Checks the configuration directory `dir` as the server would load it (see the
     /// [guide](crate::guide::envoy)): each file alone, then each file with the ones before it
-    /// (a domain in two files is an error unless `merge_domains`). Hidden files are read
-    /// unless `ignore_dot_files`.
+    /// (a domain in two files is an error or merged, as `duplicates` says). Hidden files are
+    /// read or skipped as `dot_files` says.
     ///
     /// ```
-    /// use tollgate::rls::RlsConfig;
+    /// use tollgate::rls::{DotFiles, DuplicateDomains, RlsConfig};
     ///
     /// let dir = std::env::temp_dir().join(format!("rls-check-doc-{}", std::process::id()));
     /// std::fs::create_dir_all(&dir)?;
     /// std::fs::write(dir.join("a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: { unit: fortnight }\n")?;
     /// std::fs::write(dir.join("b.yaml"), "domain: b\n")?;
-    /// let check = RlsConfig::check_dir(&dir, false, false);
+    /// let check = RlsConfig::check_dir(&dir, DuplicateDomains::Refuse, DotFiles::Read);
     /// assert_eq!(check.files.len(), 2);
     /// assert_eq!(check.errors.len(), 1);
     /// assert!(check.errors[0].to_string().ends_with("a.yaml: invalid rate limit unit 'fortnight'"));
@@ -51,13 +63,14 @@ impl RlsConfig {
     /// ```
     pub fn check_dir(
         dir: impl AsRef<Path>,
-        merge_domains: bool,
-        ignore_dot_files: bool,
+        duplicates: DuplicateDomains,
+        dot_files: DotFiles,
     ) -> DirCheck {
+        let merge_domains = duplicates == DuplicateDomains::Merge;
         let dir = ConfigDir {
             path: dir.as_ref().to_owned(),
             merge_domains,
-            ignore_dot_files,
+            ignore_dot_files: dot_files == DotFiles::Ignore,
         };
         let read = match dir.read() {
             Ok(read) => read,

@@ -49,7 +49,7 @@ mod xds;
 mod yaml;
 
 pub use charging::Charging;
-pub use check::DirCheck;
+pub use check::{DirCheck, DotFiles};
 pub use config::{DuplicateDomains, RlsConfig};
 pub use json::JsonAnswer;
 pub use limits::{

@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use tollgate::rls::RlsConfig;
+use tollgate::rls::{DotFiles, DuplicateDomains, RlsConfig};
 
 const USAGE: &str = "usage: tollgate-rls check [--merge-domains] [--ignore-dot-files] DIR";
 
@@ -49,7 +49,15 @@ fn run(args: impl Iterator<Item = String>) -> ExitCode {
         return ExitCode::from(2);
     };
     println!("checking the rate limit configuration in {dir}");
-    let check = RlsConfig::check_dir(&dir, merge_domains, ignore_dot_files);
+    let duplicates = match merge_domains {
+        true => DuplicateDomains::Merge,
+        false => DuplicateDomains::Refuse,
+    };
+    let dot_files = match ignore_dot_files {
+        true => DotFiles::Ignore,
+        false => DotFiles::Read,
+    };
+    let check = RlsConfig::check_dir(&dir, duplicates, dot_files);
     for skipped in &check.skipped {
         println!("warning: {skipped}");
     }
