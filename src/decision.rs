@@ -12,7 +12,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::Decision;
+/// use tollgate::store::Decision;
 ///
 /// let ok = Decision::allowed(10, 9, Duration::from_secs(6));
 /// assert!(ok.allowed && ok.retry_after.is_none());

@@ -62,6 +62,7 @@
 //! [`MemoryStore`]: store::MemoryStore
 //! [`RedisStore`]: store::RedisStore
 //! [`Store`]: store::Store
+//! [`Decision`]: store::Decision
 //!
 //! # Feature Flags
 //!
@@ -120,7 +121,6 @@ mod tests;
 
 pub use algorithm::Algorithm;
 pub use decider::Stats;
-pub use decision::Decision;
 pub use error::{ConfigError, ConfigErrorKind, ControlError};
 pub use future::ResponseFuture;
 pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip};

@@ -36,7 +36,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::decision::Decision;
+pub use crate::decision::Decision;
 pub use crate::error::StoreError;
 pub use crate::quota::Policy;
 
@@ -63,8 +63,8 @@ mod tests;
 /// ```
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::time::Duration;
-/// use tollgate::store::{MemoryStore, Policy, Store, StoreError};
-/// use tollgate::{key, Decision, Quota, RateLimitLayer};
+/// use tollgate::store::{Decision, MemoryStore, Policy, Store, StoreError};
+/// use tollgate::{key, Quota, RateLimitLayer};
 ///
 /// /// Decides in memory, and counts the decisions it was asked for.
 /// #[derive(Default)]

@@ -39,7 +39,7 @@ impl tollgate::store::Store for BuiltIn {
         key: &str,
         policy: &tollgate::store::Policy,
         cost: u32,
-    ) -> Result<tollgate::Decision, tollgate::store::StoreError> {
+    ) -> Result<tollgate::store::Decision, tollgate::store::StoreError> {
         match self {
             Self::Memory(store) => tollgate::store::Store::check(store, key, policy, cost).await,
             Self::Redis(store) => tollgate::store::Store::check(store, key, policy, cost).await,
@@ -51,7 +51,7 @@ impl tollgate::store::Store for BuiltIn {
         key: &str,
         policy: &tollgate::store::Policy,
         cost: u32,
-    ) -> Result<tollgate::Decision, tollgate::store::StoreError> {
+    ) -> Result<tollgate::store::Decision, tollgate::store::StoreError> {
         match self {
             Self::Memory(store) => tollgate::store::Store::peek(store, key, policy, cost).await,
             Self::Redis(store) => tollgate::store::Store::peek(store, key, policy, cost).await,

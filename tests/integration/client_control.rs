@@ -309,10 +309,7 @@ async fn reset_block_and_refund_on_redis() {
 /// A store of the user's has no refund (it is not part of `Store`): it says so.
 #[tokio::test]
 async fn a_store_without_them_says_so() {
-    use tollgate::{
-        store::{Policy, StoreError},
-        Decision,
-    };
+    use tollgate::store::{Decision, Policy, StoreError};
 
     #[derive(Debug)]
     struct OnlyChecks(MemoryStore);

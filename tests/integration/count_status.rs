@@ -16,8 +16,8 @@ use http::Method;
 use tollgate::rules::{Mode, Rule, StatusMatch};
 use tollgate::{
     key,
-    store::{Policy, Store, StoreError},
-    ConfigErrorKind, Decision, Quota, RateLimitLayer, RateLimitLayerBuilder,
+    store::{Decision, Policy, Store, StoreError},
+    ConfigErrorKind, Quota, RateLimitLayer, RateLimitLayerBuilder,
 };
 
 /// `POST /signin` (200 for `password=open-sesame`, else 401) and `GET /boom` (the status in

@@ -1,7 +1,7 @@
-//! A store of your own, written with the kit `tollgate::store` holds (`Store`, `Policy`,
-//! `StoreError`, and `OnStoreError` / `StoreFailure` to say what a failure means), plus the
-//! `Decision` it returns: the layer decides by it, puts the cache of denials in front of it,
-//! and answers its failures by the policy.
+//! A store of your own, written with nothing but the kit `tollgate::store` holds (`Store`,
+//! `Decision`, `Policy`, `StoreError`, and `OnStoreError` / `StoreFailure` to say what a
+//! failure means): the layer decides by it, puts the cache of denials in front of it, and
+//! answers its failures by the policy.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,8 +17,7 @@ mod ledger {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use tollgate::store::{Policy, Store, StoreError};
-    use tollgate::Decision;
+    use tollgate::store::{Decision, Policy, Store, StoreError};
 
     /// Allows each client `limit` requests, ever; a client whose key starts with `down` finds
     /// the backend failing.

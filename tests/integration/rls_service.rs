@@ -20,11 +20,8 @@ use tollgate::rls::proto::rate_limit_response::{
 use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
 use tollgate::rls::{Charging, RateLimitService, ResponseHeaders, RlsConfig};
+use tollgate::store::{Decision, OnStoreError, Policy, Store, StoreError};
 use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
-use tollgate::{
-    store::{OnStoreError, Policy, Store, StoreError},
-    Decision,
-};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 

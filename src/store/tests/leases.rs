@@ -21,8 +21,8 @@ use crate::{
     clock::ManualClock,
     key,
     rules::Lease,
-    store::{Policy, StoreError},
-    Algorithm, Decision, Quota, RateLimitLayer,
+    store::{Decision, Policy, StoreError},
+    Algorithm, Quota, RateLimitLayer,
 };
 use axum::routing::get;
 use axum::Router;

@@ -7,10 +7,11 @@ use super::support;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use crate::decision::Decision;
 use crate::store::check::Check;
 use crate::store::contract::StoreExt;
 use crate::store::{MemoryStore, RedisStore, Store};
-use crate::{clock::ManualClock, store::Policy, Algorithm, Decision, Quota};
+use crate::{clock::ManualClock, store::Policy, Algorithm, Quota};
 use deadpool_redis::redis;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
