@@ -133,14 +133,7 @@ async fn the_good_fixtures_load_and_rlconfig_lists_them() {
             ("REDIS_PIPELINE_WINDOW", "0"),
         ],
     );
-    let dump = support::http()
-        .get(format!("http://{}/rlconfig", rls.debug))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let dump = support::get_text(format!("http://{}/rlconfig", rls.debug)).await;
     for line in [
         "shop.user_vip: unit=MINUTE requests_per_unit=30, shadow_mode: false, quota_mode: false\n",
         "files.prefix_img*: unit=MINUTE requests_per_unit=20, shadow_mode: false, quota_mode: false\n",
@@ -508,14 +501,7 @@ async fn reload_applied(rls: &Rls) -> bool {
 }
 
 async fn metric(rls: &Rls, name: &str) -> String {
-    let metrics = support::http()
-        .get(format!("http://{}/metrics", rls.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(format!("http://{}/metrics", rls.http)).await;
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
@@ -925,14 +911,7 @@ async fn force_start_serves_errors_until_the_files_load() {
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unknown);
     assert_eq!(refused.message(), "no rate limit configuration loaded");
-    let metrics = support::http()
-        .get(format!("http://{}/metrics", rls.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(format!("http://{}/metrics", rls.http)).await;
     assert!(
         metrics.contains("\nratelimit_service_config_load_error 1\n"),
         "{metrics}"

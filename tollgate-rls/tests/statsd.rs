@@ -176,14 +176,7 @@ async fn statistics_reach_statsd_over_tcp_with_the_references_names() {
         lines.lock().unwrap().iter().any(|l| l == gauge),
         "{seen:#?}"
     );
-    let metrics = support::http()
-        .get(format!("http://{}/metrics", rls.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::get_text(format!("http://{}/metrics", rls.http)).await;
     assert!(
         metrics.contains("\nratelimit_redis_pool_cx_active 1\n"),
         "{metrics}"

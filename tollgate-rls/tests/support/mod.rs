@@ -278,6 +278,18 @@ pub async fn ask(
         .into_inner()
 }
 
+/// The body of a GET of `url`, which must answer.
+pub async fn get_text(url: impl AsRef<str>) -> String {
+    http()
+        .get(url.as_ref())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Polls `check` every 50 ms until it holds or `within` has passed.
 pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
