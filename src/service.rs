@@ -14,8 +14,8 @@ use crate::response::ResponseBody;
 /// Rate-limits an inner service; made by [`RateLimitLayer`](crate::RateLimitLayer).
 ///
 /// `poll_ready` only asks the inner service: a limited key never stalls readiness for other
-/// clients. Denials are responses (429, or a gRPC status for a gRPC request), not errors, so the inner error type is kept and an
-/// `Infallible` service stays `Infallible`.
+/// clients. Denials are responses (429, or a gRPC status for a gRPC request), not errors, so
+/// the inner error type is kept and an `Infallible` service stays `Infallible`.
 ///
 /// A request the store can decide at once (the memory store, a cached denial, a lease in
 /// hand) is decided and counted in `call`; one that waits for Redis, when its response future

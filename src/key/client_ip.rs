@@ -22,9 +22,9 @@ use super::KeyExtractor;
 ///    forwarding header is ignored (it may be forged).
 /// 2. Otherwise the chain of addresses is read from one header, `X-Forwarded-For` unless
 ///    [`ClientIp::header`] names `Forwarded` (RFC 7239, `for=`) or `X-Real-IP`, and walked
-///    from the right (the hop nearest to us), skipping trusted addresses. The first untrusted address is the client: it is what the
-///    outermost trusted proxy saw as its peer. Addresses further left were written by the
-///    client and are never used.
+///    from the right (the hop nearest to us), skipping trusted addresses. The first untrusted
+///    address is the client: it is what the outermost trusted proxy saw as its peer. Addresses
+///    further left were written by the client and are never used.
 /// 3. If every hop is trusted (a request from inside your network), the leftmost hop is used.
 /// 4. If the entry that would be the client is not an address (`unknown`, an obfuscated
 ///    identifier, garbage), the nearest trusted hop is used instead, so a client can never

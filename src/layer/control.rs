@@ -126,8 +126,8 @@ impl Control {
     ///
     /// [`ControlError::UnknownRule`] for a rule that is not in force; [`ControlError::Store`]
     /// when the store cannot answer (with
-    /// [`OnStoreError::FallbackToMemory`](crate::store::OnStoreError::FallbackToMemory), the fallback
-    /// answers instead).
+    /// [`OnStoreError::FallbackToMemory`](crate::store::OnStoreError::FallbackToMemory), the
+    /// fallback answers instead).
     pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
         Ok(self.limiter.decider.store.peek(&key, &policy, 1).await?)

@@ -79,8 +79,8 @@ impl RateLimitLayer {
     }
 
     /// A handle on this layer (cheap to clone, usable after the layer has gone into the
-    /// app): its [`Stats`](crate::Stats), the rules in force and their reload, and acting on one client
-    /// (peek, reset, block, refund). See [`Control`].
+    /// app): its [`Stats`](crate::Stats), the rules in force and their reload, and acting on
+    /// one client (peek, reset, block, refund). See [`Control`].
     pub fn control(&self) -> Control {
         Control::new(Arc::clone(&self.limiter))
     }

@@ -332,7 +332,8 @@ impl Policy {
     ///
     /// Fails for the sliding windows (which cannot take unused units back exactly), for a
     /// lease of more tokens than the quota's capacity, and for a policy that
-    /// [blocks](Self::block_for) (set `with_block_for` after this and it is ignored by leased keys).
+    /// [blocks](Self::block_for) (set `with_block_for` after this and it is ignored by leased
+    /// keys).
     ///
     /// ```
     /// use tollgate::{Algorithm, Quota, rules::Lease, store::Policy};
