@@ -2,7 +2,8 @@
 //!
 //! [`MemoryStore`] keeps it in this process (the default); [`RedisStore`] keeps it in Redis,
 //! shared by every instance of the app, one atomic Lua script per decision. A backend of your
-//! own implements [`Store`]'s four methods. Whichever it is, the layer's builder
+//! own implements [`Store`]'s four methods, or only keeps bytes by key with a version (a
+//! [`StateStore`]), and [`StateBackedStore`] runs every algorithm on it (see [`state`]). Whichever it is, the layer's builder
 //! ([`store`](crate::RateLimitLayerBuilder::store)) puts the same stack around it: the cache
 //! of denials, leases for hot keys, and failure handling ([`StoreFailure`]); none of them is a
 //! type you build or stack yourself. The choice is made at run time, with no type parameter:
@@ -31,9 +32,12 @@ use crate::quota::Policy;
 mod failure;
 mod memory;
 pub(crate) mod stack;
+pub mod state;
 pub(crate) use failure::ErrorHook;
 pub use failure::{OnStoreError, StoreFailure};
+pub(crate) use memory::block_after;
 pub use memory::MemoryStore;
+pub use state::{StateBackedStore, StateStore, Versioned};
 #[cfg(all(test, feature = "cluster", feature = "sentinel"))]
 mod tests;
 

@@ -45,4 +45,5 @@ mod rules;
 #[cfg(unix)]
 mod rules_file_faults;
 mod simulate;
+mod state_store;
 mod store_outage_log;

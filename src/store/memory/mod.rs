@@ -20,6 +20,7 @@ mod stacked;
 mod table;
 
 use shard::{lock, Shard};
+pub(crate) use table::block_after;
 use table::KeyHasher;
 
 /// Keeps rate-limit state in this process, in independently locked shards.

@@ -19,7 +19,7 @@ use crate::error::StoreError;
 use crate::quota::Policy;
 #[cfg(feature = "redis")]
 use crate::store::RedisStore;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, StateBackedStore, Store};
 
 /// The store the stack decides with.
 pub(crate) enum Backend {
@@ -64,6 +64,10 @@ impl Backend {
     fn built_in<S: 'static>(slot: &mut Option<S>) -> Option<Self> {
         if let Some(memory) = take(slot) {
             return Some(Self::Memory(memory));
+        }
+        // Leases, refunds and charged hits of its own, through the backend's state.
+        if let Some(state_backed) = take::<StateBackedStore, S>(slot) {
+            return Some(Self::Custom(Custom::new(state_backed)));
         }
         #[cfg(feature = "redis")]
         if let Some(redis) = take(slot) {
