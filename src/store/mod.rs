@@ -132,6 +132,11 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+#[cfg(feature = "memcached")]
+mod memcached;
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub use self::memcached::MemcachedStore;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "tls")]

@@ -31,6 +31,7 @@ mod denial_cache;
 mod failover;
 mod grpc;
 mod http;
+mod memcached_store;
 mod metrics;
 mod peek;
 mod quickstart;

@@ -69,6 +69,10 @@ impl Backend {
         if let Some(state_backed) = take::<StateBackedStore, S>(slot) {
             return Some(Self::Custom(Custom::new(state_backed)));
         }
+        #[cfg(feature = "memcached")]
+        if let Some(memcached) = take::<crate::store::MemcachedStore, S>(slot) {
+            return Some(Self::Custom(Custom::new(memcached)));
+        }
         #[cfg(feature = "redis")]
         if let Some(redis) = take(slot) {
             return Some(Self::Redis(redis));
