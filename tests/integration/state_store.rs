@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tollgate::store::{MemoryStore, StateBackedStore, StateStore, Store, Versioned};
-use tollgate::{key, Algorithm, ManualClock, Policy, Quota, RateLimitLayer, StoreError};
+use tollgate::{
+    key, Algorithm, ManualClock, OnStoreError, Policy, Quota, RateLimitLayer, StoreError,
+};
 use tower::{Service, ServiceExt};
 
 use example::MapStore;
@@ -152,7 +154,8 @@ impl StateStore for Contended {
 }
 
 /// Two limiters on one backend, 60 requests at once on four threads: exactly the limit (10)
-/// is admitted under every algorithm, and the backend saw writes refused and decided again.
+/// is admitted under every algorithm, and the backend saw writes refused (the two limiters
+/// wrote over each other's reads) and decided again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_limiters_on_one_backend_admit_exactly_the_limit_under_concurrency() {
     let mut conflicts = 0;
@@ -165,6 +168,9 @@ async fn two_limiters_on_one_backend_admit_exactly_the_limit_under_concurrency()
                     .algorithm(algorithm)
                     .key(key::Global)
                     .store(StateBackedStore::new(backend.clone()))
+                    // Fail closed, with time to spare: an error must not pass for an admission.
+                    .on_store_error(OnStoreError::Deny)
+                    .store_timeout(Duration::from_secs(2))
                     .denial_cache(false)
                     .build()
                     .unwrap();
@@ -184,15 +190,17 @@ async fn two_limiters_on_one_backend_admit_exactly_the_limit_under_concurrency()
                         .call(http::Request::new(()))
                         .await
                         .unwrap();
-                    response.status().is_success()
+                    response.status().as_u16()
                 })
             })
             .collect();
-        let mut admitted = 0;
+        let mut statuses = Vec::new();
         for task in tasks {
-            admitted += usize::from(task.await.unwrap());
+            statuses.push(task.await.unwrap());
         }
-        assert_eq!(admitted, 10, "{algorithm}");
+        let admitted = statuses.iter().filter(|&&s| s == 200).count();
+        let denied = statuses.iter().filter(|&&s| s == 429).count();
+        assert_eq!((admitted, denied), (10, 50), "{algorithm}: {statuses:?}");
         conflicts += backend.conflicts.load(Ordering::Relaxed);
     }
     assert!(conflicts > 0, "no write was ever refused: nothing raced");

@@ -1,6 +1,7 @@
 //! [`StateBacked`]: the algorithms run on a [`StateStore`], read, decide, write if unchanged.
 
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,12 +30,23 @@ enum Live {
     State { state: State, stored: bool },
 }
 
+/// How many keys' decisions may be under way at once in one instance (keys are spread over
+/// this many turns by a hash).
+const TURNS: usize = 256;
+
 /// The algorithms over a [`StateStore`], deciding by `clock`.
+///
+/// In one instance, the decisions of one key take turns: each reads and writes the state in
+/// its turn, so they never overwrite each other's reads, and a refused write only ever means
+/// another instance wrote first. A burst on one key then costs a read and a write per
+/// request, not a read and a refused write for every request still waiting.
 #[derive(Clone)]
 pub(crate) struct StateBacked<S> {
     pub(crate) backend: S,
     clock: Arc<dyn Clock>,
     prefix: Arc<str>,
+    turns: Arc<[tokio::sync::Mutex<()>]>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl<S: StateStore> StateBacked<S> {
@@ -44,6 +56,8 @@ impl<S: StateStore> StateBacked<S> {
             backend,
             clock,
             prefix,
+            turns: (0..TURNS).map(|_| tokio::sync::Mutex::new(())).collect(),
+            hasher: foldhash::fast::RandomState::default(),
         }
     }
 
@@ -85,6 +99,9 @@ impl<S: StateStore> StateBacked<S> {
     ) -> Result<T, StoreError> {
         let key = self.state_key(key, policy);
         let p = policy.params();
+        // Held until the decision is made, or dropped with it if it is cancelled.
+        let turn = self.hasher.hash_one(&key) as usize % TURNS;
+        let _turn = self.turns[turn].lock().await;
         for _ in 0..MAX_ATTEMPTS {
             let read = self.backend.get(&key).await?;
             let now = self.clock.now();
