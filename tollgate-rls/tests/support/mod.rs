@@ -17,6 +17,7 @@ use tonic::transport::Channel;
 
 #[path = "../../../tests/support/mod.rs"]
 mod shared;
+pub use shared::memcached::MemcachedServer;
 pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
 pub use shared::{free_port, shared_redis_url, temp_dir, wait_for_port, Spawned};
 
