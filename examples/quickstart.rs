@@ -17,7 +17,10 @@
 //! - `REDIS_SENTINEL`: share the limit through the master that Redis Sentinel names, given
 //!   sentinels `redis://h1:26379,redis://h2:26379,…` and the master's name in
 //!   `REDIS_SENTINEL_MASTER` (default `mymaster`).
-//!   Only one of `REDIS_URL`, `REDIS_CLUSTER_NODES` and `REDIS_SENTINEL` may be set.
+//! - `MEMCACHE_URL`: share the limit through memcached instead: `memcache://host:port`, several
+//!   servers as `memcache://h1:p1,h2:p2`.
+//!   Only one of `REDIS_URL`, `REDIS_CLUSTER_NODES`, `REDIS_SENTINEL` and `MEMCACHE_URL` may be
+//!   set.
 //! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
 //! - `HEADERS`: which rate-limit headers responses carry: `ietf` (default: `RateLimit` and
 //!   `RateLimit-Policy`), `legacy` (`X-RateLimit-*`), `both` or `none`.
@@ -62,7 +65,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tollgate::key;
 use tollgate::rules::Rule;
-use tollgate::store::{MemoryStore, RedisStore};
+use tollgate::store::{MemcachedStore, MemoryStore, RedisStore};
 use tollgate::{
     store::OnStoreError, Algorithm, ConfigError, ConfigErrorKind, Control, ControlError,
     HeaderStyle, Quota, RateLimitLayer, RateLimitLayerBuilder, Skip,
@@ -259,11 +262,17 @@ async fn reset_client(
     }
 }
 
-/// The variables that choose a Redis store; at most one may be set.
-const STORE_VARIABLES: [&str; 3] = ["REDIS_URL", "REDIS_CLUSTER_NODES", "REDIS_SENTINEL"];
+/// The variables that choose a shared store; at most one may be set.
+const STORE_VARIABLES: [&str; 4] = [
+    "REDIS_URL",
+    "REDIS_CLUSTER_NODES",
+    "REDIS_SENTINEL",
+    "MEMCACHE_URL",
+];
 
 /// `builder` with Redis when `REDIS_URL` is set, a Redis Cluster when `REDIS_CLUSTER_NODES`
-/// is, Sentinel's master when `REDIS_SENTINEL` is, else memory: chosen at run time, the layer's
+/// is, Sentinel's master when `REDIS_SENTINEL` is, memcached when `MEMCACHE_URL` is, else
+/// memory: chosen at run time, the layer's
 /// type the same either way.
 fn with_store(builder: RateLimitLayerBuilder) -> Result<RateLimitLayerBuilder, ConfigError> {
     let set: Vec<&str> = STORE_VARIABLES
@@ -291,6 +300,10 @@ fn with_store(builder: RateLimitLayerBuilder) -> Result<RateLimitLayerBuilder, C
         Some("REDIS_CLUSTER_NODES") => builder.store(
             RedisStore::cluster(&list(&value("REDIS_CLUSTER_NODES")))
                 .map_err(|e| e.context("REDIS_CLUSTER_NODES"))?,
+        ),
+        Some("MEMCACHE_URL") => builder.store(
+            MemcachedStore::from_url(&value("MEMCACHE_URL"))
+                .map_err(|e| e.context("MEMCACHE_URL"))?,
         ),
         Some(_) => builder.store(
             RedisStore::sentinel(

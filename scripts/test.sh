@@ -15,6 +15,15 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --reinstall redis-server redis-tools >/dev/null
 fi
 
+# memcached for the memcached store's tests (Debian's memcached package).
+if ! command -v memcached >/dev/null 2>&1; then
+    echo "memcached not found: installing Debian's memcached package"
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --reinstall memcached >/dev/null
+fi
+
 # openssl makes the TLS test's certificate.
 if ! command -v openssl >/dev/null 2>&1; then
     echo "openssl not found: installing Debian's openssl package"
@@ -48,6 +57,7 @@ redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --logfile "$redis_dir/redis.log"
 cleanup() {
     if [ -f "$redis_dir/redis.pid" ]; then kill "$(cat "$redis_dir/redis.pid")" 2>/dev/null || true; fi
+    if [ -f "$redis_dir/memcached.pid" ]; then kill "$(cat "$redis_dir/memcached.pid")" 2>/dev/null || true; fi
     rm -rf "$redis_dir"
 }
 trap cleanup EXIT
@@ -57,6 +67,25 @@ for _ in $(seq 1 50); do
 done
 export TOLLGATE_REDIS_URL="redis://127.0.0.1:$port"
 echo "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $TOLLGATE_REDIS_URL"
+
+# A private memcached on another free port (-u: as root, memcached wants a user to run as).
+memcached_port=""
+for _ in $(seq 1 50); do
+    candidate=$((20000 + RANDOM % 40000))
+    if [ "$candidate" != "$port" ] && ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
+        memcached_port=$candidate
+        break
+    fi
+done
+[ -n "$memcached_port" ] || { echo "no free port found for memcached" >&2; exit 1; }
+memcached -p "$memcached_port" -U 0 -l 127.0.0.1 -u nobody >/dev/null 2>&1 &
+echo $! >"$redis_dir/memcached.pid"
+for _ in $(seq 1 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$memcached_port") 2>/dev/null && break
+    sleep 0.1
+done
+export TOLLGATE_MEMCACHED_URL="memcache://127.0.0.1:$memcached_port"
+echo "$(memcached -V) on $TOLLGATE_MEMCACHED_URL"
 
 cargo fmt --all -- --check
 # No import cycles between the top-level modules of src/, no non-test file over 500 lines.
@@ -69,6 +98,7 @@ cargo check --no-default-features --features cluster
 cargo check --no-default-features --features sentinel
 cargo check --no-default-features --features tls
 cargo check --no-default-features --features rls
+cargo check --no-default-features --features memcached
 # Without default features, neither axum nor tonic is compiled in.
 if cargo tree --no-default-features -e normal --prefix none | grep -E '^(axum|tonic)[- ]'; then
     echo "cargo tree --no-default-features lists axum or tonic (above)" >&2

@@ -71,6 +71,8 @@
 //!   [`RedisStore::cluster`](store::RedisStore::cluster), the same store on the master Sentinel
 //!   names or on a Redis Cluster.
 //! - `tls`: `rediss://` URLs, by rustls with the system's root certificates.
+//! - `memcached`: [`store::MemcachedStore`], the algorithms on memcached servers (compare-and-set
+//!   through async-memcached's meta commands).
 //! - `axum` (default): [`key::PeerIp`] (and [`key::ClientIp`]) read the peer address axum
 //!   records as `ConnectInfo<SocketAddr>`. Nothing else needs axum: the layer serves any
 //!   `Service<http::Request<B>>`, axum's routers included, without it.

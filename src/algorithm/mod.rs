@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind};
 
+mod encoding;
 mod fixed_window;
 mod fixed_window_from_first;
 mod gcra;
@@ -20,6 +21,7 @@ mod sliding_window_log;
 mod token_bucket;
 mod window;
 
+pub(crate) use encoding::Saved;
 pub(crate) use gcra::Gcra;
 
 /// How requests are counted against a [`Quota`](crate::Quota). See the

@@ -19,11 +19,11 @@ use crate::decision::Decision;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct SlidingWindow {
     /// Start (µs) of the window `curr` belongs to.
-    start: u64,
+    pub(super) start: u64,
     /// Cost allowed in the window before `start`.
-    prev: u64,
+    pub(super) prev: u64,
     /// Cost allowed in the window from `start`.
-    curr: u64,
+    pub(super) curr: u64,
 }
 
 /// The state as seen at some time: its window, the two counts that apply there, and how far

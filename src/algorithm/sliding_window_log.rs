@@ -26,18 +26,18 @@ use crate::decision::Decision;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct SlidingWindowLog {
     /// Allowed requests, oldest first, one entry per distinct time.
-    entries: VecDeque<Entry>,
+    pub(super) entries: VecDeque<Entry>,
     /// The running total before the oldest entry: the count is `newest.end − base`.
-    base: u64,
+    pub(super) base: u64,
 }
 
 /// The requests allowed at one microsecond.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Entry {
+pub(super) struct Entry {
     /// When, µs.
-    at: u64,
+    pub(super) at: u64,
     /// The running total of cost logged up to and including this entry (wrapping).
-    end: u64,
+    pub(super) end: u64,
 }
 
 impl SlidingWindowLog {

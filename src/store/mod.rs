@@ -4,9 +4,11 @@
 //! [`MemoryStore`] keeps it in this process (the default); [`RedisStore`] keeps it in Redis,
 //! shared by every instance of the app, one atomic Lua script per decision. A backend of your
 //! own implements [`Store`]'s four methods, with the types they take and return here:
-//! [`Policy`] (what to decide by) and [`StoreError`] (what went wrong). Whichever store it
-//! is, the layer's builder ([`store`](crate::RateLimitLayerBuilder::store)) puts the same
-//! wrappers around it, in this order, outermost first:
+//! [`Policy`] (what to decide by) and [`StoreError`] (what went wrong); or it only keeps bytes
+//! by key with a version (a [`StateStore`]), and [`StateBackedStore`] runs every algorithm on
+//! it (see [`state`]). Whichever store it is, the layer's builder
+//! ([`store`](crate::RateLimitLayerBuilder::store)) puts the same wrappers around it, in this
+//! order, outermost first:
 //!
 //! 1. the cache of denials (a client already denied is answered here until its
 //!    `Retry-After`, without asking the store; not around the memory store, which answers as
@@ -44,8 +46,11 @@ pub(crate) mod check;
 pub(crate) mod contract;
 pub(crate) mod grant;
 mod memory;
+pub mod state;
 pub(crate) mod wrappers;
+pub(crate) use memory::block_after;
 pub use memory::MemoryStore;
+pub use state::{StateBackedStore, StateStore, Versioned};
 pub use wrappers::{OnStoreError, StoreFailure};
 #[cfg(all(test, feature = "cluster", feature = "sentinel"))]
 mod tests;
@@ -141,6 +146,11 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+#[cfg(feature = "memcached")]
+mod memcached;
+#[cfg(feature = "memcached")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
+pub use self::memcached::MemcachedStore;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "tls")]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 
 pub mod log;
+pub mod memcached;
 
 /// Set in a process started by [`alone`]: the name of the test it runs.
 const ALONE: &str = "TOLLGATE_TEST_ALONE";

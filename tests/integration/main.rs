@@ -32,6 +32,7 @@ mod denial_cache;
 mod failover;
 mod grpc;
 mod http;
+mod memcached_store;
 mod metrics;
 mod own_store;
 mod peek;
@@ -46,4 +47,5 @@ mod rls_service;
 mod rules;
 #[cfg(unix)]
 mod rules_file_faults;
+mod state_store;
 mod store_outage_log;

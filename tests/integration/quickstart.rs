@@ -23,6 +23,7 @@ fn quickstart() -> Command {
         "REDIS_URL",
         "REDIS_CLUSTER_NODES",
         "REDIS_SENTINEL",
+        "MEMCACHE_URL",
         "RULES_FILE",
         "ADMIN_TOKEN",
         "HEADERS",
@@ -547,4 +548,48 @@ fn without_colours(line: &str) -> String {
         }
     }
     plain
+}
+
+/// Two quickstarts sharing one memcached (`MEMCACHE_URL`) admit exactly 10 of 60 concurrent
+/// requests of one client, for each of the seven algorithms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_quickstarts_on_memcached_admit_exactly_the_limit_for_every_algorithm() {
+    let url = support::memcached::shared_memcached_url();
+    for algorithm in tollgate::Algorithm::ALL {
+        let vars = [
+            ("MEMCACHE_URL", url.as_str()),
+            ("RATE_LIMIT", "10/min"),
+            ("ALGORITHM", algorithm.as_str()),
+            ("ON_STORE_ERROR", "deny"),
+        ];
+        let instances = [start(&vars), start(&vars)];
+        // Each instance's first connection to memcached, made before the burst.
+        for instance in &instances {
+            assert_eq!(get_root(instance, "warm-up").await.status(), 200);
+        }
+        let client = support::unique_prefix("mc-quickstart");
+        let http = support::client();
+        let requests: Vec<_> = (0..60)
+            .map(|i| {
+                let url = format!("http://127.0.0.1:{}/", instances[i % 2].1);
+                let (client, http) = (client.clone(), http.clone());
+                tokio::spawn(async move {
+                    let response = http
+                        .get(url)
+                        .header("x-api-key", client)
+                        .send()
+                        .await
+                        .unwrap();
+                    response.status().as_u16()
+                })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for request in requests {
+            statuses.push(request.await.unwrap());
+        }
+        let admitted = statuses.iter().filter(|&&s| s == 200).count();
+        let denied = statuses.iter().filter(|&&s| s == 429).count();
+        assert_eq!((admitted, denied), (10, 50), "{algorithm}: {statuses:?}");
+    }
 }

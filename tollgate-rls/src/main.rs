@@ -98,7 +98,12 @@ async fn run(settings: Settings) -> ExitCode {
         Err(e) => return fail(1, &format!("cannot set up metrics: {e}")),
     };
     tokio::spawn(upkeep(metrics.clone()));
-    let (store, described) = match store::from_settings(settings.redis.as_ref()) {
+    // With memcached (`BACKEND_TYPE=memcache`), Redis is not used, as in the reference.
+    let redis = settings
+        .redis
+        .as_ref()
+        .filter(|_| settings.memcached.is_none());
+    let (store, described) = match store::from_settings(redis) {
         Ok(store) => store,
         Err(e) => return fail(2, &e),
     };
@@ -130,6 +135,16 @@ async fn run(settings: Settings) -> ExitCode {
     if let Some(redis) = store {
         builder = builder.store(redis);
     }
+    let described = match settings.memcached.as_deref() {
+        None => described,
+        Some(servers) => match store::memcached(servers, &settings.key_prefix) {
+            Ok((memcached, described)) => {
+                builder = builder.store(memcached);
+                described
+            }
+            Err(e) => return fail(2, &e),
+        },
+    };
     if let Some([limit, remaining, reset]) = &settings.headers {
         builder = builder.response_headers(ResponseHeaders::new(limit, remaining, reset));
     }

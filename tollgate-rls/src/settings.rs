@@ -62,6 +62,10 @@ pub(crate) struct Settings {
     /// The three header names, when `LIMIT_RESPONSE_HEADERS_ENABLED`.
     pub(crate) headers: Option<[String; 3]>,
     pub(crate) redis: Option<Redis>,
+    /// With `BACKEND_TYPE=memcache`: the memcached servers (`host:port`), in place of Redis.
+    pub(crate) memcached: Option<Vec<String>>,
+    /// `CACHE_KEY_PREFIX`: before every key, in Redis or memcached.
+    pub(crate) key_prefix: String,
     pub(crate) store_timeout: Duration,
     /// `STATS_MAX_SERIES` (ours): how many statistics series request values may make.
     pub(crate) stats_max_series: usize,
@@ -126,7 +130,7 @@ const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "MEMCACHE_MAX_IDLE_CONNS",
-        "memcache is not a store here; Redis or memory",
+        "each instance keeps up to 32 connections per memcached server",
     ),
     (
         "LOCAL_CACHE_SIZE_IN_BYTES",
@@ -207,7 +211,7 @@ impl Settings {
                 return Err(format!("{name}={v:?}: {why}"));
             }
         }
-        backend(&var)?;
+        let memcached = backend(&var)?;
         let xds = match get("CONFIG_TYPE", "FILE").as_str() {
             "FILE" => None,
             "GRPC_XDS_SOTW" => Some(xds::source(&var)?),
@@ -364,6 +368,8 @@ impl Settings {
             healthy_with_config: flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             headers,
             redis,
+            memcached,
+            key_prefix: get("CACHE_KEY_PREFIX", ""),
             store_timeout,
             on_store_error,
             stats_max_series,
@@ -376,22 +382,60 @@ impl Settings {
     }
 }
 
-/// The store `BACKEND_TYPE` names: Redis (`redis`, or empty, as the reference's `runner.go`
-/// reads it), else a refusal. memcached is not a store of tollgate-rls yet, so its settings stop
-/// the start rather than leave each instance counting alone.
-fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<(), String> {
-    const NO_MEMCACHED: &str =
-        "memcached is not supported yet; use BACKEND_TYPE=redis with REDIS_URL";
-    match var("BACKEND_TYPE").as_deref().map(str::trim) {
-        None | Some("" | "redis") => {}
-        Some(other) => return Err(format!("BACKEND_TYPE={other:?}: {NO_MEMCACHED}")),
+/// The store `BACKEND_TYPE` names, as the reference's `runner.go` reads it: Redis (`redis`, or
+/// empty; `None` here), or memcached (`memcache`) at the `host:port` servers of
+/// `MEMCACHE_HOST_PORT` (a comma list, as its `settings.go` reads it). Everything else stops
+/// the start, and so does a memcached setting without `BACKEND_TYPE=memcache`, rather than
+/// leave each instance counting alone. `MEMCACHE_SRV` (servers from a DNS SRV record) is not
+/// supported yet.
+fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>, String> {
+    let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let memcache = match var("BACKEND_TYPE").as_deref().map(str::trim) {
+        None | Some("" | "redis") => false,
+        Some("memcache") => true,
+        Some(other) => {
+            return Err(format!(
+                "BACKEND_TYPE={other:?}: expected redis or memcache"
+            ))
+        }
+    };
+    if !memcache {
+        for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {
+            if set(name).is_some() {
+                return Err(format!(
+                    "{name} is set: memcached is used with BACKEND_TYPE=memcache only"
+                ));
+            }
+        }
+        return Ok(None);
     }
-    for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {
-        if var(name).is_some_and(|v| !v.trim().is_empty()) {
-            return Err(format!("{name} is set: {NO_MEMCACHED}"));
+    // The reference's `newMemcacheFromSettings` (src/memcached/cache_impl.go) refuses both.
+    match (set("MEMCACHE_HOST_PORT"), set("MEMCACHE_SRV")) {
+        (Some(_), Some(_)) => {
+            Err("MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set: set one".into())
+        }
+        (None, Some(srv)) => Err(format!(
+            "MEMCACHE_SRV={srv:?}: servers from a DNS SRV record are not supported yet; list \
+             them in MEMCACHE_HOST_PORT"
+        )),
+        (None, None) => Err("BACKEND_TYPE=memcache: set MEMCACHE_HOST_PORT".into()),
+        (Some(list), None) => {
+            let servers: Vec<String> = (list.split(','))
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            match servers.iter().find(|s| {
+                !s.rsplit_once(':')
+                    .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+            }) {
+                Some(bad) => Err(format!(
+                    "MEMCACHE_HOST_PORT={list:?}: {bad:?} is not host:port"
+                )),
+                None => Ok(Some(servers)),
+            }
         }
     }
-    Ok(())
 }
 
 /// Go's `strconv.ParseBool`, which the reference's settings use.
@@ -551,17 +595,45 @@ mod tests {
     }
 
     /// The reference's `src/service_cmd/runner/runner.go` (`switch s.BackendType`) takes
-    /// `redis` and the empty value as Redis, `memcache` as memcached; tollgate-rls has no
-    /// memcached store yet, so a memcached setting stops the start instead of each instance
-    /// counting on its own.
+    /// `redis` and the empty value as Redis, `memcache` as memcached, whose servers its
+    /// `src/settings/settings.go` reads from `MEMCACHE_HOST_PORT` (a comma list) or
+    /// `MEMCACHE_SRV`, and `src/memcached/cache_impl.go` (`newMemcacheFromSettings`) refuses
+    /// both at once.
     #[test]
-    fn a_backend_tollgate_rls_lacks_stops_the_start() {
+    fn the_backend_type_chooses_redis_or_memcached() {
         for ok in ["redis", ""] {
-            assert!(settings(&[("BACKEND_TYPE", ok)]).is_ok(), "{ok:?}");
+            assert_eq!(settings(&[("BACKEND_TYPE", ok)]).unwrap().memcached, None);
         }
-        let e = settings(&[("BACKEND_TYPE", "memcache")]).unwrap_err();
+        let memcache = |vars: &[(&str, &str)]| {
+            let mut all = vec![("BACKEND_TYPE", "memcache")];
+            all.extend_from_slice(vars);
+            settings(&all).map(|s| s.memcached)
+        };
+        assert_eq!(
+            memcache(&[("MEMCACHE_HOST_PORT", "a:11211, b:11212")]),
+            Ok(Some(vec!["a:11211".to_owned(), "b:11212".to_owned()]))
+        );
+        for (vars, starts) in [
+            (vec![], "BACKEND_TYPE=memcache: set MEMCACHE_HOST_PORT"),
+            (
+                vec![("MEMCACHE_HOST_PORT", "a:1"), ("MEMCACHE_SRV", "_m._tcp.x")],
+                "MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set",
+            ),
+            (
+                vec![("MEMCACHE_SRV", "_m._tcp.x")],
+                "MEMCACHE_SRV=\"_m._tcp.x\": servers from",
+            ),
+            (
+                vec![("MEMCACHE_HOST_PORT", "a")],
+                "MEMCACHE_HOST_PORT=\"a\": \"a\" is not",
+            ),
+        ] {
+            let e = memcache(&vars).unwrap_err();
+            assert!(e.starts_with(starts), "{e}");
+        }
+        let e = settings(&[("BACKEND_TYPE", "dynamo")]).unwrap_err();
         assert!(
-            e.starts_with("BACKEND_TYPE=\"memcache\": memcached is not supported"),
+            e.starts_with("BACKEND_TYPE=\"dynamo\": expected redis or memcache"),
             "{e}"
         );
         for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {

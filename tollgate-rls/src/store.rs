@@ -1,7 +1,8 @@
 //! The store the settings name: Redis (standalone, Sentinel or Cluster) at `REDIS_URL` in the
-//! reference's forms, or memory without it.
+//! reference's forms, memcached at `MEMCACHE_HOST_PORT` with `BACKEND_TYPE=memcache`, or
+//! memory without either.
 
-use tollgate::store::{RedisOptions, RedisStore, RedisTls};
+use tollgate::store::{MemcachedStore, RedisOptions, RedisStore, RedisTls};
 
 use crate::settings::Redis;
 
@@ -52,6 +53,21 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
         Some(store),
         format!("redis ({}, {})", r.kind, redacted(&r.url)),
     ))
+}
+
+/// The memcached store on `servers` (`host:port` each) with the key prefix `prefix` (none
+/// when empty), and a description of it for the log.
+pub(crate) fn memcached(
+    servers: &[String],
+    prefix: &str,
+) -> Result<(MemcachedStore, String), String> {
+    let store = MemcachedStore::new(servers.iter().cloned())
+        .map_err(|e| format!("MEMCACHE_HOST_PORT: {e}"))?;
+    let store = match prefix {
+        "" => store,
+        prefix => store.prefix(prefix),
+    };
+    Ok((store, format!("memcached ({})", servers.join(","))))
 }
 
 /// The comma-separated list of `REDIS_URL`, trimmed. Where it holds URLs, it is split only at a

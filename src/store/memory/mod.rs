@@ -24,6 +24,7 @@ mod table;
 
 use key_hasher::KeyHasher;
 use shard::{lock, Shard};
+pub(crate) use table::block_after;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
 ///

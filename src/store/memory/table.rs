@@ -345,7 +345,7 @@ fn shrink_if_roomy<K>(t: &mut SlotTable<K>, hasher: &KeyHasher) {
 
 /// When a decision starts a block under `policy` (one with `block_for`, denying what a wait
 /// could allow): until when.
-pub(super) fn block_after(decision: &Decision, policy: &Policy, now: u64) -> Option<u64> {
+pub(crate) fn block_after(decision: &Decision, policy: &Policy, now: u64) -> Option<u64> {
     let block_for = policy.block_for_us();
     let starts = !decision.allowed && block_for > 0 && decision.retry_after.is_some();
     starts.then(|| now.saturating_add(block_for))

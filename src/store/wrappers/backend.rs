@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::native::Native;
 use super::user_store::{BoxedStore, UserStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -18,9 +19,12 @@ use crate::quota::Policy;
 use crate::store::check::Check;
 use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
+#[cfg(feature = "memcached")]
+use crate::store::memcached::MemcachedStore;
 use crate::store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 use crate::store::redis::RedisStore;
+use crate::store::state::StateBackedStore;
 use crate::store::Store;
 
 /// The store the wrappers decide with.
@@ -28,7 +32,8 @@ pub(crate) enum Backend {
     Memory(MemoryStore),
     #[cfg(feature = "redis")]
     Redis(RedisStore),
-    /// A user's store (a [`UserStore`]), boxed.
+    /// A store behind a box: a user's (a [`UserStore`]), or one that keeps the whole contract
+    /// itself (a [`Native`]: the state-backed stores).
     User(BoxedStore),
 }
 
@@ -60,13 +65,21 @@ impl Backend {
     /// own making.
     #[cfg(test)]
     pub(crate) fn custom<S: Leasing>(store: S) -> Self {
-        Self::User(Box::new(super::tests::Native(store)))
+        Self::User(Box::new(Native(store)))
     }
 
     /// The built-in backend holding the store in `slot`, if it is one (taken out of `slot`).
     fn built_in<S: 'static>(slot: &mut Option<S>) -> Option<Self> {
         if let Some(memory) = take(slot) {
             return Some(Self::Memory(memory));
+        }
+        // Leases, refunds and charged hits of its own, through the backend's state.
+        if let Some(state_backed) = take::<StateBackedStore, S>(slot) {
+            return Some(Self::User(Box::new(Native(state_backed))));
+        }
+        #[cfg(feature = "memcached")]
+        if let Some(memcached) = take::<MemcachedStore, S>(slot) {
+            return Some(Self::User(Box::new(Native(memcached))));
         }
         #[cfg(feature = "redis")]
         if let Some(redis) = take(slot) {

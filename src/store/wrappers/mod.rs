@@ -21,6 +21,7 @@ mod breaker;
 mod denial_cache;
 mod failure;
 mod leases;
+pub(crate) mod native;
 mod on_drop;
 mod resilient;
 #[cfg(test)]

@@ -1,20 +1,13 @@
 //! Test helpers of the wrappers: [`Remote`], a store of a user's that decides in memory, but
 //! only through [`Store`], asynchronously, as a remote store does (with the fallbacks of the
-//! user-store adapter: nothing at once, no leases or refunds of its own); [`Native`], a store
-//! of the contract's own as the backend boxes it.
+//! user-store adapter: nothing at once, no leases or refunds of its own).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::user_store::{BoxFuture, DynStore};
 use super::Backend;
-use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
-use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
-use crate::store::grant::Grant;
 use crate::store::memory::MemoryStore;
 use crate::store::Store;
 
@@ -65,99 +58,6 @@ impl Store for Remote {
 /// `Remote` with the fallbacks, as the backend wraps every store of a user's.
 pub(crate) fn remote() -> Backend {
     Backend::of(Remote::new())
-}
-
-/// A store of the contract's own (a test's store with a lease of its own making) as a boxed
-/// store, for [`Backend::custom`].
-pub(crate) struct Native<S>(pub(crate) S);
-
-impl<S: Leasing> DynStore for Native<S> {
-    fn check<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        cost: u32,
-    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
-        Box::pin(Store::check(&self.0, key, policy, cost))
-    }
-
-    fn peek<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        cost: u32,
-    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
-        Box::pin(Store::peek(&self.0, key, policy, cost))
-    }
-
-    fn reset<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(Store::reset(&self.0, key, policy))
-    }
-
-    fn block<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(Store::block(&self.0, key, policy, duration))
-    }
-
-    fn check_many<'a>(
-        &'a self,
-        checks: &'a [Check<'a>],
-    ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>> {
-        Box::pin(StoreExt::check_many(&self.0, checks))
-    }
-
-    fn refund<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        n: u32,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(StoreExt::refund(&self.0, key, policy, n))
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        min: u32,
-        max: u32,
-    ) -> BoxFuture<'a, Result<Grant, StoreError>> {
-        Box::pin(Leasing::acquire(&self.0, key, policy, min, max))
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a str,
-        policy: &'a Policy,
-        unused: u32,
-        grant: &'a Grant,
-    ) -> BoxFuture<'a, Result<u32, StoreError>> {
-        Box::pin(Leasing::release(&self.0, key, policy, unused, grant))
-    }
-
-    fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
-        StoreExt::check_ready(&self.0, key, policy, cost)
-    }
-
-    fn clock(&self) -> Option<&dyn Clock> {
-        StoreExt::clock(&self.0)
-    }
-
-    fn abandoned(&self) {
-        StoreExt::abandoned(&self.0);
-    }
-
-    fn label(&self) -> Arc<str> {
-        StoreExt::label(&self.0)
-    }
 }
 
 /// The layer boxes each decision that waits for Redis, and the wrappers' futures are inside

@@ -15,6 +15,7 @@ use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+pub use shared::memcached::MemcachedServer;
 pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
 pub use shared::{free_port, shared_redis_url, temp_dir, wait_for_port, Spawned};
 use tollgate_test_kit as shared;

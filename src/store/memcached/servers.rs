@@ -1,0 +1,216 @@
+//! [`Servers`]: memcached as a [`StateStore`], one connection pool per server, each key on
+//! one server chosen by a hash of the key that every instance computes alike.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_memcached::{Client, Error, MetaProtocol, Status};
+use deadpool::managed::{self, Manager, Metrics, Pool, RecycleError, RecycleResult};
+use sha2::{Digest, Sha256};
+
+use crate::error::StoreError;
+use crate::store::state::{StateStore, Versioned};
+
+/// Connections to one server at most, per instance.
+const POOL_SIZE: usize = 32;
+/// The longest a connection may take to open; the layer's store timeout is usually shorter.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// memcached reads a time to live above 30 days as an absolute Unix time.
+const MAX_RELATIVE_TTL_SECS: u64 = 30 * 86_400;
+/// The longest key memcached takes, in bytes.
+const MAX_KEY_LEN: usize = 250;
+
+/// Opens connections to one memcached server.
+#[derive(Debug)]
+struct Connect {
+    address: String,
+}
+
+impl Manager for Connect {
+    type Type = Client;
+    type Error = Error;
+
+    async fn create(&self) -> Result<Client, Error> {
+        let dsn = format!("tcp://{}", self.address);
+        match tokio::time::timeout(CONNECT_TIMEOUT, Client::new(dsn)).await {
+            Ok(client) => client,
+            Err(_) => Err(Error::Connect(std::io::ErrorKind::TimedOut.into())),
+        }
+    }
+
+    /// A connection whose last call was cancelled or failed half-way is closed by the client:
+    /// never handed out again.
+    async fn recycle(&self, client: &mut Client, _: &Metrics) -> RecycleResult<Error> {
+        if client.is_closed() {
+            return Err(RecycleError::message("closed after an unfinished call"));
+        }
+        Ok(())
+    }
+}
+
+/// memcached servers, as the state store of the algorithms.
+pub(crate) struct Servers {
+    pools: Vec<Pool<Connect>>,
+    addresses: Vec<String>,
+}
+
+impl Servers {
+    /// Pools for `addresses` (`host:port` each, at least one); no connection is opened yet.
+    pub(crate) fn new(addresses: Vec<String>) -> Result<Self, String> {
+        if addresses.is_empty() {
+            return Err("no memcached server given".to_owned());
+        }
+        let pools = addresses
+            .iter()
+            .map(|address| {
+                let manager = Connect {
+                    address: address.clone(),
+                };
+                Pool::builder(manager)
+                    .max_size(POOL_SIZE)
+                    .runtime(deadpool::Runtime::Tokio1)
+                    .create_timeout(Some(CONNECT_TIMEOUT))
+                    .build()
+                    .map_err(|e| format!("memcached {address}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { pools, addresses })
+    }
+
+    /// The servers' addresses, in order.
+    pub(crate) fn addresses(&self) -> &[String] {
+        &self.addresses
+    }
+
+    /// A connection to the server that holds `key`.
+    async fn connection(&self, key: &[u8]) -> Result<managed::Object<Connect>, StoreError> {
+        let digest = Sha256::digest(key);
+        let hash = u64::from_be_bytes(digest[..8].try_into().unwrap_or_default());
+        let index = usize::try_from(hash % self.pools.len() as u64).unwrap_or(0);
+        let pool = &self.pools[index.min(self.pools.len() - 1)];
+        pool.get()
+            .await
+            .map_err(|e| StoreError::backend(format!("memcached {}: {e}", self.addresses[index])))
+    }
+}
+
+/// `key` as memcached takes it: as it is when it is at most 250 bytes of printable ASCII
+/// without spaces, else `#` and its SHA-256 in hex.
+pub(crate) fn memcached_key(key: &str) -> String {
+    let plain = key.len() <= MAX_KEY_LEN
+        && !key.starts_with('#')
+        && key.bytes().all(|b| b.is_ascii_graphic());
+    if plain {
+        return key.to_owned();
+    }
+    let mut out = String::from("#");
+    for b in Sha256::digest(key.as_bytes()) {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// memcached's expiry for `ttl`: whole seconds, rounded up, and one more, since memcached's
+/// clock ticks once a second and may end a key's life up to a second early; an absolute Unix
+/// time beyond 30 days.
+fn exptime(ttl: Duration) -> u64 {
+    let secs = ttl.as_micros().div_ceil(1_000_000) + 1;
+    let secs = u64::try_from(secs).unwrap_or(u64::MAX);
+    if secs <= MAX_RELATIVE_TTL_SECS {
+        return secs;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    now.saturating_add(secs)
+}
+
+/// A memcached error as a store error: the server is failing, or answered what no client
+/// expects.
+fn failed(e: Error) -> StoreError {
+    StoreError::backend(format!("memcached: {e}"))
+}
+
+impl StateStore for Servers {
+    async fn get(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let key = memcached_key(key);
+        let mut client = self.connection(key.as_bytes()).await?;
+        let value = client
+            .meta_get(&key, false, None, Some(&["v", "c"]))
+            .await
+            .map_err(failed)?;
+        Ok(value.map(|v| Versioned::new(v.data.unwrap_or_default(), v.cas.unwrap_or(0))))
+    }
+
+    async fn set(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        expected: Option<u64>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let key = memcached_key(key);
+        let mut client = self.connection(key.as_bytes()).await?;
+        let ttl = format!("T{}", exptime(ttl));
+        // With a version: compare-and-set (`cas`). Without: add, only if absent.
+        let condition = match expected {
+            Some(version) => format!("C{version}"),
+            None => "ME".to_owned(),
+        };
+        let flags = [ttl.as_str(), condition.as_str()];
+        match client
+            .meta_set(&key, bytes, false, None, Some(&flags))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(Error::Protocol(Status::Exists | Status::NotFound | Status::NotStored)) => {
+                Ok(false)
+            }
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let key = memcached_key(key);
+        let mut client = self.connection(key.as_bytes()).await?;
+        match client.meta_delete(&key, false, None, None).await {
+            Ok(_) | Err(Error::Protocol(Status::NotFound)) => Ok(()),
+            Err(e) => Err(failed(e)),
+        }
+    }
+}
+
+impl fmt::Debug for Servers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Servers")
+            .field("addresses", &self.addresses)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_memcached_cannot_take_are_digested() {
+        assert_eq!(memcached_key("tollgate:p:gcra:k"), "tollgate:p:gcra:k");
+        for odd in ["a b", "#x", "é", &"x".repeat(251)] {
+            let key = memcached_key(odd);
+            assert_eq!(key.len(), 65, "{odd}");
+            assert!(key.starts_with('#'));
+        }
+    }
+
+    #[test]
+    fn expiry_is_whole_seconds_and_absolute_beyond_30_days() {
+        assert_eq!(exptime(Duration::from_micros(1)), 2);
+        assert_eq!(exptime(Duration::from_millis(1_001)), 3);
+        assert_eq!(
+            exptime(Duration::from_secs(MAX_RELATIVE_TTL_SECS - 1)),
+            2_592_000
+        );
+        let year = exptime(Duration::from_secs(365 * 86_400));
+        assert!(year > 1_700_000_000, "{year}");
+    }
+}

@@ -1,0 +1,213 @@
+//! [`StateBackedStore`]: a [`StateStore`] of any type, as a [`Store`] the layer takes.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{StateBacked, StateStore, Versioned};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::quota::Policy;
+use crate::store::check::Check;
+use crate::store::contract::{Leasing, StoreExt};
+use crate::store::grant::Grant;
+use crate::store::Store;
+
+/// Every algorithm on a [`StateStore`] of your own: pass it to the layer's
+/// [`store`](crate::RateLimitLayerBuilder::store). See the [module docs](crate::store::state) for
+/// how it decides and what it writes.
+///
+/// Clones share the same backend.
+#[derive(Clone)]
+pub struct StateBackedStore {
+    inner: StateBacked<Erased>,
+    /// The `store` label of its metrics: the backend's type name.
+    label: Arc<str>,
+}
+
+/// The key prefix unless [`StateBackedStore::prefix`] sets another.
+const DEFAULT_PREFIX: &str = "tollgate";
+
+impl StateBackedStore {
+    /// The algorithms on `backend`, deciding by the system clock.
+    pub fn new<S: StateStore>(backend: S) -> Self {
+        // The first read calibrates the clock: here, not in the first request.
+        SystemClock.now();
+        Self {
+            label: crate::telemetry::store_label::<S>(),
+            inner: StateBacked::new(
+                Erased(Arc::new(backend)),
+                Arc::new(SystemClock),
+                DEFAULT_PREFIX.into(),
+            ),
+        }
+    }
+
+    /// Decides by `clock` instead (a [`ManualClock`](crate::ManualClock) in tests).
+    #[must_use]
+    pub fn with_clock(self, clock: impl Clock) -> Self {
+        Self {
+            inner: self.inner.with_clock(Arc::new(clock)),
+            ..self
+        }
+    }
+
+    /// Sets the key prefix (default `"tollgate"`), e.g. to keep two apps apart on one
+    /// backend.
+    #[must_use]
+    pub fn prefix(self, prefix: impl Into<Arc<str>>) -> Self {
+        Self {
+            inner: self.inner.with_prefix(prefix.into()),
+            ..self
+        }
+    }
+
+    /// The key under which the state of the client `key` under `policy` is kept.
+    pub fn state_key(&self, key: &str, policy: &Policy) -> String {
+        self.inner.state_key(key, policy)
+    }
+}
+
+impl fmt::Debug for StateBackedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateBackedStore")
+            .field("backend", &self.label)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl Store for StateBackedStore {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.inner.check(key, policy, cost, true, false).await
+    }
+
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.inner.peek(key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn block(
+        &self,
+        key: &str,
+        policy: &Policy,
+        duration: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.block(key, policy, duration).await
+    }
+}
+
+impl StoreExt for StateBackedStore {
+    async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.inner.check_many(checks).await
+    }
+
+    async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, n).await
+    }
+
+    /// Never at once: every decision asks the backend.
+    fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn clock(&self) -> Option<&dyn Clock> {
+        Some(self.inner.clock())
+    }
+
+    /// Nothing kept between calls that a given-up call could leave stuck: the backend's own
+    /// connections are closed when a call on them is dropped.
+    fn abandoned(&self) {}
+
+    /// The backend's type name.
+    fn label(&self) -> Arc<str> {
+        Arc::clone(&self.label)
+    }
+}
+
+impl Leasing for StateBackedStore {
+    async fn acquire(
+        &self,
+        key: &str,
+        policy: &Policy,
+        min: u32,
+        max: u32,
+    ) -> Result<Grant, StoreError> {
+        self.inner.acquire(key, policy, min, max).await
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        policy: &Policy,
+        unused: u32,
+        grant: &Grant,
+    ) -> Result<u32, StoreError> {
+        self.inner.release(key, policy, unused, grant).await
+    }
+}
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// [`StateStore`] with boxed futures, so that any backend fits one adapter type.
+trait DynStateStore: Send + Sync + 'static {
+    fn dyn_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>>;
+    fn dyn_set<'a>(
+        &'a self,
+        key: &'a str,
+        bytes: &'a [u8],
+        expected: Option<u64>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+    fn dyn_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+impl<S: StateStore> DynStateStore for S {
+    fn dyn_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Versioned>, StoreError>> {
+        Box::pin(self.get(key))
+    }
+
+    fn dyn_set<'a>(
+        &'a self,
+        key: &'a str,
+        bytes: &'a [u8],
+        expected: Option<u64>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.set(key, bytes, expected, ttl))
+    }
+
+    fn dyn_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.delete(key))
+    }
+}
+
+/// Any backend, behind one type.
+#[derive(Clone)]
+struct Erased(Arc<dyn DynStateStore>);
+
+impl StateStore for Erased {
+    async fn get(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
+        self.0.dyn_get(key).await
+    }
+
+    async fn set(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        expected: Option<u64>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        self.0.dyn_set(key, bytes, expected, ttl).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.0.dyn_delete(key).await
+    }
+}

@@ -1,0 +1,97 @@
+//! The built `tollgate-rls` on memcached (`BACKEND_TYPE=memcache`, `MEMCACHE_HOST_PORT`, as
+//! the reference's `src/settings/settings.go` reads them): two instances on one memcached
+//! exact at the limit, all at once and at 64 in flight; memcached settings that cannot work
+//! stop the start.
+
+mod support;
+
+use std::sync::Arc;
+
+use support::{ask, request, run_to_exit, MemcachedServer, Rls, Runtime};
+use tollgate::rls::proto::rate_limit_response::Code;
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+const SHARED: &str = "
+domain: shared
+descriptors:
+  - key: tenant
+    rate_limit: { unit: day, requests_per_unit: 100 }
+";
+
+/// 300 asks of `tenant` over both instances' `clients`, at most `in_flight` at once: how many
+/// were OK and how many over the limit.
+async fn asks(
+    clients: &[tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient<
+        tonic::transport::Channel,
+    >],
+    tenant: &str,
+    in_flight: usize,
+) -> (usize, usize) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let mut client = clients[i % 2].clone();
+        let permits = Arc::clone(&permits);
+        let tenant = tenant.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let _permit = permits.acquire().await.unwrap();
+            ask(&mut client, request("shared", &[&[("tenant", &tenant)]])).await
+        }));
+    }
+    let (mut ok, mut over) = (0, 0);
+    for task in tasks {
+        let r = task.await.unwrap();
+        assert!(
+            r.statuses.iter().all(|s| s.current_limit.is_some()),
+            "{r:?}"
+        );
+        ok += usize::from(r.overall_code == OK);
+        over += usize::from(r.overall_code == OVER);
+    }
+    (ok, over)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_memcached_admit_exactly_the_limit() {
+    let memcached = MemcachedServer::start();
+    let runtime = Runtime::new("memcached-shared");
+    runtime.write("shared.yaml", SHARED);
+    let servers = memcached.address();
+    let env = [
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_HOST_PORT", servers.as_str()),
+        ("STORE_TIMEOUT", "5s"),
+    ];
+    let a = Rls::start(&runtime, &env);
+    let b = Rls::start(&runtime, &env);
+    assert!(a.line.contains("store=memcached (127.0.0.1:"), "{}", a.line);
+    let clients = [a.client().await, b.client().await];
+    assert_eq!(asks(&clients, "all-at-once", 300).await, (100, 200));
+    assert_eq!(asks(&clients, "64-in-flight", 64).await, (100, 200));
+}
+
+#[test]
+fn memcached_settings_that_cannot_work_stop_the_start() {
+    let runtime = Runtime::new("memcached-settings");
+    runtime.write("shared.yaml", SHARED);
+    for (env, name) in [
+        (vec![("BACKEND_TYPE", "memcache")], "BACKEND_TYPE=memcache"),
+        (
+            vec![
+                ("BACKEND_TYPE", "memcache"),
+                ("MEMCACHE_HOST_PORT", "memcached"),
+            ],
+            "MEMCACHE_HOST_PORT=",
+        ),
+        (
+            vec![("MEMCACHE_HOST_PORT", "127.0.0.1:11211")],
+            "MEMCACHE_HOST_PORT",
+        ),
+    ] {
+        let (status, stderr) = run_to_exit(&runtime.root, &env);
+        assert_eq!(status.code(), Some(2), "{env:?}: {stderr}");
+        assert!(stderr.contains(name), "{env:?}: {stderr}");
+    }
+}
