@@ -71,6 +71,7 @@ impl Quota {
     /// window algorithms count such a quota exactly; the bucket algorithms space requests
     /// `ceil(P / L)` µs apart, at least 1 µs, so past the burst they admit one per
     /// microsecond. Every other check of [`new`](Self::new) and [`burst`](Self::burst) holds.
+    #[cfg_attr(not(feature = "rls"), allow(dead_code))]
     pub(crate) fn any_rate(
         limit: u32,
         period: Duration,

@@ -39,6 +39,7 @@ impl<'a> Check<'a> {
     }
 
     /// Whether a denial of this check still records its cost (default false).
+    #[cfg_attr(not(feature = "rls"), allow(dead_code))]
     pub(crate) fn charge(mut self, charge: bool) -> Self {
         self.charge = charge;
         self

@@ -12,8 +12,9 @@
 //! concurrency, across any number of instances: every admission was written over the state
 //! it was decided on. Within one instance the decisions of one key take turns, so that a
 //! burst on a hot key costs a read and a write per request rather than a herd of refused
-//! writes; a refused write only ever means another instance wrote first. A key that keeps changing under it is given up after
-//! [`MAX_ATTEMPTS`] tries, as a [`StoreError::KeyState`] that the layer answers by its
+//! writes; a refused write only ever means another instance wrote first. A key that keeps
+//! changing under it is given up after [`MAX_ATTEMPTS`] tries, as a
+//! [`StoreError::KeyState`] that the layer answers by its
 //! [`OnStoreError`](super::OnStoreError) policy. Denied requests write nothing.
 //!
 //! Passed to the layer's builder, a `StateBackedStore` gets what the built-in stores get: the
