@@ -3,7 +3,8 @@
 //! ([`Resilient`]: timeout, circuit breaker, fallback), then the [`Backend`], which calls the
 //! built-in store directly, or a user's store boxed, through
 //! [`UserStore`](user_store::UserStore), the adapter that gives it the fallbacks of what it
-//! does not do itself.
+//! does not do itself, or through [`Native`](native::Native) when it keeps the whole contract
+//! itself (the state-backed stores).
 //!
 //! The folder is named for what its types are: each is a store holding a store, adding one
 //! concern, as tower's `Timeout<S>` is a service holding a service. ("Stack" would also mean
