@@ -424,6 +424,71 @@ async fn a_redis_outage_is_answered_within_the_store_timeout_and_counting_resume
     assert!(back, "counting again once Redis is back");
 }
 
+/// Clients that give up while Redis hangs (SIGSTOP) cancel their calls mid-decision, more of
+/// them than the pool has connections; the calls given up count as failures, so the breaker
+/// opens and the rest are answered at once with an error. Once Redis answers again, nothing
+/// the cancelled calls held is left behind (a connection, a lease, a cached denial): the
+/// breaker closes and a new client is decided exactly, each answer at once.
+#[tokio::test]
+async fn calls_cancelled_while_redis_hangs_leave_nothing_behind() {
+    let redis = RedisServer::start();
+    let runtime = Runtime::with("cancelled", &REFERENCE_RUNTIME);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_POOL_SIZE", "4"),
+            ("STORE_TIMEOUT", "2s"),
+        ],
+    );
+    let mut client = rls.client().await;
+    let per_minute = |v: &str| request("basic", &[&[("one_per_minute", v)]]);
+    assert_eq!(ask(&mut client, per_minute("warm")).await.overall_code, OK);
+
+    redis.pause();
+    let (mut cancelled, mut refused) = (0, 0);
+    for i in 0..16 {
+        let mut client = client.clone();
+        let call = client.should_rate_limit(per_minute(&format!("hung{i}")));
+        match tokio::time::timeout(Duration::from_millis(100), call).await {
+            Err(_) => cancelled += 1,
+            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => refused += 1,
+            Ok(other) => panic!("call {i} while Redis hangs: {other:?}"),
+        }
+    }
+    assert!(
+        cancelled >= 4,
+        "the first calls wait until their clients give up: {cancelled}"
+    );
+    assert_eq!(cancelled + refused, 16);
+    redis.resume();
+
+    // The breaker lets a probe through within seconds; it is the new client's first request
+    // answered, and the only one allowed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        match client.should_rate_limit(per_minute("after")).await {
+            Ok(answer) => break answer.into_inner().overall_code,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(status) => panic!("not answering once Redis is back: {status:?}"),
+        }
+    };
+    assert_eq!(first, OK, "the new client's first answer");
+    for n in [2, 3] {
+        let started = Instant::now();
+        let answer = ask(&mut client, per_minute("after")).await;
+        let took = started.elapsed();
+        assert_eq!(answer.overall_code, OVER, "request {n} after: one a minute");
+        assert!(
+            took < Duration::from_millis(500),
+            "request {n} after took {took:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_good_change_is_applied_and_a_bad_one_logged_while_the_last_good_serves() {
     let runtime = Runtime::with("reload", &REFERENCE_RUNTIME);
