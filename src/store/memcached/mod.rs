@@ -108,7 +108,7 @@ impl MemcachedStore {
         self.rebuild(|inner| inner.with_prefix(prefix))
     }
 
-    /// Decides by `clock` instead of the system's (a [`ManualClock`](crate::ManualClock) in
+    /// Decides by `clock` instead of the system's (a [`ManualClock`](crate::clock::ManualClock) in
     /// tests).
     #[must_use]
     pub fn with_clock(self, clock: impl Clock) -> Self {

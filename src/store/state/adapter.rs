@@ -46,7 +46,7 @@ impl StateBackedStore {
         }
     }
 
-    /// Decides by `clock` instead (a [`ManualClock`](crate::ManualClock) in tests).
+    /// Decides by `clock` instead (a [`ManualClock`](crate::clock::ManualClock) in tests).
     #[must_use]
     pub fn with_clock(self, clock: impl Clock) -> Self {
         Self {
