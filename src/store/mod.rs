@@ -50,7 +50,7 @@ pub mod state;
 pub(crate) mod wrappers;
 pub(crate) use memory::block_after;
 pub use memory::MemoryStore;
-pub use state::{StateBackedStore, StateStore, Versioned};
+pub use state::{AtomicStateStore, StateBackedStore, StateStore, Update, Versioned};
 pub use wrappers::{OnStoreError, StoreFailure};
 #[cfg(all(test, feature = "cluster", feature = "sentinel"))]
 mod tests;

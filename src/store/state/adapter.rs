@@ -1,4 +1,5 @@
-//! [`StateBackedStore`]: a [`StateStore`] of any type, as a [`Store`] the layer takes.
+//! [`StateBackedStore`]: a state store of any type and either form ([`StateStore`],
+//! [`AtomicStateStore`]), as a [`Store`] the layer takes.
 
 use std::fmt;
 use std::future::Future;
@@ -6,7 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{StateBacked, StateStore, Versioned};
+use super::backend::{Atomic, Backend};
+use super::{AtomicStateStore, StateBacked, StateStore, Update, Versioned};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
@@ -16,9 +18,9 @@ use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
-/// Every algorithm on a [`StateStore`] of your own: pass it to the layer's
-/// [`store`](crate::RateLimitLayerBuilder::store). See the [module docs](crate::store::state) for
-/// how it decides and what it writes.
+/// Every algorithm on a [`StateStore`] or an [`AtomicStateStore`] of your own: pass it to the
+/// layer's [`store`](crate::RateLimitLayerBuilder::store). See the
+/// [module docs](crate::store::state) for how it decides and what it writes.
 ///
 /// Clones share the same backend.
 #[derive(Clone)]
@@ -32,17 +34,24 @@ pub struct StateBackedStore {
 const DEFAULT_PREFIX: &str = "tollgate";
 
 impl StateBackedStore {
-    /// The algorithms on `backend`, deciding by the system clock.
+    /// The algorithms on `backend`, by compare-and-set, deciding by the system clock.
     pub fn new<S: StateStore>(backend: S) -> Self {
+        Self::erased::<S>(Erased::Cas(ErasedCas(Arc::new(backend))))
+    }
+
+    /// The algorithms on `backend`, each decision inside one of its atomic updates, deciding
+    /// by the system clock.
+    pub fn atomic<A: AtomicStateStore>(backend: A) -> Self {
+        Self::erased::<A>(Erased::Atomic(Atomic(ErasedAtomic(Arc::new(backend)))))
+    }
+
+    /// `backend`, labelled with `B`'s type name.
+    fn erased<B>(backend: Erased) -> Self {
         // The first read calibrates the clock: here, not in the first request.
         SystemClock.now();
         Self {
-            label: crate::telemetry::store_label::<S>(),
-            inner: StateBacked::new(
-                Erased(Arc::new(backend)),
-                Arc::new(SystemClock),
-                DEFAULT_PREFIX.into(),
-            ),
+            label: crate::telemetry::store_label::<B>(),
+            inner: StateBacked::new(backend, Arc::new(SystemClock), DEFAULT_PREFIX.into()),
         }
     }
 
@@ -188,11 +197,11 @@ impl<S: StateStore> DynStateStore for S {
     }
 }
 
-/// Any backend, behind one type.
+/// Any compare-and-set backend, behind one type.
 #[derive(Clone)]
-struct Erased(Arc<dyn DynStateStore>);
+struct ErasedCas(Arc<dyn DynStateStore>);
 
-impl StateStore for Erased {
+impl StateStore for ErasedCas {
     async fn get(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
         self.0.dyn_get(key).await
     }
@@ -209,5 +218,78 @@ impl StateStore for Erased {
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.0.dyn_delete(key).await
+    }
+}
+
+/// The function an [`AtomicStateStore`] is given, as one type.
+type Decide<'a> = dyn FnMut(Option<&[u8]>) -> Update + Send + 'a;
+
+/// [`AtomicStateStore`] with boxed futures, so that any backend fits one adapter type.
+trait DynAtomicStateStore: Send + Sync + 'static {
+    fn dyn_update<'a>(
+        &'a self,
+        key: &'a str,
+        decide: &'a mut Decide<'_>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn dyn_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+impl<A: AtomicStateStore> DynAtomicStateStore for A {
+    fn dyn_update<'a>(
+        &'a self,
+        key: &'a str,
+        decide: &'a mut Decide<'_>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.update(key, decide))
+    }
+
+    fn dyn_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.delete(key))
+    }
+}
+
+/// Any atomic backend, behind one type.
+#[derive(Clone)]
+struct ErasedAtomic(Arc<dyn DynAtomicStateStore>);
+
+impl AtomicStateStore for ErasedAtomic {
+    async fn update(
+        &self,
+        key: &str,
+        mut decide: impl FnMut(Option<&[u8]>) -> Update + Send,
+    ) -> Result<(), StoreError> {
+        self.0.dyn_update(key, &mut decide).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.0.dyn_delete(key).await
+    }
+}
+
+/// A backend of either form, behind one type.
+#[derive(Clone)]
+enum Erased {
+    Cas(ErasedCas),
+    Atomic(Atomic<ErasedAtomic>),
+}
+
+impl Backend for Erased {
+    async fn apply<T: Send>(
+        &self,
+        key: &str,
+        turn: &tokio::sync::Mutex<()>,
+        decide: impl FnMut(Option<&[u8]>) -> Result<(Update, T), StoreError> + Send,
+    ) -> Result<T, StoreError> {
+        match self {
+            Erased::Cas(backend) => backend.apply(key, turn, decide).await,
+            Erased::Atomic(backend) => backend.apply(key, turn, decide).await,
+        }
+    }
+
+    async fn forget(&self, key: &str) -> Result<(), StoreError> {
+        match self {
+            Erased::Cas(backend) => backend.forget(key).await,
+            Erased::Atomic(backend) => backend.forget(key).await,
+        }
     }
 }

@@ -1,11 +1,13 @@
-//! [`StateBacked`]: the algorithms run on a [`StateStore`], read, decide, write if unchanged.
+//! [`StateBacked`]: the algorithms run on a state store of either form, deciding on the state
+//! read and writing what they decided as one change of the key.
 
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{StateStore, MAX_ATTEMPTS};
+use super::backend::Backend;
+use super::Update;
 use crate::algorithm::{self, Params, Saved, State};
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -35,12 +37,14 @@ enum Live {
 /// this many turns by a hash).
 const TURNS: usize = 256;
 
-/// The algorithms over a [`StateStore`], deciding by `clock`.
+/// The algorithms over a state store of either form (a [`Backend`]), deciding by `clock`.
 ///
-/// In one instance, the decisions of one key take turns: each reads and writes the state in
-/// its turn, so they never overwrite each other's reads, and a refused write only ever means
-/// another instance wrote first. A burst on one key then costs a read and a write per
-/// request, not a read and a refused write for every request still waiting.
+/// In one instance, the decisions of one key on a [`StateStore`](super::StateStore) take
+/// turns: each reads and writes the state in its turn, so they never overwrite each other's
+/// reads, and a refused write only ever means another instance wrote first. A burst on one key
+/// then costs a read and a write per request, not a read and a refused write for every request
+/// still waiting. An [`AtomicStateStore`](super::AtomicStateStore) needs no turns: it decides
+/// inside its own update.
 #[derive(Clone)]
 pub(crate) struct StateBacked<S> {
     pub(crate) backend: S,
@@ -50,7 +54,7 @@ pub(crate) struct StateBacked<S> {
     hasher: foldhash::fast::RandomState,
 }
 
-impl<S: StateStore> StateBacked<S> {
+impl<S: Backend> StateBacked<S> {
     /// `backend` deciding by `clock`, its keys under `prefix`.
     pub(crate) fn new(backend: S, clock: Arc<dyn Clock>, prefix: Arc<str>) -> Self {
         Self {
@@ -90,44 +94,33 @@ impl<S: StateStore> StateBacked<S> {
         out
     }
 
-    /// Reads `key`'s state, lets `step` decide at the time of the read, and writes what it
-    /// asks for if the state is still the one read; else tries again, [`MAX_ATTEMPTS`] in all.
-    async fn update<T>(
+    /// Lets `step` decide on `key`'s state at the time it is read, and has the backend store
+    /// what it asks for as one change of the key (see [`Backend`]).
+    async fn update<T: Send>(
         &self,
         key: &str,
         policy: &Policy,
-        mut step: impl FnMut(Live, &Params, u64) -> Step<T>,
+        mut step: impl FnMut(Live, &Params, u64) -> Step<T> + Send,
     ) -> Result<T, StoreError> {
         let key = self.state_key(key, policy);
         let p = policy.params();
-        // Held until the decision is made, or dropped with it if it is cancelled.
-        let turn = self.hasher.hash_one(&key) as usize % TURNS;
-        let _turn = self.turns[turn].lock().await;
-        for _ in 0..MAX_ATTEMPTS {
-            let read = self.backend.get(&key).await?;
+        let turn = &self.turns[self.hasher.hash_one(&key) as usize % TURNS];
+        let decide = |bytes: Option<&[u8]>| {
             let now = self.clock.now();
-            let saved = match &read {
-                Some(read) => Some(Saved::decode(&read.bytes).map_err(StoreError::key_state)?),
+            let saved = match bytes {
+                Some(bytes) => Some(Saved::decode(bytes).map_err(StoreError::key_state)?),
                 None => None,
             };
-            match step(live(saved, policy, now), p, now) {
-                Step::Done(answer) => return Ok(answer),
+            Ok(match step(live(saved, policy, now), p, now) {
+                Step::Done(answer) => (Update::Keep, answer),
                 Step::Write(saved, until, answer) => {
                     let ttl = Duration::from_micros(until.saturating_sub(now).max(1));
-                    let expected = read.map(|r| r.version);
-                    if self
-                        .backend
-                        .set(&key, &saved.encode(), expected, ttl)
-                        .await?
-                    {
-                        return Ok(answer);
-                    }
+                    let bytes = saved.encode();
+                    (Update::Set { bytes, ttl }, answer)
                 }
-            }
-        }
-        Err(StoreError::key_state(format!(
-            "the state of {key} changed under {MAX_ATTEMPTS} tries in a row"
-        )))
+            })
+        };
+        self.backend.apply(&key, turn, decide).await
     }
 
     /// Decides a request of `cost`, consuming it if allowed. A denial starts the policy's
@@ -185,7 +178,7 @@ impl<S: StateStore> StateBacked<S> {
 
     /// Forgets the key's state and any block.
     pub(crate) async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.backend.delete(&self.state_key(key, policy)).await
+        self.backend.forget(&self.state_key(key, policy)).await
     }
 
     /// Blocks the key for `duration` from now (zero: a reset).

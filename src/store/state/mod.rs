@@ -1,26 +1,35 @@
-//! A store of your own without algorithm code: a backend that keeps bytes by key, with a
-//! version, decides every algorithm through [`StateBackedStore`].
+//! A store of your own without algorithm code: a backend that keeps bytes by key decides every
+//! algorithm through [`StateBackedStore`]. It comes in two forms; implement the one your
+//! backend does natively.
 //!
-//! A [`StateStore`] has three methods: [`get`](StateStore::get) a key's state bytes and their
-//! version, [`set`](StateStore::set) new bytes only if the version is still the one read (or
-//! the key still absent), with a time to live, and [`delete`](StateStore::delete) a key.
-//! memcached's `gets`/`cas`/`add`, etcd's revisions, DynamoDB's conditional writes, a SQL row
-//! with a version column, or a `HashMap` behind a lock all fit it. [`StateBackedStore`] runs
-//! the algorithms on it: it reads the state, decides with the same state machines as
-//! [`MemoryStore`](super::MemoryStore), and writes the new state back if nobody changed it in
-//! between; if somebody did, it decides again on their state. So it is exact under any
-//! concurrency, across any number of instances: every admission was written over the state
-//! it was decided on. Within one instance the decisions of one key take turns, so that a
-//! burst on a hot key costs a read and a write per request rather than a herd of refused
-//! writes; a refused write only ever means another instance wrote first. A key that keeps
-//! changing under it is given up after [`MAX_ATTEMPTS`] tries, as a
+//! A [`StateStore`] (compare-and-set) has three methods: [`get`](StateStore::get) a key's
+//! state bytes and their version, [`set`](StateStore::set) new bytes only if the version is
+//! still the one read (or the key still absent), with a time to live, and
+//! [`delete`](StateStore::delete) a key. memcached's `gets`/`cas`/`add`, etcd's revisions,
+//! DynamoDB's conditional writes and a SQL row with a version column fit it.
+//! [`StateBackedStore::new`] runs the algorithms on it: it reads the state, decides with the
+//! same state machines as [`MemoryStore`](super::MemoryStore), and writes the new state back if
+//! nobody changed it in between; if somebody did, it decides again on their state. So it is
+//! exact under any concurrency, across any number of instances: every admission was written
+//! over the state it was decided on. Within one instance the decisions of one key take turns,
+//! so that a burst on a hot key costs a read and a write per request rather than a herd of
+//! refused writes; a refused write only ever means another instance wrote first. A key that
+//! keeps changing under it is given up after [`MAX_ATTEMPTS`] tries, as a
 //! [`StoreError::KeyState`] that the layer answers by its
 //! [`OnStoreError`](super::OnStoreError) policy. Denied requests write nothing.
+//!
+//! An [`AtomicStateStore`] has two methods: [`update`](AtomicStateStore::update) a key in one
+//! atomic step, handing its current bytes to a function that says what to store, and
+//! [`delete`](AtomicStateStore::delete) it. A map behind a lock, a SQL transaction that reads
+//! the row with `SELECT ... FOR UPDATE`, a FoundationDB or etcd transaction fit it.
+//! [`StateBackedStore::atomic`] runs the same algorithms on it, deciding inside the update on
+//! the state it holds: one call per decision, nothing to retry, and exact for the same reason.
+//! `examples/custom_store.rs` is one, over a `HashMap`.
 //!
 //! Passed to the layer's builder, a `StateBackedStore` gets what the built-in stores get: the
 //! cache of denials, leases for hot keys (taken and given back exactly, one write each),
 //! timeouts, the circuit breaker and the fallback. Peek, reset, block and refund work
-//! through it too. Time comes from the adapter's clock (the system's by default), so the
+//! through it too, in both forms. Time comes from the adapter's clock (the system's by default), so the
 //! instances sharing a backend should keep their clocks in sync (NTP), as with a
 //! [`RedisStore`](super::RedisStore) given a clock.
 //!
@@ -40,6 +49,11 @@
 //! A state of another format version is refused (a [`StoreError::KeyState`]), never misread.
 //! Each write's time to live is the time until the state decides like a new one, so nothing
 //! lives longer than its algorithm needs.
+//!
+//! # A compare-and-set backend
+//!
+//! A map of bytes and versions as a [`StateStore`] (see `examples/custom_store.rs` for the
+//! same map as an [`AtomicStateStore`], with expiry):
 //!
 //! ```
 //! use std::collections::HashMap;
@@ -90,13 +104,14 @@ use crate::error::StoreError;
 
 mod adapter;
 mod backed;
+mod backend;
 
 pub use adapter::StateBackedStore;
 pub(crate) use backed::StateBacked;
 
-/// How many times a decision reads and tries to write a key's state before it gives up (a
-/// [`StoreError::KeyState`]): each failed try means another instance wrote the key in
-/// between, so the next try decides on its state.
+/// How many times a decision on a [`StateStore`] reads and tries to write a key's state before
+/// it gives up (a [`StoreError::KeyState`]): each failed try means another instance wrote the
+/// key in between, so the next try decides on its state.
 pub const MAX_ATTEMPTS: u32 = 64;
 
 /// A key's state bytes and their version, as a [`StateStore`] read them.
@@ -134,6 +149,41 @@ pub trait StateStore: Send + Sync + 'static {
         expected: Option<u64>,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Forgets `key`'s state, if it has one.
+    fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// What an [`AtomicStateStore::update`] does with the key, as its function decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Update {
+    /// Leave the key as it is (a denial, a look).
+    Keep,
+    /// Store `bytes` as the key's state, to live for `ttl` (at least 1 µs; a backend that
+    /// counts in coarser units rounds it up).
+    Set {
+        /// The new state (see the [module docs](self) for the format).
+        bytes: Vec<u8>,
+        /// How long it counts: after that the key reads as having no state.
+        ttl: Duration,
+    },
+}
+
+/// A backend that updates a key's bytes in one atomic step: the other form of a store of your
+/// own, for backends with a lock or transactions rather than versions (see the
+/// [module docs](self)). [`StateBackedStore::atomic`] decides every algorithm on it.
+pub trait AtomicStateStore: Send + Sync + 'static {
+    /// Calls `decide` with `key`'s state (`None` if it has none: never written, deleted, or
+    /// expired) and applies the [`Update`] it returns, with nothing else changing the key in
+    /// between. `decide` is quick and does no I/O: call it inside the lock or transaction. A
+    /// backend that retries a transaction (a serialization failure) calls it again with the
+    /// state it reads then; the last call's update is the one that must be applied. An error
+    /// means the key may or may not have been updated, as for any store call that fails.
+    fn update(
+        &self,
+        key: &str,
+        decide: impl FnMut(Option<&[u8]>) -> Update + Send,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Forgets `key`'s state, if it has one.
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
