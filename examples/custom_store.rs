@@ -1,59 +1,43 @@
 //! Run with `cargo run --example custom_store`.
 //!
-//! A store of your own: a `HashMap` behind a lock that keeps bytes with a version and a time
-//! to live. No algorithm code: `StateBackedStore` runs every algorithm on it, exactly, however
-//! many limiters share it. Swap the map for your database's get and compare-and-set.
+//! A store of your own: a `HashMap` behind a lock that keeps bytes with a time to live, and
+//! updates a key in one step under its lock. No algorithm code: `StateBackedStore` runs every
+//! algorithm on it, exactly, however many limiters share it. Swap the lock for your database's
+//! transaction (`SELECT ... FOR UPDATE`, then write), or see `StateStore` for a backend with
+//! versions and compare-and-set instead.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use tollgate::store::{StateBackedStore, StateStore, StoreError, Versioned};
+use tollgate::store::{AtomicStateStore, StateBackedStore, StoreError, Update};
 use tollgate::{key, Algorithm, Quota, RateLimitLayer};
 use tower::{Service, ServiceExt};
 
-/// Each key's bytes, version and expiry, and the last version given out. Clones share them.
+/// Each key's bytes and expiry. Clones share them.
 #[derive(Clone, Default)]
-pub struct MapStore(Arc<Mutex<(Map, u64)>>);
-type Map = HashMap<String, (Vec<u8>, u64, Instant)>;
+pub struct MapStore(Arc<Mutex<Map>>);
+type Map = HashMap<String, (Vec<u8>, Instant)>;
 
-impl MapStore {
-    fn lock(&self) -> Result<MutexGuard<'_, (Map, u64)>, StoreError> {
-        self.0.lock().map_err(|_| StoreError::backend("poisoned"))
-    }
-}
-
-impl StateStore for MapStore {
-    async fn get(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
-        let (map, _) = &*self.lock()?;
-        let live = map.get(key).filter(|entry| entry.2 > Instant::now());
-        Ok(live.map(|(bytes, version, _)| Versioned::new(bytes.clone(), *version)))
-    }
-
-    async fn set(
+impl AtomicStateStore for MapStore {
+    async fn update(
         &self,
         key: &str,
-        bytes: &[u8],
-        expected: Option<u64>,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        let (map, last_version) = &mut *self.lock()?;
+        mut decide: impl FnMut(Option<&[u8]>) -> Update + Send,
+    ) -> Result<(), StoreError> {
+        let mut map = self.0.lock().map_err(|_| StoreError::backend("poisoned"))?;
         let now = Instant::now();
-        if map
-            .get(key)
-            .filter(|entry| entry.2 > now)
-            .map(|entry| entry.1)
-            != expected
-        {
-            return Ok(false); // Written since it was read: the limiter reads it again.
+        let live = map.get(key).filter(|(_, expires)| *expires > now);
+        // The limiter decides on the state it is given, under the lock.
+        if let Update::Set { bytes, ttl } = decide(live.map(|(bytes, _)| bytes.as_slice())) {
+            map.insert(key.to_owned(), (bytes, now + ttl));
         }
-        *last_version += 1;
-        map.insert(key.to_owned(), (bytes.to_vec(), *last_version, now + ttl));
-        Ok(true)
+        Ok(())
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.lock()?.0.remove(key);
+        let mut map = self.0.lock().map_err(|_| StoreError::backend("poisoned"))?;
+        map.remove(key);
         Ok(())
     }
 }
@@ -69,7 +53,7 @@ pub async fn run() -> Result<Vec<(Algorithm, usize)>, Box<dyn std::error::Error>
                 .quota(Quota::per_minute(10)?)
                 .algorithm(algorithm)
                 .key(key::Global)
-                .store(StateBackedStore::new(backend.clone()))
+                .store(StateBackedStore::atomic(backend.clone()))
                 .build()?;
             limiters.push(tower::ServiceBuilder::new().layer(layer).service_fn(
                 |_: http::Request<()>| async {

@@ -5,8 +5,9 @@
 //! shared by every instance of the app, one atomic Lua script per decision. A backend of your
 //! own implements [`Store`]'s four methods, with the types they take and return here:
 //! [`Policy`] (what to decide by) and [`StoreError`] (what went wrong); or it only keeps bytes
-//! by key with a version (a [`StateStore`]), and [`StateBackedStore`] runs every algorithm on
-//! it (see [`state`]). Whichever store it is, the layer's builder
+//! by key, with a version (a [`StateStore`]) or updated in one atomic step (an
+//! [`AtomicStateStore`]), and [`StateBackedStore`] runs every algorithm on it (see [`state`]).
+//! Whichever store it is, the layer's builder
 //! ([`store`](crate::RateLimitLayerBuilder::store)) puts the same wrappers around it, in this
 //! order, outermost first:
 //!

@@ -1,20 +1,24 @@
-//! Stores of one's own through `StateBackedStore`: the `custom_store` example runs, decides
-//! exactly as `MemoryStore` on the same seeded histories of every algorithm, and two limiters
-//! sharing one backend admit exactly the limit under concurrency.
+//! Stores of one's own through `StateBackedStore`, in both forms: the `custom_store` example
+//! (an `AtomicStateStore`) runs; it and a compare-and-set `StateStore` decide exactly as
+//! `MemoryStore` on the same seeded histories of every algorithm; two limiters sharing one
+//! backend of either form admit exactly the limit under concurrency; a backend that fails is
+//! answered by the layer's `OnStoreError`.
 
 #[path = "../../examples/custom_store.rs"]
 #[allow(dead_code)]
 mod example;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tollgate::clock::ManualClock;
 use tollgate::store::{
-    MemoryStore, OnStoreError, Policy, StateBackedStore, StateStore, Store, StoreError, Versioned,
+    AtomicStateStore, MemoryStore, OnStoreError, Policy, StateBackedStore, StateStore, Store,
+    StoreError, Update, Versioned,
 };
 use tollgate::{key, Algorithm, Quota, RateLimitLayer};
 use tower::{Service, ServiceExt};
@@ -115,19 +119,63 @@ pub(crate) async fn decides_as_memory<S: Store>(steps: usize, make: impl Fn(Manu
 #[tokio::test]
 async fn the_example_store_decides_as_memory_on_every_algorithm() {
     decides_as_memory(500, |clock| {
-        StateBackedStore::new(MapStore::default()).with_clock(clock)
+        StateBackedStore::atomic(MapStore::default()).with_clock(clock)
     })
     .await;
 }
 
-/// The example's map, with a pause between a read and what follows, so that concurrent
+/// The example's map as a compare-and-set store: each key's bytes, version and expiry, and
+/// the last version given out.
+#[derive(Clone, Default)]
+struct VersionedMap(Arc<Mutex<(Versions, u64)>>);
+type Versions = HashMap<String, (Vec<u8>, u64, Instant)>;
+
+impl StateStore for VersionedMap {
+    async fn get(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let (map, _) = &*self.0.lock().unwrap();
+        let live = map.get(key).filter(|entry| entry.2 > Instant::now());
+        Ok(live.map(|(bytes, version, _)| Versioned::new(bytes.clone(), *version)))
+    }
+
+    async fn set(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        expected: Option<u64>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let (map, last_version) = &mut *self.0.lock().unwrap();
+        let now = Instant::now();
+        let current = map.get(key).filter(|entry| entry.2 > now);
+        if current.map(|entry| entry.1) != expected {
+            return Ok(false);
+        }
+        *last_version += 1;
+        map.insert(key.to_owned(), (bytes.to_vec(), *last_version, now + ttl));
+        Ok(true)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.0.lock().unwrap().0.remove(key);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_compare_and_set_store_decides_as_memory_on_every_algorithm() {
+    decides_as_memory(500, |clock| {
+        StateBackedStore::new(VersionedMap::default()).with_clock(clock)
+    })
+    .await;
+}
+
+/// A compare-and-set map with a pause between a read and what follows, so that concurrent
 /// decisions interleave and write over each other's reads; counts the writes refused.
 #[derive(Clone, Default)]
 struct Contended {
-    map: MapStore,
+    map: VersionedMap,
     conflicts: Arc<AtomicU64>,
 }
-
 impl StateStore for Contended {
     async fn get(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
         let read = self.map.get(key).await;
@@ -154,55 +202,166 @@ impl StateStore for Contended {
     }
 }
 
-/// Two limiters on one backend, 60 requests at once on four threads: exactly the limit (10)
-/// is admitted under every algorithm, and the backend saw writes refused (the two limiters
-/// wrote over each other's reads) and decided again.
+/// Bytes and when they expire.
+type Expiring = (Vec<u8>, Instant);
+
+/// An atomic map whose updates hold its lock across a pause, as a database transaction holds
+/// a row lock across round trips; counts the most updates under way at once.
+#[derive(Clone, Default)]
+struct Transactional {
+    map: Arc<tokio::sync::Mutex<HashMap<String, Expiring>>>,
+    in_flight: Arc<AtomicUsize>,
+    most_in_flight: Arc<AtomicUsize>,
+}
+
+impl AtomicStateStore for Transactional {
+    async fn update(
+        &self,
+        key: &str,
+        mut decide: impl FnMut(Option<&[u8]>) -> Update + Send,
+    ) -> Result<(), StoreError> {
+        let under_way = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(under_way, Ordering::SeqCst);
+        let mut map = self.map.lock().await;
+        tokio::time::sleep(Duration::from_micros(200)).await;
+        let now = Instant::now();
+        let live = map.get(key).filter(|(_, expires)| *expires > now);
+        if let Update::Set { bytes, ttl } = decide(live.map(|(bytes, _)| bytes.as_slice())) {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+            map.insert(key.to_owned(), (bytes, now + ttl));
+        }
+        drop(map);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.map.lock().await.remove(key);
+        Ok(())
+    }
+}
+
+/// Two limiters on `store`'s backend (limit 10, failing closed), 60 requests at once: how
+/// many were admitted and denied.
+async fn admitted_and_denied(
+    algorithm: Algorithm,
+    store: impl Fn() -> StateBackedStore,
+) -> (usize, usize) {
+    let limiters: Vec<_> = (0..2)
+        .map(|_| {
+            let layer = RateLimitLayer::builder()
+                .quota(Quota::per_minute(10).unwrap())
+                .algorithm(algorithm)
+                .key(key::Global)
+                .store(store())
+                // Fail closed, with time to spare: an error must not pass for an admission.
+                .on_store_error(OnStoreError::Deny)
+                .store_timeout(Duration::from_secs(2))
+                .denial_cache(false)
+                .build()
+                .unwrap();
+            tower::ServiceBuilder::new()
+                .layer(layer)
+                .service(crate::ok_service())
+        })
+        .collect();
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let mut limiter = limiters[i % 2].clone();
+            tokio::spawn(async move {
+                let response = limiter
+                    .ready()
+                    .await
+                    .unwrap()
+                    .call(http::Request::new(()))
+                    .await
+                    .unwrap();
+                response.status().as_u16()
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.unwrap());
+    }
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    let denied = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!(admitted + denied, 60, "{algorithm}: {statuses:?}");
+    (admitted, denied)
+}
+
+/// Two limiters on one compare-and-set backend, 60 requests at once on four threads: exactly
+/// the limit (10) is admitted under every algorithm, and the backend saw writes refused (the
+/// two limiters wrote over each other's reads) and decided again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_limiters_on_one_backend_admit_exactly_the_limit_under_concurrency() {
     let mut conflicts = 0;
     for algorithm in Algorithm::ALL {
         let backend = Contended::default();
-        let limiters: Vec<_> = (0..2)
-            .map(|_| {
-                let layer = RateLimitLayer::builder()
-                    .quota(Quota::per_minute(10).unwrap())
-                    .algorithm(algorithm)
-                    .key(key::Global)
-                    .store(StateBackedStore::new(backend.clone()))
-                    // Fail closed, with time to spare: an error must not pass for an admission.
-                    .on_store_error(OnStoreError::Deny)
-                    .store_timeout(Duration::from_secs(2))
-                    .denial_cache(false)
-                    .build()
-                    .unwrap();
-                tower::ServiceBuilder::new()
-                    .layer(layer)
-                    .service(crate::ok_service())
-            })
-            .collect();
-        let tasks: Vec<_> = (0..60)
-            .map(|i| {
-                let mut limiter = limiters[i % 2].clone();
-                tokio::spawn(async move {
-                    let response = limiter
-                        .ready()
-                        .await
-                        .unwrap()
-                        .call(http::Request::new(()))
-                        .await
-                        .unwrap();
-                    response.status().as_u16()
-                })
-            })
-            .collect();
-        let mut statuses = Vec::new();
-        for task in tasks {
-            statuses.push(task.await.unwrap());
-        }
-        let admitted = statuses.iter().filter(|&&s| s == 200).count();
-        let denied = statuses.iter().filter(|&&s| s == 429).count();
-        assert_eq!((admitted, denied), (10, 50), "{algorithm}: {statuses:?}");
+        let outcome =
+            admitted_and_denied(algorithm, || StateBackedStore::new(backend.clone())).await;
+        assert_eq!(outcome, (10, 50), "{algorithm}");
         conflicts += backend.conflicts.load(Ordering::Relaxed);
     }
     assert!(conflicts > 0, "no write was ever refused: nothing raced");
+}
+
+/// The same on one atomic backend: exactly the limit under every algorithm, with the
+/// decisions of both limiters waiting on the backend's own lock at once (the adapter holds
+/// none of its own around them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_limiters_on_one_atomic_backend_admit_exactly_the_limit_under_concurrency() {
+    for algorithm in Algorithm::ALL {
+        let backend = Transactional::default();
+        let atomic = || StateBackedStore::atomic(backend.clone());
+        let outcome = admitted_and_denied(algorithm, atomic).await;
+        assert_eq!(outcome, (10, 50), "{algorithm}");
+        let most = backend.most_in_flight.load(Ordering::SeqCst);
+        assert!(
+            most > 2,
+            "{algorithm}: at most {most} updates under way at once"
+        );
+    }
+}
+
+/// An atomic backend that never answers: a store failure like any other, answered as the
+/// layer's `OnStoreError` says.
+#[tokio::test]
+async fn an_atomic_backend_that_fails_is_answered_by_on_store_error() {
+    #[derive(Clone)]
+    struct Down;
+    impl AtomicStateStore for Down {
+        async fn update(
+            &self,
+            _: &str,
+            _: impl FnMut(Option<&[u8]>) -> Update + Send,
+        ) -> Result<(), StoreError> {
+            Err(StoreError::backend("connection refused"))
+        }
+        async fn delete(&self, _: &str) -> Result<(), StoreError> {
+            Err(StoreError::backend("connection refused"))
+        }
+    }
+    for (on_error, status) in [(OnStoreError::Deny, 503), (OnStoreError::Allow, 200)] {
+        let layer = RateLimitLayer::builder()
+            .quota(Quota::per_minute(10).unwrap())
+            .key(key::Global)
+            .store(StateBackedStore::atomic(Down))
+            .on_store_error(on_error)
+            .build()
+            .unwrap();
+        let mut service = tower::ServiceBuilder::new()
+            .layer(layer)
+            .service(crate::ok_service());
+        for _ in 0..3 {
+            let response = service
+                .ready()
+                .await
+                .unwrap()
+                .call(http::Request::new(()))
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), status, "{on_error:?}");
+        }
+    }
 }
