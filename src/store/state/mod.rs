@@ -29,9 +29,9 @@
 //! Passed to the layer's builder, a `StateBackedStore` gets what the built-in stores get: the
 //! cache of denials, leases for hot keys (taken and given back exactly, one write each),
 //! timeouts, the circuit breaker and the fallback. Peek, reset, block and refund work
-//! through it too, in both forms. Time comes from the adapter's clock (the system's by default), so the
-//! instances sharing a backend should keep their clocks in sync (NTP), as with a
-//! [`RedisStore`](super::RedisStore) given a clock.
+//! through it too, in both forms. Time comes from the adapter's clock (the system's by
+//! default), so the instances sharing a backend should keep their clocks in sync (NTP), as
+//! with a [`RedisStore`](super::RedisStore) given a clock.
 //!
 //! # The state's bytes
 //!
