@@ -172,6 +172,38 @@ pub enum Update {
 /// A backend that updates a key's bytes in one atomic step: the other form of a store of your
 /// own, for backends with a lock or transactions rather than versions (see the
 /// [module docs](self)). [`StateBackedStore::atomic`] decides every algorithm on it.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+/// use tollgate::store::{AtomicStateStore, StateBackedStore, StoreError, Update};
+///
+/// /// States in a map, updated under its lock. Expiry is left out for brevity.
+/// #[derive(Default)]
+/// struct Map(Mutex<HashMap<String, Vec<u8>>>);
+///
+/// impl AtomicStateStore for Map {
+///     async fn update(
+///         &self,
+///         key: &str,
+///         mut decide: impl FnMut(Option<&[u8]>) -> Update + Send,
+///     ) -> Result<(), StoreError> {
+///         let mut map = self.0.lock().unwrap();
+///         if let Update::Set { bytes, .. } = decide(map.get(key).map(Vec::as_slice)) {
+///             map.insert(key.to_owned(), bytes);
+///         }
+///         Ok(())
+///     }
+///
+///     async fn delete(&self, key: &str) -> Result<(), StoreError> {
+///         self.0.lock().unwrap().remove(key);
+///         Ok(())
+///     }
+/// }
+///
+/// let store = StateBackedStore::atomic(Map::default());
+/// # let _ = store;
+/// ```
 pub trait AtomicStateStore: Send + Sync + 'static {
     /// Calls `decide` with `key`'s state (`None` if it has none: never written, deleted, or
     /// expired) and applies the [`Update`] it returns, with nothing else changing the key in
