@@ -72,7 +72,8 @@
 //!   names or on a Redis Cluster.
 //! - `tls`: `rediss://` URLs, by rustls with the system's root certificates.
 //! - `memcached`: [`store::MemcachedStore`], the algorithms on memcached servers (compare-and-set
-//!   through async-memcached's meta commands).
+//!   through async-memcached's meta commands), listed or named by a DNS SRV record
+//!   ([`store::MemcachedSrv`], through hickory-resolver).
 //! - `axum` (default): [`key::PeerIp`] (and [`key::ClientIp`]) read the peer address axum
 //!   records as `ConnectInfo<SocketAddr>`. Nothing else needs axum: the layer serves any
 //!   `Service<http::Request<B>>`, axum's routers included, without it.

@@ -151,7 +151,7 @@ pub trait Store: Send + Sync + 'static {
 mod memcached;
 #[cfg(feature = "memcached")]
 #[cfg_attr(docsrs, doc(cfg(feature = "memcached")))]
-pub use self::memcached::MemcachedStore;
+pub use self::memcached::{MemcachedSrv, MemcachedStore};
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "tls")]

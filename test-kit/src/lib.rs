@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 
+pub mod dns;
 pub mod log;
 pub mod memcached;
 

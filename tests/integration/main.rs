@@ -32,6 +32,7 @@ mod denial_cache;
 mod failover;
 mod grpc;
 mod http;
+mod memcached_srv;
 mod memcached_store;
 mod metrics;
 mod own_store;

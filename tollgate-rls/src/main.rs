@@ -135,9 +135,9 @@ async fn run(settings: Settings) -> ExitCode {
     if let Some(redis) = store {
         builder = builder.store(redis);
     }
-    let described = match settings.memcached.as_deref() {
+    let described = match &settings.memcached {
         None => described,
-        Some(servers) => match store::memcached(servers, &settings.key_prefix) {
+        Some(memcached) => match store::memcached(memcached, &settings.key_prefix).await {
             Ok((memcached, described)) => {
                 builder = builder.store(memcached);
                 described

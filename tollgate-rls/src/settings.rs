@@ -62,8 +62,8 @@ pub(crate) struct Settings {
     /// The three header names, when `LIMIT_RESPONSE_HEADERS_ENABLED`.
     pub(crate) headers: Option<[String; 3]>,
     pub(crate) redis: Option<Redis>,
-    /// With `BACKEND_TYPE=memcache`: the memcached servers (`host:port`), in place of Redis.
-    pub(crate) memcached: Option<Vec<String>>,
+    /// With `BACKEND_TYPE=memcache`: where the memcached servers are, in place of Redis.
+    pub(crate) memcached: Option<Memcached>,
     /// `CACHE_KEY_PREFIX`: before every key, in Redis or memcached.
     pub(crate) key_prefix: String,
     pub(crate) store_timeout: Duration,
@@ -116,6 +116,16 @@ pub(crate) struct Redis {
     /// `REDIS_POOL_SIZE` (the reference's default, 10).
     pub(crate) pool_size: usize,
     pub(crate) prefix: String,
+}
+
+/// Where the memcached servers of `BACKEND_TYPE=memcache` are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Memcached {
+    /// `MEMCACHE_HOST_PORT`: the servers, `host:port` each.
+    Servers(Vec<String>),
+    /// `MEMCACHE_SRV`: the DNS SRV record that names them, looked up again every
+    /// `MEMCACHE_SRV_REFRESH` (zero, the default: never).
+    Srv { name: String, refresh: Duration },
 }
 
 /// Variables of the reference that tollgate-rls accepts and does not use, and why.
@@ -384,11 +394,11 @@ impl Settings {
 
 /// The store `BACKEND_TYPE` names, as the reference's `runner.go` reads it: Redis (`redis`, or
 /// empty; `None` here), or memcached (`memcache`) at the `host:port` servers of
-/// `MEMCACHE_HOST_PORT` (a comma list, as its `settings.go` reads it). Everything else stops
-/// the start, and so does a memcached setting without `BACKEND_TYPE=memcache`, rather than
-/// leave each instance counting alone. `MEMCACHE_SRV` (servers from a DNS SRV record) is not
-/// supported yet.
-fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>, String> {
+/// `MEMCACHE_HOST_PORT` (a comma list, as its `settings.go` reads it) or of the DNS SRV record
+/// `MEMCACHE_SRV`, looked up again every `MEMCACHE_SRV_REFRESH`. Everything else stops the
+/// start, and so does a memcached setting without `BACKEND_TYPE=memcache`, rather than leave
+/// each instance counting alone, and `MEMCACHE_SRV_REFRESH` without `MEMCACHE_SRV`.
+fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<Option<Memcached>, String> {
     let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
     let memcache = match var("BACKEND_TYPE").as_deref().map(str::trim) {
         None | Some("" | "redis") => false,
@@ -400,7 +410,7 @@ fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>,
         }
     };
     if !memcache {
-        for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {
+        for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH"] {
             if set(name).is_some() {
                 return Err(format!(
                     "{name} is set: memcached is used with BACKEND_TYPE=memcache only"
@@ -414,10 +424,23 @@ fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>,
         (Some(_), Some(_)) => {
             Err("MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set: set one".into())
         }
-        (None, Some(srv)) => Err(format!(
-            "MEMCACHE_SRV={srv:?}: servers from a DNS SRV record are not supported yet; list \
-             them in MEMCACHE_HOST_PORT"
-        )),
+        (None, Some(name)) => {
+            let refresh = match set("MEMCACHE_SRV_REFRESH") {
+                None => Duration::ZERO,
+                Some(v) => parse_duration(&v).ok_or_else(|| {
+                    format!("MEMCACHE_SRV_REFRESH={v:?}: expected a duration such as 30s or 5m")
+                })?,
+            };
+            Ok(Some(Memcached::Srv {
+                name: name.trim().to_owned(),
+                refresh,
+            }))
+        }
+        (Some(_), None) if set("MEMCACHE_SRV_REFRESH").is_some() => Err(
+            "MEMCACHE_SRV_REFRESH is set: it refreshes the servers of MEMCACHE_SRV, not of \
+             MEMCACHE_HOST_PORT"
+                .into(),
+        ),
         (None, None) => Err("BACKEND_TYPE=memcache: set MEMCACHE_HOST_PORT".into()),
         (Some(list), None) => {
             let servers: Vec<String> = (list.split(','))
@@ -432,7 +455,7 @@ fn backend(var: &impl Fn(&str) -> Option<String>) -> Result<Option<Vec<String>>,
                 Some(bad) => Err(format!(
                     "MEMCACHE_HOST_PORT={list:?}: {bad:?} is not host:port"
                 )),
-                None => Ok(Some(servers)),
+                None => Ok(Some(Memcached::Servers(servers))),
             }
         }
     }
@@ -611,7 +634,27 @@ mod tests {
         };
         assert_eq!(
             memcache(&[("MEMCACHE_HOST_PORT", "a:11211, b:11212")]),
-            Ok(Some(vec!["a:11211".to_owned(), "b:11212".to_owned()]))
+            Ok(Some(Memcached::Servers(vec![
+                "a:11211".to_owned(),
+                "b:11212".to_owned()
+            ])))
+        );
+        assert_eq!(
+            memcache(&[("MEMCACHE_SRV", "_memcache._tcp.cache")]),
+            Ok(Some(Memcached::Srv {
+                name: "_memcache._tcp.cache".to_owned(),
+                refresh: Duration::ZERO
+            }))
+        );
+        assert_eq!(
+            memcache(&[
+                ("MEMCACHE_SRV", "_memcache._tcp.cache"),
+                ("MEMCACHE_SRV_REFRESH", "1m30s")
+            ]),
+            Ok(Some(Memcached::Srv {
+                name: "_memcache._tcp.cache".to_owned(),
+                refresh: Duration::from_secs(90)
+            }))
         );
         for (vars, starts) in [
             (vec![], "BACKEND_TYPE=memcache: set MEMCACHE_HOST_PORT"),
@@ -620,8 +663,18 @@ mod tests {
                 "MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set",
             ),
             (
-                vec![("MEMCACHE_SRV", "_m._tcp.x")],
-                "MEMCACHE_SRV=\"_m._tcp.x\": servers from",
+                vec![
+                    ("MEMCACHE_SRV", "_m._tcp.x"),
+                    ("MEMCACHE_SRV_REFRESH", "often"),
+                ],
+                "MEMCACHE_SRV_REFRESH=\"often\": expected a duration",
+            ),
+            (
+                vec![
+                    ("MEMCACHE_HOST_PORT", "a:1"),
+                    ("MEMCACHE_SRV_REFRESH", "1m"),
+                ],
+                "MEMCACHE_SRV_REFRESH is set: it refreshes",
             ),
             (
                 vec![("MEMCACHE_HOST_PORT", "a")],
@@ -636,7 +689,7 @@ mod tests {
             e.starts_with("BACKEND_TYPE=\"dynamo\": expected redis or memcache"),
             "{e}"
         );
-        for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV"] {
+        for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH"] {
             let e = settings(&[(name, "memcached:11211")]).unwrap_err();
             assert!(e.starts_with(&format!("{name} is set")), "{e}");
         }

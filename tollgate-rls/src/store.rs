@@ -1,10 +1,10 @@
 //! The store the settings name: Redis (standalone, Sentinel or Cluster) at `REDIS_URL` in the
-//! reference's forms, memcached at `MEMCACHE_HOST_PORT` with `BACKEND_TYPE=memcache`, or
-//! memory without either.
+//! reference's forms, memcached at `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV` with
+//! `BACKEND_TYPE=memcache`, or memory without either.
 
-use tollgate::store::{MemcachedStore, RedisOptions, RedisStore, RedisTls};
+use tollgate::store::{MemcachedSrv, MemcachedStore, RedisOptions, RedisStore, RedisTls};
 
-use crate::settings::Redis;
+use crate::settings::{Memcached, Redis};
 
 /// The Redis store the settings name (`None`: the memory store), and a description of it for
 /// the log (credentials left out).
@@ -55,19 +55,31 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
     ))
 }
 
-/// The memcached store on `servers` (`host:port` each) with the key prefix `prefix` (none
-/// when empty), and a description of it for the log.
-pub(crate) fn memcached(
-    servers: &[String],
+/// The memcached store `memcached` names, with the key prefix `prefix` (none when empty), and
+/// a description of it for the log. Servers from an SRV record are looked up here: a lookup
+/// that fails stops the start, as in the reference's `newMemcachedFromSrv`.
+pub(crate) async fn memcached(
+    memcached: &Memcached,
     prefix: &str,
 ) -> Result<(MemcachedStore, String), String> {
-    let store = MemcachedStore::new(servers.iter().cloned())
-        .map_err(|e| format!("MEMCACHE_HOST_PORT: {e}"))?;
+    let store = match memcached {
+        Memcached::Servers(servers) => MemcachedStore::new(servers.iter().cloned())
+            .map_err(|e| format!("MEMCACHE_HOST_PORT: {e}"))?,
+        Memcached::Srv { name, refresh } => {
+            let srv = MemcachedSrv::new(name.as_str()).refresh_every(*refresh);
+            (MemcachedStore::from_srv(srv).await).map_err(|e| format!("MEMCACHE_SRV: {e}"))?
+        }
+    };
+    let servers = store.servers().join(",");
     let store = match prefix {
         "" => store,
         prefix => store.prefix(prefix),
     };
-    Ok((store, format!("memcached ({})", servers.join(","))))
+    let described = match memcached {
+        Memcached::Servers(_) => format!("memcached ({servers})"),
+        Memcached::Srv { name, .. } => format!("memcached ({name}: {servers})"),
+    };
+    Ok((store, described))
 }
 
 /// The comma-separated list of `REDIS_URL`, trimmed. Where it holds URLs, it is split only at a

@@ -1,13 +1,13 @@
-//! The built `tollgate-rls` on memcached (`BACKEND_TYPE=memcache`, `MEMCACHE_HOST_PORT`, as
-//! the reference's `src/settings/settings.go` reads them): two instances on one memcached
-//! exact at the limit, all at once and at 64 in flight; memcached settings that cannot work
-//! stop the start.
+//! The built `tollgate-rls` on memcached (`BACKEND_TYPE=memcache`, `MEMCACHE_HOST_PORT` or
+//! `MEMCACHE_SRV`, as the reference's `src/settings/settings.go` reads them): two instances on
+//! one memcached exact at the limit, all at once and at 64 in flight, and on the servers of a
+//! DNS SRV record; memcached settings that cannot work stop the start.
 
 mod support;
 
 use std::sync::Arc;
 
-use support::{ask, request, run_to_exit, MemcachedServer, Rls, Runtime};
+use support::{ask, request, run_to_exit, MemcachedServer, Rls, Runtime, SrvServer, RESOLV_CONF};
 use tollgate::rls::proto::rate_limit_response::Code;
 
 const OK: i32 = Code::Ok as i32;
@@ -72,6 +72,46 @@ async fn two_instances_on_one_memcached_admit_exactly_the_limit() {
     assert_eq!(asks(&clients, "64-in-flight", 64).await, (100, 200));
 }
 
+/// The reference's `src/memcached/cache_impl.go` (`newMemcachedFromSrv`) looks `MEMCACHE_SRV`
+/// up at the start, through the system's resolver (`src/srv/srv.go`), sorts the servers, and
+/// panics when the lookup fails. Here the name server is the test's, on 127.0.0.1:53, named
+/// by the `/etc/resolv.conf` the binary sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_the_servers_of_an_srv_record_admit_exactly_the_limit() {
+    let (one, two) = (MemcachedServer::start(), MemcachedServer::start());
+    let mut servers = [one.address(), two.address()];
+    servers.sort();
+    let addresses: Vec<_> = servers.iter().map(|s| s.parse().unwrap()).collect();
+    let dns = SrvServer::start_at("127.0.0.1:53", &addresses);
+    let runtime = Runtime::new("memcached-srv");
+    runtime.write("shared.yaml", SHARED);
+    let resolv_conf = runtime.root.join("resolv.conf");
+    std::fs::write(&resolv_conf, "nameserver 127.0.0.1\n").unwrap();
+    let env = [
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_SRV", "_memcache._tcp.cache.test"),
+        ("MEMCACHE_SRV_REFRESH", "1s"),
+        ("STORE_TIMEOUT", "5s"),
+        (RESOLV_CONF, resolv_conf.to_str().unwrap()),
+    ];
+    let a = Rls::start(&runtime, &env);
+    let b = Rls::start(&runtime, &env);
+    let listed = format!(
+        "store=memcached (_memcache._tcp.cache.test: {})",
+        servers.join(",")
+    );
+    assert!(a.line.contains(&listed), "{}", a.line);
+    let clients = [a.client().await, b.client().await];
+    assert_eq!(asks(&clients, "srv", 64).await, (100, 200));
+    assert!(dns.queries() >= 2, "{}", dns.queries());
+
+    // A record that names no server stops the start (status 2), naming the variable.
+    dns.set(&[]);
+    let (status, stderr) = run_to_exit(&runtime.root, &env);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MEMCACHE_SRV: "), "{stderr}");
+}
+
 #[test]
 fn memcached_settings_that_cannot_work_stop_the_start() {
     let runtime = Runtime::new("memcached-settings");
@@ -88,6 +128,10 @@ fn memcached_settings_that_cannot_work_stop_the_start() {
         (
             vec![("MEMCACHE_HOST_PORT", "127.0.0.1:11211")],
             "MEMCACHE_HOST_PORT",
+        ),
+        (
+            vec![("BACKEND_TYPE", "memcache"), ("MEMCACHE_SRV", "cache.test")],
+            "MEMCACHE_SRV: ",
         ),
     ] {
         let (status, stderr) = run_to_exit(&runtime.root, &env);

@@ -16,8 +16,10 @@ use crate::store::state::StateBacked;
 use crate::store::Store;
 
 mod servers;
+mod srv;
 
-use servers::Servers;
+use servers::{ServerList, Servers};
+pub use srv::MemcachedSrv;
 
 /// Keeps rate-limit state in memcached, shared by every instance of the app, exactly at the
 /// limit: each decision reads the key's state with its CAS unique (`mg`), decides with the
@@ -120,6 +122,16 @@ impl MemcachedStore {
     /// digest of a key memcached cannot take).
     pub fn state_key(&self, key: &str, policy: &Policy) -> String {
         self.inner.state_key(key, policy)
+    }
+
+    /// The servers it uses now (`host:port`), in the order that spreads the keys.
+    pub fn servers(&self) -> Vec<String> {
+        self.inner.backend.addresses()
+    }
+
+    /// Its servers' list, for [`from_srv`](Self::from_srv)'s refresh to replace.
+    fn server_list(&self) -> ServerList {
+        self.inner.backend.list()
     }
 
     fn rebuild(self, f: impl FnOnce(StateBacked<Servers>) -> StateBacked<Servers>) -> Self {

@@ -2,6 +2,7 @@
 //! one server chosen by a hash of the key that every instance computes alike.
 
 use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_memcached::{Client, Error, MetaProtocol, Status};
@@ -48,8 +49,20 @@ impl Manager for Connect {
     }
 }
 
-/// memcached servers, as the state store of the algorithms.
+/// memcached servers, as the state store of the algorithms. The list can be replaced while
+/// decisions are under way (servers from a DNS SRV record, looked up again): a decision
+/// uses the list it started with.
 pub(crate) struct Servers {
+    ring: Arc<RwLock<Arc<Ring>>>,
+}
+
+/// The list of a [`Servers`], to replace from elsewhere (a task that looks servers up again)
+/// for as long as the store lives.
+pub(crate) struct ServerList(Weak<RwLock<Arc<Ring>>>);
+
+/// One list of servers: a pool for each, in the order every instance sorts them in.
+#[derive(Default)]
+struct Ring {
     pools: Vec<Pool<Connect>>,
     addresses: Vec<String>,
 }
@@ -57,41 +70,90 @@ pub(crate) struct Servers {
 impl Servers {
     /// Pools for `addresses` (`host:port` each, at least one); no connection is opened yet.
     pub(crate) fn new(addresses: Vec<String>) -> Result<Self, String> {
+        let ring = Ring::new(addresses, &Ring::default())?;
+        Ok(Self {
+            ring: Arc::new(RwLock::new(Arc::new(ring))),
+        })
+    }
+
+    /// Its list, to replace from elsewhere.
+    pub(crate) fn list(&self) -> ServerList {
+        ServerList(Arc::downgrade(&self.ring))
+    }
+
+    /// The servers' addresses, in order.
+    pub(crate) fn addresses(&self) -> Vec<String> {
+        self.current().addresses.clone()
+    }
+
+    fn current(&self) -> Arc<Ring> {
+        Arc::clone(&self.ring.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// A connection to the server that holds `key`.
+    async fn connection(&self, key: &[u8]) -> Result<managed::Object<Connect>, StoreError> {
+        let ring = self.current();
+        let digest = Sha256::digest(key);
+        let hash = u64::from_be_bytes(digest[..8].try_into().unwrap_or_default());
+        let index = usize::try_from(hash % ring.pools.len() as u64).unwrap_or(0);
+        let index = index.min(ring.pools.len() - 1);
+        ring.pools[index]
+            .get()
+            .await
+            .map_err(|e| StoreError::backend(format!("memcached {}: {e}", ring.addresses[index])))
+    }
+}
+
+impl ServerList {
+    /// Serves keys from `addresses` from now on; `Ok(false)` if the store is gone. The
+    /// connections to servers still on the list are kept, and a server keeps its keys unless
+    /// the list's length or order changes.
+    pub(crate) fn replace(&self, addresses: Vec<String>) -> Result<bool, String> {
+        let Some(ring) = self.0.upgrade() else {
+            return Ok(false);
+        };
+        let old = Arc::clone(&ring.read().unwrap_or_else(PoisonError::into_inner));
+        let new = Arc::new(Ring::new(addresses, &old)?);
+        *ring.write().unwrap_or_else(PoisonError::into_inner) = new;
+        Ok(true)
+    }
+
+    /// Whether the store still lives.
+    pub(crate) fn in_use(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
+impl Ring {
+    /// Pools for `addresses`, reusing `old`'s for the servers it has.
+    fn new(addresses: Vec<String>, old: &Ring) -> Result<Self, String> {
         if addresses.is_empty() {
             return Err("no memcached server given".to_owned());
         }
         let pools = addresses
             .iter()
-            .map(|address| {
-                let manager = Connect {
-                    address: address.clone(),
-                };
-                Pool::builder(manager)
-                    .max_size(POOL_SIZE)
-                    .runtime(deadpool::Runtime::Tokio1)
-                    .create_timeout(Some(CONNECT_TIMEOUT))
-                    .build()
-                    .map_err(|e| format!("memcached {address}: {e}"))
-            })
+            .map(
+                |address| match old.addresses.iter().position(|a| a == address) {
+                    Some(kept) => Ok(old.pools[kept].clone()),
+                    None => pool(address),
+                },
+            )
             .collect::<Result<_, _>>()?;
         Ok(Self { pools, addresses })
     }
+}
 
-    /// The servers' addresses, in order.
-    pub(crate) fn addresses(&self) -> &[String] {
-        &self.addresses
-    }
-
-    /// A connection to the server that holds `key`.
-    async fn connection(&self, key: &[u8]) -> Result<managed::Object<Connect>, StoreError> {
-        let digest = Sha256::digest(key);
-        let hash = u64::from_be_bytes(digest[..8].try_into().unwrap_or_default());
-        let index = usize::try_from(hash % self.pools.len() as u64).unwrap_or(0);
-        let pool = &self.pools[index.min(self.pools.len() - 1)];
-        pool.get()
-            .await
-            .map_err(|e| StoreError::backend(format!("memcached {}: {e}", self.addresses[index])))
-    }
+/// A pool of connections to `address`; none is opened yet.
+fn pool(address: &str) -> Result<Pool<Connect>, String> {
+    let manager = Connect {
+        address: address.to_owned(),
+    };
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .runtime(deadpool::Runtime::Tokio1)
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .build()
+        .map_err(|e| format!("memcached {address}: {e}"))
 }
 
 /// `key` as memcached takes it: as it is when it is at most 250 bytes of printable ASCII
@@ -183,7 +245,7 @@ impl StateStore for Servers {
 impl fmt::Debug for Servers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Servers")
-            .field("addresses", &self.addresses)
+            .field("addresses", &self.addresses())
             .finish_non_exhaustive()
     }
 }

@@ -15,6 +15,7 @@ use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+pub use shared::dns::SrvServer;
 pub use shared::memcached::MemcachedServer;
 pub use shared::{client as http, command_calls, redis_cli, redis_connection, RedisServer};
 pub use shared::{free_port, shared_redis_url, temp_dir, wait_for_port, Spawned};
@@ -91,7 +92,18 @@ pub struct Rls {
 }
 
 fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(BIN);
+    let resolv_conf = env.iter().find(|(k, _)| *k == RESOLV_CONF).map(|(_, v)| *v);
+    let mut command = match resolv_conf {
+        None => Command::new(BIN),
+        // In a mount namespace of its own, with the file bound over /etc/resolv.conf.
+        Some(file) => {
+            let mut command = Command::new("unshare");
+            command.args(["--mount", "--", "sh", "-c"]);
+            command.arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$1""#);
+            command.args([file, BIN]);
+            command
+        }
+    };
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -104,11 +116,15 @@ fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
         .env("DEBUG_HOST", "127.0.0.1")
         .env("DEBUG_PORT", "0")
         .env("LOG_LEVEL", "info");
-    for (k, v) in env {
+    for (k, v) in env.iter().filter(|(k, _)| *k != RESOLV_CONF) {
         command.env(k, v);
     }
     command
 }
+
+/// Not a variable: in a test's `env`, starts the binary seeing this file as its
+/// `/etc/resolv.conf` (through `unshare --mount`, as root), to ask a test's name server.
+pub const RESOLV_CONF: &str = "(resolv.conf)";
 
 impl Rls {
     /// Starts the binary on `runtime` and waits for its `listening on` line.
