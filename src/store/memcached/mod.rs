@@ -5,18 +5,21 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
+use crate::algorithm::Algorithm;
+use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::check::Check;
 use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
-use crate::store::state::StateBacked;
+use crate::store::state::StateBackedStore;
 use crate::store::Store;
 
+mod counters;
 mod servers;
 
+use counters::Counters;
 use servers::Servers;
 
 /// Keeps rate-limit state in memcached, shared by every instance of the app, exactly at the
@@ -50,7 +53,9 @@ use servers::Servers;
 /// Clones share the same connections.
 #[derive(Clone)]
 pub struct MemcachedStore {
-    inner: Arc<StateBacked<Servers>>,
+    servers: Arc<Servers>,
+    /// Every decision but the aligned fixed window's, and the blocks of all.
+    state: StateBackedStore,
 }
 
 impl MemcachedStore {
@@ -88,15 +93,10 @@ impl MemcachedStore {
             }
             addresses.push(server);
         }
-        let servers = Servers::new(addresses).map_err(store_error)?;
-        // The first read calibrates the clock: here, not in the first request.
-        SystemClock.now();
+        let servers = Arc::new(Servers::new(addresses).map_err(store_error)?);
         Ok(Self {
-            inner: Arc::new(StateBacked::new(
-                servers,
-                Arc::new(SystemClock),
-                "tollgate".into(),
-            )),
+            state: StateBackedStore::new(Arc::clone(&servers)),
+            servers,
         })
     }
 
@@ -104,32 +104,35 @@ impl MemcachedStore {
     /// memcached.
     #[must_use]
     pub fn prefix(self, prefix: impl Into<Arc<str>>) -> Self {
-        let prefix = prefix.into();
-        self.rebuild(|inner| inner.with_prefix(prefix))
+        Self {
+            state: self.state.prefix(prefix),
+            ..self
+        }
     }
 
     /// Decides by `clock` instead of the system's (a [`ManualClock`](crate::clock::ManualClock) in
     /// tests).
     #[must_use]
     pub fn with_clock(self, clock: impl Clock) -> Self {
-        let clock: Arc<dyn Clock> = Arc::new(clock);
-        self.rebuild(|inner| inner.with_clock(clock))
+        Self {
+            state: self.state.with_clock(clock),
+            ..self
+        }
     }
 
     /// The key under which the state of the client `key` under `policy` is kept (before the
-    /// digest of a key memcached cannot take).
+    /// digest of a key memcached cannot take): for the aligned fixed window, its block; its
+    /// counts are in the window's counter (see the type's docs).
     pub fn state_key(&self, key: &str, policy: &Policy) -> String {
-        self.inner.state_key(key, policy)
+        self.state.state_key(key, policy)
     }
 
-    fn rebuild(self, f: impl FnOnce(StateBacked<Servers>) -> StateBacked<Servers>) -> Self {
-        match Arc::try_unwrap(self.inner) {
-            Ok(inner) => Self {
-                inner: Arc::new(f(inner)),
-            },
-            // Clones share their connections: a setting made on one of several changes none.
-            Err(shared) => Self { inner: shared },
-        }
+    /// The fixed-window decisions on counters, if `policy` is an aligned fixed window.
+    fn counters(&self, policy: &Policy) -> Option<Counters<'_>> {
+        (policy.algorithm() == Algorithm::FixedWindow).then_some(Counters {
+            servers: &self.servers,
+            state: &self.state,
+        })
     }
 }
 
@@ -140,23 +143,32 @@ fn store_error(message: String) -> ConfigError {
 impl fmt::Debug for MemcachedStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemcachedStore")
-            .field("servers", &self.inner.backend.addresses())
-            .field("inner", &self.inner)
+            .field("servers", &self.servers.addresses())
+            .field("state", &self.state)
             .finish()
     }
 }
 
 impl Store for MemcachedStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.inner.check(key, policy, cost, true, false).await
+        match self.counters(policy) {
+            Some(counters) => counters.check(key, policy, cost, true, false).await,
+            None => self.state.check(key, policy, cost).await,
+        }
     }
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.inner.peek(key, policy, cost).await
+        match self.counters(policy) {
+            Some(counters) => counters.peek(key, policy, cost).await,
+            None => self.state.peek(key, policy, cost).await,
+        }
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.inner.reset(key, policy).await
+        match self.counters(policy) {
+            Some(counters) => counters.reset(key, policy).await,
+            None => self.state.reset(key, policy).await,
+        }
     }
 
     async fn block(
@@ -165,30 +177,54 @@ impl Store for MemcachedStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        self.inner.block(key, policy, duration).await
+        match self.counters(policy) {
+            Some(counters) => counters.block(key, policy, duration).await,
+            None => self.state.block(key, policy, duration).await,
+        }
     }
 }
 
 impl StoreExt for MemcachedStore {
+    /// One limit after the other, as the state-backed store decides them (not atomic across
+    /// them), each on its own path.
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.inner.check_many(checks).await
+        let mut decisions = Vec::with_capacity(checks.len());
+        for c in checks {
+            let decision = match self.counters(c.policy) {
+                Some(counters) => {
+                    (counters.check(c.key, c.policy, c.cost, c.blocking, c.charge)).await?
+                }
+                None => {
+                    let one = self.state.check_many(std::slice::from_ref(c)).await?;
+                    one.into_iter().next().ok_or_else(|| {
+                        StoreError::backend("memcached: a check without its decision")
+                    })?
+                }
+            };
+            decisions.push(decision);
+        }
+        Ok(decisions)
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        self.inner.refund(key, policy, n).await
+        match self.counters(policy) {
+            Some(counters) => counters.refund(key, policy, n).await,
+            None => self.state.refund(key, policy, n).await,
+        }
     }
 
-    /// Never at once: every decision asks the backend.
+    /// Never at once: every decision asks memcached.
     fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
         None
     }
 
     fn clock(&self) -> Option<&dyn Clock> {
-        Some(self.inner.clock())
+        self.state.clock()
     }
 
-    /// Nothing kept between calls that a given-up call could leave stuck: the backend's own
-    /// connections are closed when a call on them is dropped.
+    /// Nothing kept between calls that a given-up call could leave stuck: a connection whose
+    /// call is dropped is closed, and what a decision owes a counter is given back by a task
+    /// of its own.
     fn abandoned(&self) {}
 
     fn label(&self) -> Arc<str> {
@@ -204,7 +240,10 @@ impl Leasing for MemcachedStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        self.inner.acquire(key, policy, min, max).await
+        match self.counters(policy) {
+            Some(counters) => counters.acquire(key, policy, min, max).await,
+            None => self.state.acquire(key, policy, min, max).await,
+        }
     }
 
     async fn release(
@@ -214,6 +253,9 @@ impl Leasing for MemcachedStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
-        self.inner.release(key, policy, unused, grant).await
+        match self.counters(policy) {
+            Some(counters) => counters.release(key, policy, unused, grant).await,
+            None => self.state.release(key, policy, unused, grant).await,
+        }
     }
 }
