@@ -62,7 +62,7 @@ impl At {
 /// start with `head` (`<prefix>:<policy>:fixed_window:`, where its state key is `head` and
 /// the client key): `<prefix>:<policy>:fixed_window@<start>:<client>`. Policy names hold no
 /// `:` or `@`, so no counter is ever a state key.
-fn counter_key(head: &str, start: u64, key: &str) -> String {
+pub(super) fn counter_key(head: &str, start: u64, key: &str) -> String {
     let head = head.strip_suffix(':').unwrap_or(head);
     format!("{head}@{start}:{key}")
 }
@@ -170,7 +170,9 @@ impl Counters<'_> {
             self.start_block(key, policy, &at, until).await?;
             return Ok(algorithm::blocked(&at.p, at.now, until, cost));
         }
-        let kept = if charge && policy.block_for().is_none() {
+        // Charged as the memory store charges: a blocking check of a policy that blocks never
+        // is (its denials start blocks instead).
+        let kept = if charge && (!blocking || policy.block_for().is_none()) {
             let most = at.p.limit.saturating_mul(2).max(count);
             count.saturating_add(cost).min(most) - count
         } else {

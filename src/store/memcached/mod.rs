@@ -259,3 +259,6 @@ impl Leasing for MemcachedStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
