@@ -23,18 +23,55 @@ use counters::Counters;
 use servers::Servers;
 
 /// Keeps rate-limit state in memcached, shared by every instance of the app, exactly at the
-/// limit: each decision reads the key's state with its CAS unique (`mg`), decides with the
-/// same state machines as [`MemoryStore`](super::MemoryStore), and writes the new state only
-/// if nobody wrote it in between (`ms` with `C<cas>`, or in add mode for a new key), with a
-/// time to live as long as the algorithm needs it; otherwise it decides again on the newer
-/// state (see [`state`](super::state), whose byte format it stores). Denials write nothing.
+/// limit.
+///
+/// **The aligned fixed window** ([`Algorithm::FixedWindow`]) counts on memcached's own
+/// arithmetic, as the reference rate limit service does: a plain counter per client per
+/// window. A decision adds its cost to the counter of the window that holds now and creates it
+/// if it is the window's first, to live until the window ends (memcached's meta arithmetic,
+/// `ma` with `N`/`J`), while it reads the client's block, both at once; it then decides on the
+/// count the addition returned, exactly as [`MemoryStore`](super::MemoryStore) decides on its
+/// own. A request the limit refuses gives its cost back (`ma` in decrement mode), so it counts
+/// against no later one, except where denied hits are charged (tollgate-rls charges every
+/// hit, as the reference does). So an allowed decision is one round trip of latency (two
+/// commands, sent at once) and a refused one two; nothing is compared-and-set and no decision
+/// waits for another, however hot the key. While a refused request's cost is still counted,
+/// a concurrent request that would just have fit may be refused too: under-admission for a
+/// round trip, never over-admission. A decision given up while its addition is on the wire
+/// may leave its cost counted until the window ends; one given up after it still gives back
+/// what it owes (in a task of its own). Leases take up to the lease's size in one addition and
+/// give back at once what did not fit; a lease's unused units go back with a read and a
+/// compare-and-set of the counter, while its window lasts.
+///
+/// **Every other algorithm** reads the key's state with its CAS unique (`mg`), decides with the
+/// same state machines as the memory store, and writes the new state only if nobody wrote it
+/// in between (`ms` with `C<cas>`, or in add mode for a new key), with a time to live as long
+/// as the algorithm needs it; otherwise it decides again on the newer state (see
+/// [`StateBackedStore`](super::StateBackedStore), whose byte format it stores). Denials write
+/// nothing. [`Algorithm::FixedWindowFromFirst`] stays on this path: its window opens at a
+/// client's first request, which a counter cannot tell (memcached keeps a key's expiry in whole
+/// seconds and never says when a key was made).
+///
+/// # Keys
+///
+/// With the default prefix `tollgate`, a client `k` under a policy `api`:
+///
+/// | key | what |
+/// | --- | --- |
+/// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::state), or for the aligned fixed window only its block, if it is blocked |
+/// | `tollgate:api:fixed_window@<window start, µs since the epoch>:k` | the aligned fixed window's count in that window, in decimal, living until the window ends (and memcached's second more) |
+///
+/// A key longer than 250 bytes, or with bytes memcached does not take, is `#` and its SHA-256
+/// in hex. Blocks (after a breach, or [`block`](Store::block)) forget the window's count, as
+/// the memory store forgets the state of a client it blocks.
 ///
 /// Several servers share the keys: each key lives on one, chosen by a hash of the key that
 /// every instance computes alike. memcached keeps no time of its own that a client can read,
 /// so the instances decide by their clocks (the system's, kept in sync by NTP, or
-/// [`with_clock`](Self::with_clock)'s). A server that does not answer is a store failure like
-/// any other: the layer's timeout, circuit breaker and `OnStoreError` handle it; a restarted
-/// one starts every client with a whole quota.
+/// [`with_clock`](Self::with_clock)'s); the fixed window's counters are those of the window each
+/// instance's clock is in. A server that does not answer is a store failure like any other:
+/// the layer's timeout, circuit breaker and `OnStoreError` handle it; a restarted one starts
+/// every client with a whole quota.
 ///
 /// ```
 /// use tollgate::store::MemcachedStore;

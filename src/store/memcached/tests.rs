@@ -118,6 +118,13 @@ fn two_instances(test: &str) -> ([MemcachedStore; 2], ManualClock) {
 /// 200 asks at once over two instances on a four-thread runtime, each of `cost`, against a
 /// fixed window of 50: exactly as many admitted as fit, and what the refused ones added is
 /// given back (the window has exactly the rest left).
+///
+/// The reference counts a window in memcached as these counters do (its
+/// `src/memcached/cache_impl.go`, `increaseAsync`, lines 153-180: `Increment` by the hits,
+/// on a miss `Add` with the window's expiry, on `NotStored` `Increment` again; here one `ma`
+/// with `N`/`J` does all three), but it decides on a `GetMulti` made before the increment
+/// (lines 113-140), so two instances can both admit the last unit; deciding on the count the
+/// increment returns is what makes this exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_admit_exactly_the_limit_of_a_fixed_window_at_once() {
     for (cost, fit) in [(1, 50), (3, 16)] {

@@ -139,7 +139,7 @@ pub trait StateStore: Send + Sync + 'static {
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
-/// A backend behind an [`Arc`] is the same backend: one kept beside the store that decides
+/// A backend behind an [`Arc`](std::sync::Arc) is the same backend: one kept beside the store that decides
 /// on it (the memcached store's counters share its servers).
 impl<S: StateStore> StateStore for std::sync::Arc<S> {
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Versioned>, StoreError>> + Send {
