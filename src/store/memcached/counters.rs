@@ -58,10 +58,10 @@ impl At {
     }
 }
 
-/// The counter of the window opening at `start` for the client `key` whose policy's keys
-/// start with `head` (`<prefix>:<policy>:fixed_window:`, where its state key is `head` and
-/// the client key): `<prefix>:<policy>:fixed_window@<start>:<client>`. Policy names hold no
-/// `:` or `@`, so no counter is ever a state key.
+/// The counter of the window opening at `start` for the client `key`, whose state key is
+/// `head` (`<prefix>:<policy>:fixed_window:`) followed by `key`:
+/// `<prefix>:<policy>:fixed_window@<start>:<key>`. Policy names hold no `:` or `@`, so no
+/// counter is ever a state key.
 pub(super) fn counter_key(head: &str, start: u64, key: &str) -> String {
     let head = head.strip_suffix(':').unwrap_or(head);
     format!("{head}@{start}:{key}")
@@ -72,7 +72,7 @@ impl Counters<'_> {
         let p = *policy.params();
         let block = self.state.state_key(key, policy);
         let start = start.unwrap_or_else(|| window_start(&p, now));
-        let head = &block[..block.len() - key.len()];
+        let head = block.strip_suffix(key).unwrap_or(&block);
         let counter = counter_key(head, start, key);
         At {
             block,
