@@ -1,5 +1,6 @@
 //! Run with `cargo bench --bench store_backends` (about a minute and a half; needs `memcached`
-//! and `redis-server` on the PATH). Prints one Markdown table.
+//! and `redis-server` on the PATH). Prints one Markdown table. `cargo bench --bench
+//! store_backends -- WORDS` runs only the loads whose label contains `WORDS` (e.g. `fixed`).
 //!
 //! Decisions per second and store round trips per decision on `MemcachedStore` against
 //! `RedisStore`, in the same run. Each decision is a whole request through `RateLimitLayer`
@@ -14,14 +15,17 @@
 //! - 10,000 keys in turn, a quota far above the load (every answer allowed, every decision
 //!   writes);
 //! - one hot key, the same quota: the two instances' compare-and-sets on memcached conflict;
+//! - one hot key, the same quota, an aligned fixed window: memcached's own arithmetic, no
+//!   compare-and-set;
 //! - one hot key with `lease = "auto"`: each instance decides locally from units leased in one
 //!   store call (the counters are read 1.2 s after the run, so that the leases' give-backs are
 //!   counted too);
 //! - one hot key at a quota that is hit ([`HOT_LIMIT`] per second between the instances).
 //!
 //! Round trips come from the servers' own counters, read before and after each run: memcached's
-//! `stats` (`cmd_get` counts `mg`, `cmd_set` counts `ms`, refused compare-and-sets are
-//! `cas_badval` and `cas_misses`), Redis's `INFO commandstats` (`EVALSHA` and `EVAL` calls: the
+//! `stats` (`cmd_get` counts `mg`, `cmd_set` counts `ms`, `incr_*` and `decr_*` count `ma`
+//! but the one that creates a window's counter, refused compare-and-sets are `cas_badval` and
+//! `cas_misses`), Redis's `INFO commandstats` (`EVALSHA` and `EVAL` calls: the
 //! commands a script runs are counted there too, without a round trip of their own). A store failure would answer 503 (`OnStoreError::Deny`) and is
 //! counted.
 //!
@@ -40,7 +44,7 @@ use http::{HeaderValue, Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate::rules::{Lease, Rule};
 use tollgate::store::{MemcachedStore, OnStoreError, RedisStore, Store};
-use tollgate::{key, Quota, RateLimitLayer};
+use tollgate::{key, Algorithm, Quota, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 /// Requests in flight on each of the two instances.
@@ -79,7 +83,7 @@ fn unlimited() -> Quota {
     Quota::per_second(1_000_000).expect("a valid quota")
 }
 
-const LOADS: [Load; 4] = [
+const LOADS: [Load; 5] = [
     Load {
         label: "10,000 keys in turn",
         rule: || Rule::new("spread", unlimited()),
@@ -89,6 +93,12 @@ const LOADS: [Load; 4] = [
     Load {
         label: "one hot key",
         rule: || Rule::new("hot", unlimited()),
+        keys: 1,
+        leased: false,
+    },
+    Load {
+        label: "one hot key, fixed window",
+        rule: || Rule::new("hot-fixed", unlimited()).algorithm(Algorithm::FixedWindow),
         keys: 1,
         leased: false,
     },
@@ -175,8 +185,17 @@ async fn run(memcached_port: u16, redis_port: u16) {
         .create_pool(Some(deadpool_redis::Runtime::Tokio1))
         .expect("a pool");
     let prefix = format!("backends{}", std::process::id());
+    // Words after `--`, if any: only the loads whose label holds them.
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let loads: Vec<&Load> = LOADS
+        .iter()
+        .filter(|load| words.is_empty() || words.iter().any(|w| load.label.contains(w.as_str())))
+        .collect();
     let mut setups = Vec::new();
-    for load in &LOADS {
+    for load in &loads {
         let keys: Vec<HeaderValue> = (0..load.keys)
             .map(|i| HeaderValue::from_str(&format!("client-{i}")).expect("a header value"))
             .collect();
@@ -216,11 +235,11 @@ async fn run(memcached_port: u16, redis_port: u16) {
 
     println!(
         "| load | memcached decisions/s | Redis decisions/s | memcached / Redis | \
-         memcached round trips per decision (`mg` + `ms`) | refused compare-and-sets per \
+         memcached round trips per decision (`mg` + `ms` + `ma`) | refused compare-and-sets per \
          decision | Redis round trips per decision | allowed, memcached / Redis |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for (load, pair) in LOADS.iter().zip(runs.chunks(2)) {
+    for (load, pair) in loads.iter().zip(runs.chunks(2)) {
         let (memcached, redis) = (&pair[0], &pair[1]);
         let ratios: Vec<f64> = memcached
             .iter()
@@ -247,7 +266,10 @@ async fn run(memcached_port: u16, redis_port: u16) {
         }
     }
     println!();
-    let limited = &runs[6..8];
+    let limited = loads
+        .iter()
+        .position(|load| load.label.contains("at its limit"));
+    let limited = limited.map_or(&[][..], |at| &runs[2 * at..2 * at + 2]);
     for (name, runs) in ["memcached", "Redis"].iter().zip(limited) {
         let t = total(runs);
         println!(
@@ -386,6 +408,10 @@ impl Counters {
                     sum(&[
                         "cmd_get",
                         "cmd_set",
+                        "incr_hits",
+                        "incr_misses",
+                        "decr_hits",
+                        "decr_misses",
                         "cmd_touch",
                         "delete_hits",
                         "delete_misses",

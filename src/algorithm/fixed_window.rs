@@ -9,8 +9,21 @@
 //! can never be allowed: it is denied with `retry_after = None`.
 
 use super::window::Window;
-use super::Params;
+use super::{Params, State};
 use crate::decision::Decision;
+
+/// The start (µs) of the window that holds `now`.
+pub(crate) fn window_start(p: &Params, now: u64) -> u64 {
+    now - now % p.period.max(1)
+}
+
+impl State {
+    /// A fixed-window state that has counted `count` in the window opening at `start`: what a
+    /// store that keeps a plain counter per window decides with.
+    pub(crate) fn fixed_window(start: u64, count: u64) -> Self {
+        State::FixedWindow(FixedWindow(Window { start, count }))
+    }
+}
 
 /// One key's fixed-window state. `Default` is a key with no history.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -19,7 +32,7 @@ pub(crate) struct FixedWindow(pub(super) Window);
 impl FixedWindow {
     /// Decides a request of `cost` at `now`; stores the new count only when allowed.
     pub(crate) fn check(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
-        let aligned = now - now % p.period.max(1);
+        let aligned = window_start(p, now);
         // A clock that went back (into an earlier window) stays in the stored window.
         let current = self.0.started().is_some_and(|start| aligned <= start);
         self.0.check(p, now, cost, current, aligned)
@@ -27,7 +40,7 @@ impl FixedWindow {
 
     /// Records a denied request of `cost` at `now` (charged while over): see `Window::record`.
     pub(crate) fn record(&mut self, p: &Params, now: u64, cost: u64) {
-        let aligned = now - now % p.period.max(1);
+        let aligned = window_start(p, now);
         let current = self.0.started().is_some_and(|start| aligned <= start);
         self.0.record(p, cost, current, aligned);
     }
@@ -35,7 +48,7 @@ impl FixedWindow {
     /// From the end of the stored window on, the key decides like a new one.
     /// Gives back `n` units of the current window.
     pub(crate) fn refund(&mut self, p: &Params, now: u64, n: u64) {
-        let aligned = now - now % p.period.max(1);
+        let aligned = window_start(p, now);
         let current = self.0.started().is_some_and(|start| aligned <= start);
         self.0.refund(current, n);
     }

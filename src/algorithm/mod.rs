@@ -22,6 +22,7 @@ mod token_bucket;
 mod window;
 
 pub(crate) use encoding::Saved;
+pub(crate) use fixed_window::window_start;
 pub(crate) use gcra::Gcra;
 
 /// How requests are counted against a [`Quota`](crate::Quota). See the

@@ -169,32 +169,32 @@ async fn a_killed_memcached_fails_open_within_the_timeout_and_counts_again_once_
 }
 
 /// A memcached that keeps its socket but answers nothing (SIGSTOP): every request is answered
-/// within the store timeout, denied with `OnStoreError::Deny`.
+/// within the store timeout, denied with `OnStoreError::Deny`, on the state path and on the
+/// aligned fixed window's counters alike.
 #[tokio::test]
 async fn a_hung_memcached_is_a_store_failure_within_the_timeout() {
-    let server = MemcachedServer::start();
-    let store = MemcachedStore::from_url(&server.url()).unwrap();
-    let timeout = Duration::from_millis(50);
-    let mut service = limiter(
-        store,
-        Algorithm::TokenBucket,
-        5,
-        OnStoreError::Deny,
-        timeout,
-    );
-    let ready = service.ready().await.unwrap();
-    assert_eq!(
-        ready.call(http::Request::new(())).await.unwrap().status(),
-        200
-    );
-    server.pause();
-    for _ in 0..20 {
-        let started = Instant::now();
+    for algorithm in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
+        let server = MemcachedServer::start();
+        let store = MemcachedStore::from_url(&server.url()).unwrap();
+        let timeout = Duration::from_millis(50);
+        let mut service = limiter(store, algorithm, 5, OnStoreError::Deny, timeout);
         let ready = service.ready().await.unwrap();
-        let status = ready.call(http::Request::new(())).await.unwrap().status();
-        let took = started.elapsed();
-        assert_eq!(status, 503);
-        assert!(took < timeout + Duration::from_millis(100), "{took:?}");
+        assert_eq!(
+            ready.call(http::Request::new(())).await.unwrap().status(),
+            200
+        );
+        server.pause();
+        for _ in 0..20 {
+            let started = Instant::now();
+            let ready = service.ready().await.unwrap();
+            let status = ready.call(http::Request::new(())).await.unwrap().status();
+            let took = started.elapsed();
+            assert_eq!(status, 503, "{algorithm}");
+            assert!(
+                took < timeout + Duration::from_millis(100),
+                "{algorithm}: {took:?}"
+            );
+        }
+        server.resume();
     }
-    server.resume();
 }

@@ -5,35 +5,75 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
+use crate::algorithm::Algorithm;
+use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
 use crate::store::check::Check;
 use crate::store::contract::{Leasing, StoreExt};
 use crate::store::grant::Grant;
-use crate::store::state::StateBacked;
+use crate::store::state::StateBackedStore;
 use crate::store::Store;
 
+mod counters;
 mod servers;
 mod srv;
 
+use counters::Counters;
 use servers::{ServerList, Servers};
 pub use srv::MemcachedSrv;
 
 /// Keeps rate-limit state in memcached, shared by every instance of the app, exactly at the
-/// limit: each decision reads the key's state with its CAS unique (`mg`), decides with the
-/// same state machines as [`MemoryStore`](super::MemoryStore), and writes the new state only
-/// if nobody wrote it in between (`ms` with `C<cas>`, or in add mode for a new key), with a
-/// time to live as long as the algorithm needs it; otherwise it decides again on the newer
-/// state (see [`state`](super::state), whose byte format it stores). Denials write nothing.
+/// limit.
+///
+/// **The aligned fixed window** ([`Algorithm::FixedWindow`]) counts on memcached's own
+/// arithmetic, as the reference rate limit service does: a plain counter per client per
+/// window. A decision adds its cost to the counter of the window that holds now and creates it
+/// if it is the window's first, to live until the window ends (memcached's meta arithmetic,
+/// `ma` with `N`/`J`), while it reads the client's block, both at once; it then decides on the
+/// count the addition returned, exactly as [`MemoryStore`](super::MemoryStore) decides on its
+/// own. A request the limit refuses gives its cost back (`ma` in decrement mode), so it counts
+/// against no later one, except where denied hits are charged (tollgate-rls charges every
+/// hit, as the reference does). So an allowed decision is one round trip of latency (two
+/// commands, sent at once) and a refused one two; nothing is compared-and-set and no decision
+/// waits for another, however hot the key. While a refused request's cost is still counted,
+/// a concurrent request that would just have fit may be refused too: under-admission for a
+/// round trip, never over-admission. A decision given up while its addition is on the wire
+/// may leave its cost counted until the window ends; one given up after it still gives back
+/// what it owes (in a task of its own). Leases take up to the lease's size in one addition and
+/// give back at once what did not fit; a lease's unused units go back with a read and a
+/// compare-and-set of the counter, while its window lasts.
+///
+/// **Every other algorithm** reads the key's state with its CAS unique (`mg`), decides with the
+/// same state machines as the memory store, and writes the new state only if nobody wrote it
+/// in between (`ms` with `C<cas>`, or in add mode for a new key), with a time to live as long
+/// as the algorithm needs it; otherwise it decides again on the newer state (see
+/// [`StateBackedStore`](super::StateBackedStore), whose byte format it stores). Denials write
+/// nothing. [`Algorithm::FixedWindowFromFirst`] stays on this path: its window opens at a
+/// client's first request, which a counter cannot tell (memcached keeps a key's expiry in whole
+/// seconds and never says when a key was made).
+///
+/// # Keys
+///
+/// With the default prefix `tollgate`, a client `k` under a policy `api`:
+///
+/// | key | what |
+/// | --- | --- |
+/// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::state), or for the aligned fixed window only its block, if it is blocked |
+/// | `tollgate:api:fixed_window@<window start, µs since the epoch>:k` | the aligned fixed window's count in that window, in decimal, living until the window ends (and memcached's second more) |
+///
+/// A key longer than 250 bytes, or with bytes memcached does not take, is `#` and its SHA-256
+/// in hex. Blocks (after a breach, or [`block`](Store::block)) forget the window's count, as
+/// the memory store forgets the state of a client it blocks.
 ///
 /// Several servers share the keys: each key lives on one, chosen by a hash of the key that
 /// every instance computes alike. memcached keeps no time of its own that a client can read,
 /// so the instances decide by their clocks (the system's, kept in sync by NTP, or
-/// [`with_clock`](Self::with_clock)'s). A server that does not answer is a store failure like
-/// any other: the layer's timeout, circuit breaker and `OnStoreError` handle it; a restarted
-/// one starts every client with a whole quota.
+/// [`with_clock`](Self::with_clock)'s); the fixed window's counters are those of the window each
+/// instance's clock is in. A server that does not answer is a store failure like any other:
+/// the layer's timeout, circuit breaker and `OnStoreError` handle it; a restarted one starts
+/// every client with a whole quota.
 ///
 /// ```
 /// use tollgate::store::MemcachedStore;
@@ -52,7 +92,9 @@ pub use srv::MemcachedSrv;
 /// Clones share the same connections.
 #[derive(Clone)]
 pub struct MemcachedStore {
-    inner: Arc<StateBacked<Servers>>,
+    servers: Arc<Servers>,
+    /// Every decision but the aligned fixed window's, and the blocks of all.
+    state: StateBackedStore,
 }
 
 impl MemcachedStore {
@@ -90,15 +132,10 @@ impl MemcachedStore {
             }
             addresses.push(server);
         }
-        let servers = Servers::new(addresses).map_err(store_error)?;
-        // The first read calibrates the clock: here, not in the first request.
-        SystemClock.now();
+        let servers = Arc::new(Servers::new(addresses).map_err(store_error)?);
         Ok(Self {
-            inner: Arc::new(StateBacked::new(
-                servers,
-                Arc::new(SystemClock),
-                "tollgate".into(),
-            )),
+            state: StateBackedStore::new(Arc::clone(&servers)),
+            servers,
         })
     }
 
@@ -106,42 +143,45 @@ impl MemcachedStore {
     /// memcached.
     #[must_use]
     pub fn prefix(self, prefix: impl Into<Arc<str>>) -> Self {
-        let prefix = prefix.into();
-        self.rebuild(|inner| inner.with_prefix(prefix))
+        Self {
+            state: self.state.prefix(prefix),
+            ..self
+        }
     }
 
     /// Decides by `clock` instead of the system's (a [`ManualClock`](crate::clock::ManualClock) in
     /// tests).
     #[must_use]
     pub fn with_clock(self, clock: impl Clock) -> Self {
-        let clock: Arc<dyn Clock> = Arc::new(clock);
-        self.rebuild(|inner| inner.with_clock(clock))
+        Self {
+            state: self.state.with_clock(clock),
+            ..self
+        }
     }
 
     /// The key under which the state of the client `key` under `policy` is kept (before the
-    /// digest of a key memcached cannot take).
+    /// digest of a key memcached cannot take): for the aligned fixed window, its block; its
+    /// counts are in the window's counter (see the type's docs).
     pub fn state_key(&self, key: &str, policy: &Policy) -> String {
-        self.inner.state_key(key, policy)
+        self.state.state_key(key, policy)
     }
 
     /// The servers it uses now (`host:port`), in the order that spreads the keys.
     pub fn servers(&self) -> Vec<String> {
-        self.inner.backend.addresses()
+        self.servers.addresses()
     }
 
     /// Its servers' list, for [`from_srv`](Self::from_srv)'s refresh to replace.
     fn server_list(&self) -> ServerList {
-        self.inner.backend.list()
+        self.servers.list()
     }
 
-    fn rebuild(self, f: impl FnOnce(StateBacked<Servers>) -> StateBacked<Servers>) -> Self {
-        match Arc::try_unwrap(self.inner) {
-            Ok(inner) => Self {
-                inner: Arc::new(f(inner)),
-            },
-            // Clones share their connections: a setting made on one of several changes none.
-            Err(shared) => Self { inner: shared },
-        }
+    /// The fixed-window decisions on counters, if `policy` is an aligned fixed window.
+    fn counters(&self, policy: &Policy) -> Option<Counters<'_>> {
+        (policy.algorithm() == Algorithm::FixedWindow).then_some(Counters {
+            servers: &self.servers,
+            state: &self.state,
+        })
     }
 }
 
@@ -152,23 +192,32 @@ fn store_error(message: String) -> ConfigError {
 impl fmt::Debug for MemcachedStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemcachedStore")
-            .field("servers", &self.inner.backend.addresses())
-            .field("inner", &self.inner)
+            .field("servers", &self.servers.addresses())
+            .field("state", &self.state)
             .finish()
     }
 }
 
 impl Store for MemcachedStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.inner.check(key, policy, cost, true, false).await
+        match self.counters(policy) {
+            Some(counters) => counters.check(key, policy, cost, true, false).await,
+            None => self.state.check(key, policy, cost).await,
+        }
     }
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.inner.peek(key, policy, cost).await
+        match self.counters(policy) {
+            Some(counters) => counters.peek(key, policy, cost).await,
+            None => self.state.peek(key, policy, cost).await,
+        }
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.inner.reset(key, policy).await
+        match self.counters(policy) {
+            Some(counters) => counters.reset(key, policy).await,
+            None => self.state.reset(key, policy).await,
+        }
     }
 
     async fn block(
@@ -177,30 +226,54 @@ impl Store for MemcachedStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        self.inner.block(key, policy, duration).await
+        match self.counters(policy) {
+            Some(counters) => counters.block(key, policy, duration).await,
+            None => self.state.block(key, policy, duration).await,
+        }
     }
 }
 
 impl StoreExt for MemcachedStore {
+    /// One limit after the other, as the state-backed store decides them (not atomic across
+    /// them), each on its own path.
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.inner.check_many(checks).await
+        let mut decisions = Vec::with_capacity(checks.len());
+        for c in checks {
+            let decision = match self.counters(c.policy) {
+                Some(counters) => {
+                    (counters.check(c.key, c.policy, c.cost, c.blocking, c.charge)).await?
+                }
+                None => {
+                    let one = self.state.check_many(std::slice::from_ref(c)).await?;
+                    one.into_iter().next().ok_or_else(|| {
+                        StoreError::backend("memcached: a check without its decision")
+                    })?
+                }
+            };
+            decisions.push(decision);
+        }
+        Ok(decisions)
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        self.inner.refund(key, policy, n).await
+        match self.counters(policy) {
+            Some(counters) => counters.refund(key, policy, n).await,
+            None => self.state.refund(key, policy, n).await,
+        }
     }
 
-    /// Never at once: every decision asks the backend.
+    /// Never at once: every decision asks memcached.
     fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
         None
     }
 
     fn clock(&self) -> Option<&dyn Clock> {
-        Some(self.inner.clock())
+        self.state.clock()
     }
 
-    /// Nothing kept between calls that a given-up call could leave stuck: the backend's own
-    /// connections are closed when a call on them is dropped.
+    /// Nothing kept between calls that a given-up call could leave stuck: a connection whose
+    /// call is dropped is closed, and what a decision owes a counter is given back by a task
+    /// of its own.
     fn abandoned(&self) {}
 
     fn label(&self) -> Arc<str> {
@@ -216,7 +289,10 @@ impl Leasing for MemcachedStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        self.inner.acquire(key, policy, min, max).await
+        match self.counters(policy) {
+            Some(counters) => counters.acquire(key, policy, min, max).await,
+            None => self.state.acquire(key, policy, min, max).await,
+        }
     }
 
     async fn release(
@@ -226,6 +302,12 @@ impl Leasing for MemcachedStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
-        self.inner.release(key, policy, unused, grant).await
+        match self.counters(policy) {
+            Some(counters) => counters.release(key, policy, unused, grant).await,
+            None => self.state.release(key, policy, unused, grant).await,
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -187,6 +187,73 @@ fn exptime(ttl: Duration) -> u64 {
     now.saturating_add(secs)
 }
 
+/// A counter's value as memcached returns it: decimal digits (padded with spaces after a
+/// decrement).
+fn counter_value(data: Option<Vec<u8>>) -> Result<u64, StoreError> {
+    let data = data.unwrap_or_default();
+    std::str::from_utf8(&data)
+        .ok()
+        .and_then(|digits| digits.trim().parse().ok())
+        .ok_or_else(|| StoreError::key_state(format!("memcached counter {data:?} is no number")))
+}
+
+impl Servers {
+    /// Adds `delta` to the counter `key`, or creates it at `delta` to live for `ttl` if it has
+    /// none, in one round trip (meta arithmetic with autovivification: `ma <key> N<ttl>
+    /// J<delta> D<delta> v`); returns the counter after the addition.
+    pub(crate) async fn increment(
+        &self,
+        key: &str,
+        delta: u64,
+        ttl: Duration,
+    ) -> Result<u64, StoreError> {
+        let key = memcached_key(key);
+        let mut client = self.connection(key.as_bytes()).await?;
+        let create = format!("N{}", exptime(ttl));
+        let initial = format!("J{delta}");
+        let flags = [create.as_str(), initial.as_str(), "v"];
+        let value = client
+            .meta_increment(&key, false, None, Some(delta), Some(&flags))
+            .await
+            .map_err(failed)?;
+        counter_value(value.and_then(|v| v.data))
+    }
+
+    /// Takes `delta` off the counter `key` (memcached stops at 0), if it has one.
+    pub(crate) async fn decrement(&self, key: &str, delta: u64) -> Result<(), StoreError> {
+        let key = memcached_key(key);
+        let mut client = self.connection(key.as_bytes()).await?;
+        match client
+            .meta_decrement(&key, false, None, Some(delta), None)
+            .await
+        {
+            Ok(_) | Err(Error::Protocol(Status::NotFound)) => Ok(()),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// The counter `key` and its version, if it has one.
+    pub(crate) async fn counter(&self, key: &str) -> Result<Option<(u64, u64)>, StoreError> {
+        match self.get(key).await? {
+            Some(read) => Ok(Some((counter_value(Some(read.bytes))?, read.version))),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets the counter `key` to `value` for `ttl` if its version is still `version`; whether
+    /// it did.
+    pub(crate) async fn set_counter(
+        &self,
+        key: &str,
+        value: u64,
+        version: u64,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let digits = value.to_string();
+        self.set(key, digits.as_bytes(), Some(version), ttl).await
+    }
+}
+
 /// A memcached error as a store error: the server is failing, or answered what no client
 /// expects.
 fn failed(e: Error) -> StoreError {

@@ -221,5 +221,27 @@ pub trait AtomicStateStore: Send + Sync + 'static {
     fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// A backend behind an [`Arc`](std::sync::Arc) is the same backend: one kept beside the store that decides
+/// on it (the memcached store's counters share its servers).
+impl<S: StateStore> StateStore for std::sync::Arc<S> {
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Versioned>, StoreError>> + Send {
+        S::get(self, key)
+    }
+
+    fn set(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        expected: Option<u64>,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        S::set(self, key, bytes, expected, ttl)
+    }
+
+    fn delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        S::delete(self, key)
+    }
+}
+
 #[cfg(test)]
 mod tests;
