@@ -22,6 +22,8 @@
 //!   Only one of `REDIS_URL`, `REDIS_CLUSTER_NODES`, `REDIS_SENTINEL` and `MEMCACHE_URL` may be
 //!   set.
 //! - `ON_STORE_ERROR`: `allow` (default), `deny` or `fallback`: what to do while Redis is down.
+//! - `STORE_TIMEOUT_MS`: how long a decision waits for the shared store before
+//!   `ON_STORE_ERROR` answers (default 50); more for a store far away or a busy machine.
 //! - `HEADERS`: which rate-limit headers responses carry: `ietf` (default: `RateLimit` and
 //!   `RateLimit-Policy`), `legacy` (`X-RateLimit-*`), `both` or `none`.
 //! - `RULES_FILE`: load per-route rules from this TOML file instead of `RATE_LIMIT` (try
@@ -54,6 +56,7 @@
 //! A bad value exits with status 2 and says what is wrong.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -164,6 +167,12 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     let on_store_error: OnStoreError = env_or("ON_STORE_ERROR", "allow")
         .parse()
         .map_err(|e: ConfigError| e.context("ON_STORE_ERROR"))?;
+    let store_timeout = env_or("STORE_TIMEOUT_MS", "50")
+        .parse()
+        .ok()
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| ConfigError::new("STORE_TIMEOUT_MS: expected milliseconds, above 0"))?;
     let headers: HeaderStyle = env_or("HEADERS", "ietf")
         .parse()
         .map_err(|e: ConfigError| e.context("HEADERS"))?;
@@ -173,6 +182,7 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
         .key(client)
         .skip(Skip::new().path("/metrics"))
         .on_store_error(on_store_error)
+        .store_timeout(store_timeout)
         .headers(headers);
     let builder = match rules_file {
         // The file's rules (watched for changes) replace RATE_LIMIT.

@@ -75,6 +75,23 @@ fn two_redis_variables_are_an_error_at_start_up() {
     );
 }
 
+#[test]
+fn a_store_timeout_that_is_not_milliseconds_is_an_error_at_start_up() {
+    for bad in ["0", "2s", "-1"] {
+        let output = quickstart()
+            .env("STORE_TIMEOUT_MS", bad)
+            .output()
+            .expect("quickstart");
+        assert_eq!(output.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            stderr.trim(),
+            "error: STORE_TIMEOUT_MS: expected milliseconds, above 0",
+            "{bad}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn headers_chooses_which_rate_limit_headers_responses_carry() {
     for (style, ietf, legacy) in [
@@ -561,6 +578,9 @@ async fn two_quickstarts_on_memcached_admit_exactly_the_limit_for_every_algorith
             ("RATE_LIMIT", "10/min"),
             ("ALGORITHM", algorithm.as_str()),
             ("ON_STORE_ERROR", "deny"),
+            // A burst on one key takes turns in each instance, two round trips a turn: on a
+            // busy machine, past the default 50 ms for the last in line.
+            ("STORE_TIMEOUT_MS", "2000"),
         ];
         let instances = [start(&vars), start(&vars)];
         // Each instance's first connection to memcached, made before the burst.
