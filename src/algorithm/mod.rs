@@ -22,6 +22,7 @@ mod token_bucket;
 mod window;
 
 pub(crate) use encoding::Saved;
+#[cfg(feature = "memcached")]
 pub(crate) use fixed_window::window_start;
 pub(crate) use gcra::Gcra;
 
