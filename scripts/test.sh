@@ -141,7 +141,9 @@ cargo metadata --format-version 1 --all-features --locked | jq -r "$rust_version
             echo "$member: Cargo.toml declares no rust-version (its dependencies need $needed, $dep)" >&2
             exit 1
         fi
-        if [ "$(printf '%s\n%s\n' "$needed" "$declared" | sort -V | tail -n 1)" != "$declared" ]; then
+        # As three numbers each (1.89 is 1.89.0), so that sort -V compares like with like.
+        padded() { echo "$1.0.0" | cut -d. -f1-3; }
+        if [ "$(printf '%s\n%s\n' "$(padded "$needed")" "$(padded "$declared")" | sort -V | tail -n 1)" != "$(padded "$declared")" ]; then
             echo "$member: rust-version $declared is older than $dep's $needed: raise it in Cargo.toml" >&2
             exit 1
         fi
