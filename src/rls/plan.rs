@@ -14,6 +14,7 @@ use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::counters::Counters;
 use super::decide::Ask;
 use super::matching::{client_key, override_key, LimitRef, Matched};
+use super::response::PerDescriptor;
 use crate::algorithm::Algorithm;
 use crate::key::sanitize;
 use crate::quota::{Policy, Quota};
@@ -78,7 +79,7 @@ impl<'c> Plan<'c> {
     /// Looks up every descriptor of `request` in `config`.
     pub(crate) fn new(config: &'c RlsConfig, request: &RateLimitRequest, modes: Modes) -> Self {
         let domain = request.domain.as_str();
-        let matched: Vec<Option<Matched<'c>>> = (request.descriptors.iter())
+        let matched: PerDescriptor<Option<Matched<'c>>> = (request.descriptors.iter())
             .map(|d| match &d.limit {
                 Some(limit) if config.has_domain(domain) => override_limit(domain, d, limit),
                 _ => config.get_limit(domain, d).ok().flatten(),
@@ -111,7 +112,7 @@ impl<'c> Plan<'c> {
     }
 
     /// The limits to ask the store about, in the order of the descriptors that have one.
-    pub(crate) fn asks(&self) -> Vec<Ask<'_>> {
+    pub(crate) fn asks(&self) -> PerDescriptor<Ask<'_>> {
         self.limited()
             .filter_map(|l| {
                 Some(Ask {
