@@ -8,16 +8,19 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use smallvec::SmallVec;
 
 use super::charging::Charging;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::counters::Counters;
 use super::decide::Ask;
 use super::matching::{client_key, override_key, LimitRef, Matched};
-use super::response::PerDescriptor;
 use crate::algorithm::Algorithm;
 use crate::key::sanitize;
 use crate::quota::{Policy, Quota};
+
+/// One value per descriptor of a request: most requests have a few, kept without an allocation.
+pub(crate) type PerDescriptor<T> = SmallVec<[T; 4]>;
 
 /// Settings that apply to every request.
 #[derive(Debug, Clone, Copy, Default)]

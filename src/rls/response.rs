@@ -9,11 +9,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use smallvec::SmallVec;
 
 use super::charging::Charging;
 use super::config::unit_seconds;
-use super::plan::{Item, Limited, Modes, Plan};
+use super::plan::{Item, Limited, Modes, PerDescriptor, Plan};
 use crate::decision::Decision;
 
 /// What the store said about a request's limits.
@@ -86,9 +85,6 @@ pub(crate) struct Answer {
     /// Whether the request was over a limit and answered OK by the global shadow mode.
     pub(crate) shadowed: bool,
 }
-
-/// One value per descriptor of a request: most requests have a few, kept without an allocation.
-pub(crate) type PerDescriptor<T> = SmallVec<[T; 4]>;
 
 /// One status per descriptor and the overall code.
 pub(crate) fn respond(
