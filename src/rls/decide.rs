@@ -40,33 +40,23 @@ impl Decider {
         asks: &[Ask<'_>],
         charging: Charging,
     ) -> Result<Vec<Decision>, StoreError> {
+        // One descriptor with a cost, the common request: its answer as the store gives it.
+        if let [a] = asks {
+            if a.cost > 0 {
+                return match charging {
+                    Charging::AllowedOnly => Ok(vec![self.check_one(a).await?]),
+                    _ => self.store.check_many(&[check(a, charging)]).await,
+                };
+            }
+        }
         let counted: Vec<usize> = (0..asks.len()).filter(|&i| asks[i].cost > 0).collect();
         let mut decided: Vec<(usize, Decision)> = Vec::with_capacity(asks.len());
         match (counted.as_slice(), charging) {
             ([], _) => {}
-            (&[i], Charging::AllowedOnly) => {
-                let a = &asks[i];
-                let decision = match self.store.check_ready(a.key, a.policy, a.cost) {
-                    Some(decision) => decision,
-                    None => self.store.check(a.key, a.policy, a.cost).await?,
-                };
-                decided.push((i, decision));
-            }
+            (&[i], Charging::AllowedOnly) => decided.push((i, self.check_one(&asks[i]).await?)),
             (many, _) => {
-                // Charged while over: no ask blocks another (every hit), or every denial
-                // blocks the rest (stop when over limit).
-                let (blocking, charge) = match charging {
-                    Charging::EveryHit => (Some(false), true),
-                    Charging::StopWhenOverLimit => (Some(true), true),
-                    Charging::AllowedOnly => (None, false),
-                };
-                let checks: Vec<Check<'_>> = (many.iter().map(|&i| &asks[i]))
-                    .map(|a| {
-                        Check::new(a.key, a.policy, a.cost)
-                            .blocking(blocking.unwrap_or(a.blocking))
-                            .charge(charge)
-                    })
-                    .collect();
+                let checks: Vec<Check<'_>> =
+                    (many.iter()).map(|&i| check(&asks[i], charging)).collect();
                 let decisions = self.store.check_many(&checks).await?;
                 decided.extend(many.iter().copied().zip(decisions));
             }
@@ -78,6 +68,14 @@ impl Decider {
         Ok(decided.into_iter().map(|(_, d)| d).collect())
     }
 
+    /// One ask alone, not charged while over: answered at once when the wrappers can.
+    async fn check_one(&self, a: &Ask<'_>) -> Result<Decision, StoreError> {
+        match self.store.check_ready(a.key, a.policy, a.cost) {
+            Some(decision) => Ok(decision),
+            None => self.store.check(a.key, a.policy, a.cost).await,
+        }
+    }
+
     /// One decision per ask, consuming nothing: for a request already refused without the
     /// store (a limit of zero), so that its other limits report what they have left.
     pub(crate) async fn look(&self, asks: &[Ask<'_>]) -> Result<Vec<Decision>, StoreError> {
@@ -87,4 +85,17 @@ impl Decider {
         }
         Ok(decisions)
     }
+}
+
+/// The store's check for one ask of a `check_many`. Charged while over: no ask blocks
+/// another (every hit), or every denial blocks the rest (stop when over limit).
+fn check<'a>(a: &Ask<'a>, charging: Charging) -> Check<'a> {
+    let (blocking, charge) = match charging {
+        Charging::EveryHit => (false, true),
+        Charging::StopWhenOverLimit => (true, true),
+        Charging::AllowedOnly => (a.blocking, false),
+    };
+    Check::new(a.key, a.policy, a.cost)
+        .blocking(blocking)
+        .charge(charge)
 }

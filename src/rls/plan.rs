@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use smallvec::SmallVec;
 
 use super::charging::Charging;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
@@ -17,6 +18,9 @@ use super::matching::{client_key, override_key, LimitRef, Matched};
 use crate::algorithm::Algorithm;
 use crate::key::sanitize;
 use crate::quota::{Policy, Quota};
+
+/// One value per descriptor of a request: most requests have a few, kept without an allocation.
+pub(crate) type PerDescriptor<T> = SmallVec<[T; 4]>;
 
 /// Settings that apply to every request.
 #[derive(Debug, Clone, Copy, Default)]
@@ -78,7 +82,7 @@ impl<'c> Plan<'c> {
     /// Looks up every descriptor of `request` in `config`.
     pub(crate) fn new(config: &'c RlsConfig, request: &RateLimitRequest, modes: Modes) -> Self {
         let domain = request.domain.as_str();
-        let matched: Vec<Option<Matched<'c>>> = (request.descriptors.iter())
+        let matched: PerDescriptor<Option<Matched<'c>>> = (request.descriptors.iter())
             .map(|d| match &d.limit {
                 Some(limit) if config.has_domain(domain) => override_limit(domain, d, limit),
                 _ => config.get_limit(domain, d).ok().flatten(),
@@ -111,7 +115,7 @@ impl<'c> Plan<'c> {
     }
 
     /// The limits to ask the store about, in the order of the descriptors that have one.
-    pub(crate) fn asks(&self) -> Vec<Ask<'_>> {
+    pub(crate) fn asks(&self) -> PerDescriptor<Ask<'_>> {
         self.limited()
             .filter_map(|l| {
                 Some(Ask {

@@ -12,7 +12,7 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 
 use super::charging::Charging;
 use super::config::unit_seconds;
-use super::plan::{Item, Limited, Modes, Plan};
+use super::plan::{Item, Limited, Modes, PerDescriptor, Plan};
 use crate::decision::Decision;
 
 /// What the store said about a request's limits.
@@ -78,10 +78,10 @@ impl Default for ResponseHeaders {
 pub(crate) struct Answer {
     pub(crate) response: RateLimitResponse,
     /// Per descriptor: whether it was over its limit (shadow-mode ones included).
-    pub(crate) over: Vec<bool>,
+    pub(crate) over: PerDescriptor<bool>,
     /// Per descriptor: the units of its limit in use before this request, when the store
     /// said (the statistics count near and over hits from it, as the reference does).
-    pub(crate) used_before: Vec<Option<u64>>,
+    pub(crate) used_before: PerDescriptor<Option<u64>>,
     /// Whether the request was over a limit and answered OK by the global shadow mode.
     pub(crate) shadowed: bool,
 }
@@ -98,7 +98,7 @@ pub(crate) fn respond(
         Outcome::Decided { decisions, .. } => decisions.iter(),
         _ => [].iter(),
     };
-    let decided: Vec<Option<&Decision>> = (plan.items.iter())
+    let decided: PerDescriptor<Option<&Decision>> = (plan.items.iter())
         .map(|item| match item {
             Item::Limited(l) if l.limit.policy.is_some() => decisions.next(),
             _ => None,
@@ -123,8 +123,8 @@ pub(crate) fn respond(
             Charging::AllowedOnly => denied_by(true),
         };
     let mut statuses = Vec::with_capacity(plan.items.len());
-    let mut over = Vec::with_capacity(plan.items.len());
-    let mut used_before = Vec::with_capacity(plan.items.len());
+    let mut over = PerDescriptor::with_capacity(plan.items.len());
+    let mut used_before = PerDescriptor::with_capacity(plan.items.len());
     for (item, d) in plan.items.iter().zip(&decided) {
         let (s, o) = match item {
             Item::NoLimit => (status(Code::Ok, None, 0, None), false),

@@ -210,7 +210,7 @@ impl RateLimitServiceTrait for RateLimitService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let timer = stats::CallTimer::start();
+        let timer = stats::CallTimer::start(&self.inner.stats.calls);
         let answer = self.decide(request.get_ref()).await;
         timer.finish();
         answer.map(Response::new)
@@ -464,6 +464,7 @@ impl RateLimitServiceBuilder {
                 stats: stats::Statistics {
                     series: Series::new(self.max_series),
                     near_limit_ratio: self.near_limit_ratio,
+                    calls: stats::CallMetrics::default(),
                 },
                 shadow_denials: AtomicU64::new(0),
                 _xds: xds_task,

@@ -32,6 +32,7 @@ pub(crate) const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
 pub(crate) struct Statistics {
     pub(crate) series: Series,
     pub(crate) near_limit_ratio: f32,
+    pub(crate) calls: CallMetrics,
 }
 
 impl Statistics {
@@ -221,41 +222,73 @@ static SHOULD_RATE_LIMIT: [metrics::Label; 1] = [metrics::Label::from_static_par
 /// The reference's gRPC server metrics (`src/metrics/metrics.go`, mapped by
 /// `default_mapper.yaml`): `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`
 /// counted as a call starts, and `ratelimit_service_response_time_seconds{grpc_method=…}`
-/// recorded by [`CallTimer::finish`]. Made without a list of labels per call.
-#[derive(Debug)]
-pub(crate) struct CallTimer {
+/// recorded by [`CallTimer::finish`]. Looked up in the recorder at the first call and kept,
+/// as a limit's counters are: a call then costs an atomic add and a histogram entry.
+#[derive(Default)]
+pub(crate) struct CallMetrics {
     #[cfg(feature = "metrics")]
-    started: std::time::Instant,
+    handles: std::sync::OnceLock<(metrics::Counter, metrics::Histogram)>,
 }
 
-impl CallTimer {
+impl std::fmt::Debug for CallMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallMetrics")
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl CallMetrics {
+    fn handles(&self) -> &(metrics::Counter, metrics::Histogram) {
+        static TOTAL: metrics::Key =
+            metrics::Key::from_static_parts("ratelimit_service_total_requests", &SHOULD_RATE_LIMIT);
+        static TIME: metrics::Key = metrics::Key::from_static_parts(
+            "ratelimit_service_response_time_seconds",
+            &SHOULD_RATE_LIMIT,
+        );
+        self.handles.get_or_init(|| {
+            metrics::with_recorder(|r| {
+                let total = r.register_counter(&TOTAL, &METADATA);
+                (total, r.register_histogram(&TIME, &METADATA))
+            })
+        })
+    }
+}
+
+/// One `ShouldRateLimit` call being timed (see [`CallMetrics`]).
+#[derive(Debug)]
+pub(crate) struct CallTimer<'a> {
+    #[cfg(feature = "metrics")]
+    metrics: &'a CallMetrics,
+    #[cfg(feature = "metrics")]
+    started: std::time::Instant,
+    #[cfg(not(feature = "metrics"))]
+    metrics: std::marker::PhantomData<&'a CallMetrics>,
+}
+
+impl<'a> CallTimer<'a> {
     /// Counts a `ShouldRateLimit` call and starts timing it.
-    pub(crate) fn start() -> Self {
+    pub(crate) fn start(metrics: &'a CallMetrics) -> Self {
         #[cfg(feature = "metrics")]
         {
-            static TOTAL: metrics::Key = metrics::Key::from_static_parts(
-                "ratelimit_service_total_requests",
-                &SHOULD_RATE_LIMIT,
-            );
-            metrics::with_recorder(|r| r.register_counter(&TOTAL, &METADATA)).increment(1);
+            metrics.handles().0.increment(1);
+            Self {
+                metrics,
+                started: std::time::Instant::now(),
+            }
         }
-        Self {
-            #[cfg(feature = "metrics")]
-            started: std::time::Instant::now(),
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = metrics;
+            Self {
+                metrics: std::marker::PhantomData,
+            }
         }
     }
 
     /// Records how long the call took.
     pub(crate) fn finish(self) {
         #[cfg(feature = "metrics")]
-        {
-            static TIME: metrics::Key = metrics::Key::from_static_parts(
-                "ratelimit_service_response_time_seconds",
-                &SHOULD_RATE_LIMIT,
-            );
-            metrics::with_recorder(|r| r.register_histogram(&TIME, &METADATA))
-                .record(self.started.elapsed().as_secs_f64());
-        }
+        (self.metrics.handles().1).record(self.started.elapsed().as_secs_f64());
     }
 }
 

@@ -31,6 +31,9 @@ impl MemoryStore {
             if !one.charge {
                 return vec![self.check_now(one.key, one.policy, one.cost)];
             }
+            if !one.blocking {
+                return vec![self.charge_now(one)];
+            }
         }
         let now = self.inner.clock.now();
         let hasher = &self.inner.hasher;
@@ -166,6 +169,29 @@ impl MemoryStore {
             }
         }
         decisions
+    }
+}
+
+impl MemoryStore {
+    /// One check that charges and blocks nothing (every hit charged, the reference's
+    /// default): decided as the stacked path below decides it (a live block denies it and
+    /// nothing is charged; otherwise the hit is charged and the state kept, allowed or
+    /// not), with one shard lock and no bookkeeping for other checks.
+    fn charge_now(&self, check: &Check<'_>) -> Decision {
+        let now = self.inner.clock.now();
+        let (hash, shard) = self.locate(check.key);
+        let mut shard = lock(shard);
+        let hasher = &self.inner.hasher;
+        shard.count_decision(now, hasher);
+        let (p, cost) = (check.policy.params(), u64::from(check.cost));
+        let blocked = (shard.find(check.policy)).and_then(|t| t.live_block(check.key, hash, now));
+        if let Some(until) = blocked {
+            return algorithm::blocked(p, now, until, cost);
+        }
+        self.make_room_for(&mut shard, check.policy, check.key, hash, now);
+        (shard.table(check.policy)).decide_with(check.key, hash, p, now, hasher, |state| {
+            (state.charge(p, now, cost), true)
+        })
     }
 }
 

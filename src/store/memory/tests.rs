@@ -304,6 +304,51 @@ fn a_denied_new_key_is_not_tracked_and_a_blocked_request_stores_nothing() {
     assert!(store.is_empty());
 }
 
+/// A lone check that charges every hit and blocks nothing (the `rls` service's default) is
+/// decided without the stacked bookkeeping; it decides as the stacked path decides the same
+/// check beside another key: charged while over, a new key tracked, a live block obeyed.
+#[test]
+fn a_lone_charged_check_decides_as_the_stacked_path_does() {
+    for algorithm in Algorithm::ALL {
+        let clock = ManualClock::new(1_000_000);
+        let (alone, beside) = (
+            MemoryStore::with_clock(clock.clone()),
+            MemoryStore::with_clock(clock.clone()),
+        );
+        let (p, other) = (policy("p", 3, algorithm), policy("other", 100, algorithm));
+        let charged = |key, policy, cost| Check {
+            key,
+            policy,
+            cost,
+            blocking: false,
+            charge: true,
+        };
+        let run = |cost: u32| {
+            let one = alone.check_many_now(&[charged("k", &p, cost)]);
+            let two = beside.check_many_now(&[charged("k", &p, cost), charged("o", &other, 1)]);
+            assert_eq!(one.len(), 1, "{algorithm}");
+            assert_eq!(one[0], two[0], "{algorithm}, cost {cost}");
+            one[0]
+        };
+        for _ in 0..3 {
+            assert!(run(1).allowed, "{algorithm}");
+        }
+        // Over: denied, and still charged, alike.
+        assert!(!run(1).allowed, "{algorithm}");
+        assert!(!run(2).allowed, "{algorithm}");
+        assert_eq!(alone.len(), 1, "{algorithm}");
+        clock.advance(Duration::from_secs(60));
+        run(2);
+        run(0);
+        // A live block denies and charges nothing.
+        alone.block_now("k", &p, 5_000_000);
+        beside.block_now("k", &p, 5_000_000);
+        assert!(!run(1).allowed, "{algorithm}");
+        clock.advance(Duration::from_secs(6));
+        run(1);
+    }
+}
+
 mod leases {
     use std::time::Duration;
 
