@@ -8,7 +8,7 @@ use tollgate::store::{MemcachedStore, OnStoreError};
 use tollgate::{key, Algorithm, Quota, RateLimitLayer};
 use tower::{Service, ServiceExt};
 
-use crate::state_store::decides_as_memory;
+use crate::state_store::{admitted_and_denied, decides_as_memory};
 use crate::support::memcached::{shared_memcached_url, MemcachedServer};
 use crate::support::unique_prefix;
 
@@ -54,45 +54,20 @@ fn limiter(
         .service(crate::ok_service())
 }
 
-/// Two instances on one memcached, 60 requests at once on four threads: exactly 10 admitted,
-/// for each of the seven algorithms.
+/// Two instances on one memcached, 60 requests at once on four threads, failing closed:
+/// exactly 10 admitted, for each of the seven algorithms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_admit_exactly_the_limit_for_every_algorithm() {
     let url = shared_memcached_url();
     for algorithm in Algorithm::ALL {
         let prefix = unique_prefix("mc-exact");
-        let limiters: Vec<_> = (0..2)
-            .map(|_| {
-                let store = MemcachedStore::from_url(&url)
-                    .unwrap()
-                    .prefix(prefix.clone());
-                // Fail closed, with time to spare: an error must not pass for an admission.
-                limiter(
-                    store,
-                    algorithm,
-                    10,
-                    OnStoreError::Deny,
-                    Duration::from_secs(2),
-                )
-            })
-            .collect();
-        let tasks: Vec<_> = (0..60)
-            .map(|i| {
-                let mut limiter = limiters[i % 2].clone();
-                tokio::spawn(async move {
-                    let ready = limiter.ready().await.unwrap();
-                    let response = ready.call(http::Request::new(())).await.unwrap();
-                    response.status().as_u16()
-                })
-            })
-            .collect();
-        let mut statuses = Vec::new();
-        for task in tasks {
-            statuses.push(task.await.unwrap());
-        }
-        let admitted = statuses.iter().filter(|&&s| s == 200).count();
-        let denied = statuses.iter().filter(|&&s| s == 429).count();
-        assert_eq!((admitted, denied), (10, 50), "{algorithm}: {statuses:?}");
+        let store = || {
+            MemcachedStore::from_url(&url)
+                .unwrap()
+                .prefix(prefix.clone())
+        };
+        let admitted = admitted_and_denied(algorithm, store).await;
+        assert_eq!(admitted, (10, 50), "{algorithm}");
     }
 }
 

@@ -243,9 +243,9 @@ impl AtomicStateStore for Transactional {
 
 /// Two limiters on `store`'s backend (limit 10, failing closed), 60 requests at once: how
 /// many were admitted and denied.
-async fn admitted_and_denied(
+pub(crate) async fn admitted_and_denied<S: Store>(
     algorithm: Algorithm,
-    store: impl Fn() -> StateBackedStore,
+    store: impl Fn() -> S,
 ) -> (usize, usize) {
     let limiters: Vec<_> = (0..2)
         .map(|_| {
