@@ -237,6 +237,7 @@ impl std::fmt::Debug for CallMetrics {
 }
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl CallMetrics {
     fn handles(&self) -> &(metrics::Counter, metrics::Histogram) {
         static TOTAL: metrics::Key =
