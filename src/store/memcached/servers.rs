@@ -95,12 +95,14 @@ impl Servers {
         let ring = self.current();
         let digest = Sha256::digest(key);
         let hash = u64::from_be_bytes(digest[..8].try_into().unwrap_or_default());
-        let index = usize::try_from(hash % ring.pools.len() as u64).unwrap_or(0);
-        let index = index.min(ring.pools.len() - 1);
-        ring.pools[index]
-            .get()
+        // A list is never empty (`Ring::new` refuses one), but a request must not panic.
+        let index = usize::try_from(hash % ring.pools.len().max(1) as u64).unwrap_or(0);
+        let (Some(pool), Some(address)) = (ring.pools.get(index), ring.addresses.get(index)) else {
+            return Err(StoreError::backend("memcached: no server".to_owned()));
+        };
+        pool.get()
             .await
-            .map_err(|e| StoreError::backend(format!("memcached {}: {e}", ring.addresses[index])))
+            .map_err(|e| StoreError::backend(format!("memcached {address}: {e}")))
     }
 }
 
