@@ -12,6 +12,9 @@ use axum::Router;
 pub mod dns;
 pub mod log;
 pub mod memcached;
+mod process;
+
+pub use process::ServerProcess;
 
 /// Set in a process started by [`alone`]: the name of the test it runs.
 const ALONE: &str = "TOLLGATE_TEST_ALONE";
@@ -101,95 +104,48 @@ pub fn wait_for_port(port: u16) {
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
             Instant::now() < deadline,
-            "redis-server did not start on {port}"
+            "no server started on port {port}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// A redis-server this test owns: it may stop, pause, resume and restart it.
-pub struct RedisServer {
-    pub port: u16,
-    child: Option<Child>,
-}
+/// A redis-server this test owns: it may stop, pause, resume and restart it (all of
+/// [`ServerProcess`]'s, which it dereferences to).
+pub struct RedisServer(ServerProcess);
 
 impl RedisServer {
     pub fn start() -> Self {
-        let port = free_port();
-        let mut server = Self { port, child: None };
+        let mut server = Self::not_started();
         server.launch();
         server
     }
 
     /// A port with no server yet, for starting one later with `launch`.
     pub fn not_started() -> Self {
-        Self {
-            port: free_port(),
-            child: None,
-        }
+        Self(ServerProcess::not_started("redis-server", |port| {
+            let args = ["--port", &port.to_string(), "--bind", "127.0.0.1"];
+            let args = args.into_iter().chain(["--save", "", "--appendonly", "no"]);
+            args.map(str::to_owned).collect()
+        }))
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
+}
 
-    /// Starts redis-server on this port (again, after `stop`).
-    pub fn launch(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
-        self.child = Some(child);
-        wait_for_port(self.port);
-    }
+impl std::ops::Deref for RedisServer {
+    type Target = ServerProcess;
 
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn restart(&mut self) {
-        self.stop();
-        self.launch();
-    }
-
-    fn signal(&self, signal: &str) {
-        if let Some(child) = &self.child {
-            let status = Command::new("kill")
-                .args([signal, &child.id().to_string()])
-                .status()
-                .expect("kill");
-            assert!(status.success());
-        }
-    }
-
-    /// SIGSTOP: the server keeps its socket but answers nothing.
-    pub fn pause(&self) {
-        self.signal("-STOP");
-    }
-
-    /// SIGCONT.
-    pub fn resume(&self) {
-        self.signal("-CONT");
+    fn deref(&self) -> &ServerProcess {
+        &self.0
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.resume();
-        self.stop();
+impl std::ops::DerefMut for RedisServer {
+    fn deref_mut(&mut self) -> &mut ServerProcess {
+        &mut self.0
     }
 }
 

@@ -1,10 +1,10 @@
 //! Real memcached servers for the tests: the one shared by a test binary, and ones a test
 //! owns, to stop, pause and restart.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use super::{free_port, wait_for_port};
+use super::{free_port, wait_for_port, ServerProcess};
 
 /// The URL of the memcached shared by this test binary: `TOLLGATE_MEMCACHED_URL` (set by
 /// scripts/test.sh), else a private memcached started once and stopped when the test process
@@ -32,18 +32,18 @@ pub fn shared_memcached_url() -> String {
     .clone()
 }
 
-/// A memcached this test owns: it may stop, pause, resume and restart it.
-pub struct MemcachedServer {
-    pub port: u16,
-    child: Option<Child>,
-}
+/// A memcached this test owns: it may stop, pause, resume and restart it (all of
+/// [`ServerProcess`]'s, which it dereferences to).
+pub struct MemcachedServer(ServerProcess);
 
 impl MemcachedServer {
     pub fn start() -> Self {
-        let mut server = Self {
-            port: free_port(),
-            child: None,
-        };
+        let mut server = Self(ServerProcess::not_started("memcached", |port| {
+            let port = port.to_string();
+            // As root, memcached wants a user to run as; otherwise it ignores this.
+            let args = ["-p", &port, "-U", "0", "-l", "127.0.0.1", "-u", "nobody"];
+            args.map(str::to_owned).to_vec()
+        }));
         server.launch();
         server
     }
@@ -57,52 +57,18 @@ impl MemcachedServer {
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+}
 
-    /// Starts memcached on this port (again, after `stop`).
-    pub fn launch(&mut self) {
-        let child = Command::new("memcached")
-            .args(["-p", &self.port.to_string(), "-U", "0", "-l", "127.0.0.1"])
-            // As root, memcached wants a user to run as; otherwise it ignores this.
-            .args(["-u", "nobody"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("memcached must be installed (scripts/test.sh installs it)");
-        self.child = Some(child);
-        wait_for_port(self.port);
-    }
+impl std::ops::Deref for MemcachedServer {
+    type Target = ServerProcess;
 
-    /// Kills it (SIGKILL): every connection drops, and what it held is gone.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        if let Some(child) = &self.child {
-            let status = Command::new("kill")
-                .args([signal, &child.id().to_string()])
-                .status()
-                .expect("kill");
-            assert!(status.success());
-        }
-    }
-
-    /// SIGSTOP: the server keeps its socket but answers nothing.
-    pub fn pause(&self) {
-        self.signal("-STOP");
-    }
-
-    /// SIGCONT.
-    pub fn resume(&self) {
-        self.signal("-CONT");
+    fn deref(&self) -> &ServerProcess {
+        &self.0
     }
 }
 
-impl Drop for MemcachedServer {
-    fn drop(&mut self) {
-        self.resume();
-        self.stop();
+impl std::ops::DerefMut for MemcachedServer {
+    fn deref_mut(&mut self) -> &mut ServerProcess {
+        &mut self.0
     }
 }
