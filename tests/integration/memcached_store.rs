@@ -1,6 +1,6 @@
 //! The memcached store against real memcached servers: the same decisions as `MemoryStore`
 //! on the same seeded histories, exactly the limit across instances under concurrency, and a
-//! server killed, restarted and hung under load.
+//! server killed, restarted and hung under load, and decisions dropped while it hangs.
 
 use std::time::{Duration, Instant};
 
@@ -171,5 +171,56 @@ async fn a_hung_memcached_is_a_store_failure_within_the_timeout() {
             );
         }
         server.resume();
+    }
+}
+
+/// Decisions dropped while memcached hangs (SIGSTOP), as a client that hangs up or a deadline
+/// drops them, with their commands on the wire: once it answers again, no key's turn is still
+/// held, no connection hands a dropped call's late reply to a new one, and a new client gets
+/// exactly its quota, on the state path and on the fixed window's counters alike. What the
+/// dropped calls sent may have counted, never more than they asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_dropped_while_memcached_hangs_leave_nothing_behind() {
+    use tollgate::store::{Policy, Store};
+    for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow] {
+        let server = MemcachedServer::start();
+        let store = MemcachedStore::from_url(&server.url())
+            .unwrap()
+            .prefix(unique_prefix("mc-dropped"));
+        let policy = Policy::new("p", Quota::per_minute(5).unwrap(), algorithm).unwrap();
+        // Each connection opened first, so that the dropped calls are sent, not connecting.
+        assert!(store.check("warm", &policy, 1).await.unwrap().allowed);
+        server.pause();
+        let dropped: Vec<_> = (0..16)
+            .map(|_| {
+                let (store, policy) = (store.clone(), policy.clone());
+                tokio::spawn(async move {
+                    let check = store.check("hung", &policy, 1);
+                    tokio::time::timeout(Duration::from_millis(50), check).await
+                })
+            })
+            .collect();
+        for call in dropped {
+            assert!(
+                call.await.unwrap().is_err(),
+                "{algorithm}: answered while hung"
+            );
+        }
+        server.resume();
+        let within = Duration::from_secs(2);
+        let mut fresh = 0;
+        for _ in 0..10 {
+            let check = store.check("fresh", &policy, 1);
+            let decision = tokio::time::timeout(within, check).await.unwrap().unwrap();
+            fresh += usize::from(decision.allowed);
+        }
+        assert_eq!(fresh, 5, "{algorithm}");
+        let mut hung = 0;
+        for _ in 0..10 {
+            let check = store.check("hung", &policy, 1);
+            let decision = tokio::time::timeout(within, check).await.unwrap().unwrap();
+            hung += usize::from(decision.allowed);
+        }
+        assert!(hung <= 5, "{algorithm}: {hung}");
     }
 }
