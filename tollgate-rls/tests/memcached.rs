@@ -1,7 +1,8 @@
 //! The built `tollgate-rls` on memcached (`BACKEND_TYPE=memcache`, `MEMCACHE_HOST_PORT` or
 //! `MEMCACHE_SRV`, as the reference's `src/settings/settings.go` reads them): two instances on
 //! one memcached exact at the limit, all at once and at 64 in flight, and on the servers of a
-//! DNS SRV record; memcached settings that cannot work stop the start.
+//! DNS SRV record; hostile values counted apart, never as memcached commands; memcached
+//! settings that cannot work stop the start.
 
 mod support;
 
@@ -138,4 +139,55 @@ fn memcached_settings_that_cannot_work_stop_the_start() {
         assert_eq!(status.code(), Some(2), "{env:?}: {stderr}");
         assert!(stderr.contains(name), "{env:?}: {stderr}");
     }
+}
+
+/// Hostile descriptor values on memcached: spaces, a line break followed by a memcached
+/// command, non-ASCII, a value past memcached's 250-byte keys (up to `rls::MAX_VALUE_BYTES`).
+/// Each is counted on its own, exactly (two OK, then over the limit), and none reaches
+/// memcached as a command: a client spent before them is still over its limit after them.
+#[tokio::test]
+async fn hostile_values_are_counted_apart_and_never_reach_memcached_as_commands() {
+    let memcached = MemcachedServer::start();
+    let runtime = Runtime::new("memcached-hostile");
+    runtime.write(
+        "hostile.yaml",
+        "
+domain: hostile
+descriptors:
+  - key: tenant
+    rate_limit: { unit: day, requests_per_unit: 2 }
+",
+    );
+    let servers = memcached.address();
+    let env = [
+        ("BACKEND_TYPE", "memcache"),
+        ("MEMCACHE_HOST_PORT", servers.as_str()),
+        ("STORE_TIMEOUT", "5s"),
+    ];
+    let rls = Rls::start(&runtime, &env);
+    let client = rls.client().await;
+    let codes = |value: String| {
+        let mut client = client.clone();
+        async move {
+            let mut codes = Vec::new();
+            for _ in 0..3 {
+                let r = ask(&mut client, request("hostile", &[&[("tenant", &value)]])).await;
+                codes.push(r.overall_code);
+            }
+            codes
+        }
+    };
+    assert_eq!(codes("victim".into()).await, [OK, OK, OVER]);
+    let long = "v".repeat(tollgate::rls::MAX_VALUE_BYTES - 2);
+    for value in [
+        "a b".to_owned(),
+        "x\r\nflush_all\r\nmn".to_owned(),
+        "ünïcødé".to_owned(),
+        "#0000".to_owned(),
+        format!("{long}vv"),
+        format!("{long}\r\n"),
+    ] {
+        assert_eq!(codes(value.clone()).await, [OK, OK, OVER], "{value:?}");
+    }
+    assert_eq!(codes("victim".into()).await, [OVER, OVER, OVER]);
 }
