@@ -42,6 +42,8 @@
 //! - [gRPC](guide::grpc): tonic servers and what their clients see.
 //! - [Envoy's rate limit service](guide::envoy): `tollgate-rls`, a drop-in for
 //!   envoyproxy/ratelimit, and [`rls`] in your own tonic server (feature `rls`).
+//! - [Operations](guide::operations#decisions-in-your-own-code-the-door): decisions in your
+//!   own code (a handler, a WebSocket, a job) through the layer's door.
 //!
 //! # How a request goes through
 //!
@@ -49,15 +51,19 @@
 //! Its `call` asks the limiter (`limiter/`) which rules (`rules/`) apply, with which keys
 //! (`key/`) and costs, and returns a [`ResponseFuture`] (`future.rs`) that waits for the
 //! limiter's decision, waits again in delay mode, then calls your service or answers itself.
-//! The limiter asks one store through its decider (`decider/`, which [`rls`] uses too): the
-//! builder stacks, outermost first, a cache of denials (a client already denied is answered
-//! locally), leases (hot keys decided locally from quota leased in the backend) and failure
-//! handling (timeout, circuit breaker, fallback) around your backend, [`MemoryStore`] or
-//! [`RedisStore`] or a [`Store`] of your own; none of them is a type you build. The limiter
-//! turns the store's [`Decision`]s into headers, a wait, or a refusal (denied, unavailable,
-//! bad request) without knowing the protocol; the service renders a refusal for the request,
-//! as a 429, 503 or 400 or as a gRPC status (`response/`). [`Control`] reads and acts on the
-//! limiter afterwards.
+//! The limiter decides through the [engine] (`engine/`, which `tollgate-rls` and the door use
+//! too): it plans asks (a key under a policy, at a cost), and the engine decides them together
+//! through one store that the builder stacked, outermost first, with a cache of denials (a
+//! client already denied is answered locally), leases (hot keys decided locally from quota
+//! leased in the backend) and failure handling (timeout, circuit breaker, fallback) around
+//! your backend, [`MemoryStore`] or [`RedisStore`] or a [`Store`] of your own; none of them
+//! is a type you build. The limiter turns the engine's [`Decision`]s into headers, a wait, or
+//! a refusal (denied, unavailable, bad request) without knowing the protocol; the service
+//! renders a refusal for the request, as a 429, 503 or 400 or as a gRPC status (`response/`).
+//! [`Control`] reads and acts on the limiter afterwards, and is its door for code outside
+//! Tower: [`Control::check`] plans one client's cost under one rule (`limiter/door.rs`),
+//! the same engine decides it, and [`Checked`] carries the headers or the refusal the layer
+//! would send.
 //!
 //! [`MemoryStore`]: store::MemoryStore
 //! [`RedisStore`]: store::RedisStore
@@ -99,8 +105,8 @@
 
 mod algorithm;
 pub mod clock;
-mod decider;
 mod decision;
+pub mod engine;
 mod error;
 mod future;
 pub mod key;
@@ -123,10 +129,9 @@ mod telemetry;
 mod tests;
 
 pub use algorithm::Algorithm;
-pub use decider::Stats;
 pub use error::{ConfigError, ConfigErrorKind, ControlError};
 pub use future::ResponseFuture;
-pub use layer::{Control, RateLimitLayer, RateLimitLayerBuilder, Skip};
+pub use layer::{Checked, Control, RateLimitLayer, RateLimitLayerBuilder, Skip};
 pub use limiter::OnMissingKey;
 pub use quota::Quota;
 pub use response::{HeaderStyle, ResponseBody};

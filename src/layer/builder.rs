@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,8 +9,8 @@ use http::Response;
 
 use super::{RateLimitLayer, Skip};
 use crate::algorithm::Algorithm;
-use crate::decider::StoreSetup;
 use crate::decision::Decision;
+use crate::engine::{Engine, EngineBuilder};
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
 use crate::limiter::{Limiter, OnMissingKey, SkipFn};
@@ -62,7 +61,7 @@ pub struct RateLimitLayerBuilder {
     rules: Vec<Rule>,
     rules_file: Option<PathBuf>,
     skip: Skip,
-    store: StoreSetup,
+    store: EngineBuilder,
     on_missing_key: OnMissingKey,
     headers: HeaderStyle,
     deny: Option<DenyResponse>,
@@ -79,7 +78,7 @@ impl RateLimitLayerBuilder {
             rules: Vec::new(),
             rules_file: None,
             skip: Skip::default(),
-            store: StoreSetup::default(),
+            store: Engine::builder(),
             on_missing_key: OnMissingKey::default(),
             headers: HeaderStyle::default(),
             deny: None,
@@ -161,14 +160,14 @@ impl RateLimitLayerBuilder {
     /// the cache of denials, leases for hot keys and the failure handling around it. Chosen
     /// at run time: the layer's type does not name the store.
     pub fn store(mut self, store: impl Store) -> Self {
-        self.store.store(store);
+        self.store = self.store.store(store);
         self
     }
 
     /// A backend made by the crate's tests (e.g. a store with a lease of its own making).
     #[cfg(test)]
     pub(crate) fn backend(mut self, backend: Backend) -> Self {
-        self.store.backend(backend);
+        self.store = self.store.backend(backend);
         self
     }
 
@@ -176,14 +175,14 @@ impl RateLimitLayerBuilder {
     /// breaker and an error hook, in one value (default [`StoreFailure::default`]: fail open,
     /// 50 ms).
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
-        self.store.failure(failure);
+        self.store = self.store.store_failure(failure);
         self
     }
 
     /// What to do while the store cannot decide (default [`OnStoreError::Allow`]: fail open):
     /// shorthand for that part of [`store_failure`](Self::store_failure).
     pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
-        self.store.on_error(on_store_error);
+        self.store = self.store.on_store_error(on_store_error);
         self
     }
 
@@ -191,7 +190,7 @@ impl RateLimitLayerBuilder {
     /// [`StoreFailure::timeout`]. The in-memory store never waits, so it never starts this
     /// timer.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
-        self.store.timeout(timeout);
+        self.store = self.store.store_timeout(timeout);
         self
     }
 
@@ -204,7 +203,7 @@ impl RateLimitLayerBuilder {
     /// instance's cached denial of that client; other instances ask the store again within
     /// 5 s. The memory store needs no cache (it answers a denied client as fast) and has none.
     pub fn denial_cache(mut self, enabled: bool) -> Self {
-        self.store.denial_cache(enabled);
+        self.store = self.store.denial_cache(enabled);
         self
     }
 
@@ -254,7 +253,7 @@ impl RateLimitLayerBuilder {
     /// A [`ConfigError`] that says what is wrong: nothing to limit, a zero store timeout, a
     /// rule or skip that cannot work, a rules file that cannot be read or does not validate.
     pub fn build(mut self) -> Result<RateLimitLayer, ConfigError> {
-        self.store.validate()?;
+        let engine = std::mem::take(&mut self.store).build()?;
         let mut code_rules = Vec::with_capacity(self.rules.len() + 1);
         if let Some(quota) = self.quota {
             code_rules.push(Rule::new(self.name.clone(), quota));
@@ -276,25 +275,35 @@ impl RateLimitLayerBuilder {
             self.rules_file.take(),
         )?;
         rules.watch();
-        Ok(self.assemble(rules, when))
+        Ok(self.assemble(engine, rules, when))
+    }
+
+    /// Checks the settings and builds only the layer's door: a [`Control`](super::Control)
+    /// that checks and acquires for code outside Tower (a handler, a WebSocket loop, a job)
+    /// with every guarantee of the layer, and no layer. Same errors as
+    /// [`build`](Self::build).
+    pub fn build_control(self) -> Result<super::Control, ConfigError> {
+        Ok(self.build()?.control())
     }
 
     /// The layer over `rules` and the predicate `skip`, with the rest of these settings
     /// (checked already).
-    pub(super) fn assemble(self, rules: Arc<RuleSource>, skip: Option<SkipFn>) -> RateLimitLayer {
-        let on_store_error = self.store.failure.on_error;
+    pub(super) fn assemble(
+        self,
+        engine: Engine,
+        rules: Arc<RuleSource>,
+        skip: Option<SkipFn>,
+    ) -> RateLimitLayer {
         RateLimitLayer {
             limiter: Arc::new(Limiter {
                 rules,
                 skip,
-                decider: self.store.build(),
+                engine,
                 on_missing_key: self.on_missing_key,
                 headers: self.headers,
                 deny: self.deny,
-                on_store_error,
                 tier_log: QuietLog::new(Duration::from_secs(10)),
                 shadow_log: QuietLog::new(Duration::from_secs(10)),
-                shadow_denials: AtomicU64::new(0),
             }),
         }
     }

@@ -1,16 +1,16 @@
 //! [`Control`]: what can be read and done on a layer once it is built.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::decider::Stats;
+use http::HeaderMap;
+
+use super::checked::Checked;
 use crate::decision::Decision;
+use crate::engine::Stats;
 use crate::error::{ConfigError, ControlError};
-use crate::limiter::Limiter;
-use crate::store::contract::StoreExt;
-use crate::store::Store;
+use crate::limiter::{Limiter, Verdict};
 
 /// A handle on a built [`RateLimitLayer`](crate::RateLimitLayer), from
 /// [`control`](crate::RateLimitLayer::control): its figures ([`stats`](Self::stats)), the rules
@@ -65,8 +65,7 @@ impl Control {
 
     /// The layer's figures now.
     pub fn stats(&self) -> Stats {
-        let shadow_denials = self.limiter.shadow_denials.load(Ordering::Relaxed);
-        self.limiter.decider.stats(shadow_denials)
+        self.limiter.engine.stats()
     }
 
     /// Reads the rules file again now and swaps in its rules, without waiting for the file
@@ -130,14 +129,14 @@ impl Control {
     /// fallback answers instead).
     pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self.limiter.decider.store.peek(&key, &policy, 1).await?)
+        Ok(self.limiter.engine.peek(&key, &policy, 1).await?)
     }
 
     /// Forgets the state of client `key` under the rule named `rule`, and any block: its next
     /// request starts with a whole quota. Errors as for [`peek`](Self::peek).
     pub async fn reset(&self, rule: &str, key: &str) -> Result<(), ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self.limiter.decider.store.reset(&key, &policy).await?)
+        Ok(self.limiter.engine.reset(&key, &policy).await?)
     }
 
     /// Denies every request of client `key` under the rule named `rule` for `duration` from
@@ -150,12 +149,7 @@ impl Control {
         duration: Duration,
     ) -> Result<(), ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self
-            .limiter
-            .decider
-            .store
-            .block(&key, &policy, duration)
-            .await?)
+        Ok(self.limiter.engine.block(&key, &policy, duration).await?)
     }
 
     /// Gives `n` units back to client `key` under the rule named `rule`, as far as the rule's
@@ -170,8 +164,106 @@ impl Control {
     /// [`StoreError::Unsupported`](crate::store::StoreError::Unsupported).
     pub async fn refund(&self, rule: &str, key: &str, n: u32) -> Result<(), ControlError> {
         let (key, policy) = self.limiter.client(rule, key)?;
-        Ok(self.limiter.decider.store.refund(&key, &policy, n).await?)
+        Ok(self.limiter.engine.refund(&key, &policy, n).await?)
     }
+}
+
+/// The door: decisions for code outside Tower, with the layer's guarantees.
+impl Control {
+    /// Charges `cost` units to the client `key` under the rule named `rule` now, as a request
+    /// of that client and cost would be charged by the layer: the same store call through
+    /// the same cache of denials, leases, breaker and fallback, the same metrics, and the same
+    /// headers and refusal in the [`Checked`] answer. Use it where the layer cannot see the
+    /// key or the cost: a key read from a JSON body, each message of a WebSocket, a job.
+    ///
+    /// The key is read as a request's would be (the raw key, e.g. a user id; the rule's tier
+    /// for it applies, and it is sanitized the same way). A delay-mode rule waits here for the
+    /// client's turn, as the layer would, and gives the turn back if this future is dropped.
+    /// A rule with `count_status` is charged now (there is no response to count). A cost of
+    /// 0 only looks.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::UnknownRule`] for a rule that is not in force. A store that cannot
+    /// decide is not an error: it is answered by the layer's
+    /// [`OnStoreError`](crate::store::OnStoreError), as a request would be.
+    pub async fn check(&self, rule: &str, key: &str, cost: u32) -> Result<Checked, ControlError> {
+        let (decision, verdict) = self.limiter.check_client(rule, key, cost).await?;
+        Ok(match verdict {
+            Verdict::Proceed(headers) => Checked::allowed(decision, header_map(headers)),
+            Verdict::Later(later) => {
+                let mut later = *later;
+                // Held across the wait: dropped with this future, it gives the turn back.
+                tokio::time::sleep(later.wait).await;
+                later.give_back.keep();
+                Checked::allowed(decision, header_map(later.headers))
+            }
+            Verdict::Refuse(refusal) => {
+                Checked::refused(decision, refusal.render(&HeaderMap::new()))
+            }
+        })
+    }
+
+    /// [`check`](Self::check), waiting for the cost to be allowed if that takes at most
+    /// `max_wait`: a refused check whose `Retry-After` is within what is left of `max_wait`
+    /// sleeps until then and checks again (a refused check consumes nothing, so waiting
+    /// costs no quota). Answers the first allowed check, or the refused one whose wait would
+    /// pass `max_wait` (at once, without waiting in vain), or the 503 of a store that cannot
+    /// decide under [`OnStoreError::Deny`](crate::store::OnStoreError::Deny). Dropping the
+    /// future gives up, with nothing charged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{key, Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // An outbound API allows 20 calls a second, shared by every worker of this process.
+    /// let control = RateLimitLayer::builder()
+    ///     .name("partner_api")
+    ///     .quota(Quota::per_second(20)?)
+    ///     .key(key::Global)
+    ///     .build_control()?;
+    /// for _ in 0..25 {
+    ///     let checked = control.acquire("partner_api", "all", 1, Duration::from_secs(1)).await?;
+    ///     assert!(checked.is_allowed());
+    ///     // ... call the partner ...
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As for [`check`](Self::check).
+    pub async fn acquire(
+        &self,
+        rule: &str,
+        key: &str,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Checked, ControlError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let checked = self.check(rule, key, cost).await?;
+            let retry = checked.decision().and_then(|d| d.retry_after);
+            let (false, Some(retry)) = (checked.is_allowed(), retry) else {
+                return Ok(checked);
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if retry > left {
+                return Ok(checked);
+            }
+            tokio::time::sleep(retry).await;
+        }
+    }
+}
+
+/// Rate-limit headers as a map of their own.
+fn header_map(headers: crate::response::Headers) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    headers.write_into(&mut map);
+    map
 }
 
 impl fmt::Debug for Control {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use crate::algorithm::Algorithm;
+use crate::engine::Engine;
 use crate::error::ConfigError;
 use crate::key::KeyExtractor;
 use crate::limiter::Limiter;
@@ -16,10 +17,12 @@ use crate::rules::{CompiledRule, RuleSet, RuleSource};
 use crate::service::RateLimit;
 
 mod builder;
+mod checked;
 mod control;
 mod skip;
 
 pub use builder::RateLimitLayerBuilder;
+pub use checked::Checked;
 pub use control::Control;
 pub use skip::Skip;
 
@@ -57,7 +60,7 @@ impl RateLimitLayer {
         let policy = Policy::gcra(DEFAULT_POLICY_NAME, quota);
         let rule = CompiledRule::everything(policy, quota, Arc::clone(&key));
         let rules = RuleSource::fixed(RuleSet::one(rule), key, Algorithm::Gcra);
-        Self::builder().assemble(rules, None)
+        Self::builder().assemble(Engine::builder().wrap(), rules, None)
     }
 
     /// A layer with the in-memory store and the rules in a TOML file, reloaded when the file
@@ -79,7 +82,7 @@ impl RateLimitLayer {
     }
 
     /// A handle on this layer (cheap to clone, usable after the layer has gone into the
-    /// app): its [`Stats`](crate::Stats), the rules in force and their reload, and acting on
+    /// app): its [`Stats`](crate::engine::Stats), the rules in force and their reload, and acting on
     /// one client (peek, reset, block, refund). See [`Control`].
     pub fn control(&self) -> Control {
         Control::new(Arc::clone(&self.limiter))

@@ -9,10 +9,9 @@ use std::sync::Arc;
 use http::StatusCode;
 
 use super::Limiter;
+use crate::engine::{Ask, Charging};
 use crate::quota::Policy;
 use crate::rules::StatusMatch;
-use crate::store::check::Check;
-use crate::store::contract::StoreExt;
 
 /// A boxed future of nothing: the counting in progress.
 pub(crate) type Counting = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -71,11 +70,11 @@ impl Counter {
 /// another), and a store error is the store's to log and count.
 fn count(limiter: Arc<Limiter>, counted: Vec<Counted>) -> Counting {
     Box::pin(async move {
-        let checks: Vec<Check<'_>> = counted
+        let asks: Vec<Ask<'_>> = counted
             .iter()
-            .map(|c| Check::new(&c.key, &c.policy, c.cost).blocking(false))
+            .map(|c| Ask::new(&c.key, &c.policy, c.cost).blocking(false))
             .collect();
-        let _ = limiter.decider.store.check_many(&checks).await;
+        let _ = limiter.engine.decide(&asks, Charging::AllowedOnly).await;
     })
 }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::Limiter;
 use crate::quota::Policy;
-use crate::store::contract::StoreExt;
 
 /// One place in a delay-mode rule's queue: the client key, the policy the store enforces for
 /// the rule (its leaky bucket with the queue), and the request's cost.
@@ -56,7 +55,7 @@ impl Drop for GiveBack {
         runtime.spawn(async move {
             for place in &held.places {
                 // A store error is the store's to count and log; the place then stays taken.
-                let _ = (held.limiter.decider.store)
+                let _ = (held.limiter.engine)
                     .refund(&place.key, &place.policy, place.cost)
                     .await;
             }

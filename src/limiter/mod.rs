@@ -4,25 +4,24 @@
 //! Timeouts, the circuit breaker and the fallback are the store wrappers' (`store::wrappers`).
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use http::request::Parts;
 use smallvec::SmallVec;
 
-use crate::decider::Decider;
+use crate::engine::{Ask, Engine};
 use crate::error::ControlError;
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
 use crate::response::{DenyResponse, HeaderStyle, Refusal};
-use crate::rules::{CompiledRule, InForce, RuleSource};
-use crate::store::OnStoreError;
+use crate::rules::{CompiledRule, InForce, Mode, RuleSource};
 use crate::telemetry::{self, Outcome};
 use count::Counted;
 use give_back::Place;
 
 pub(crate) mod count;
+mod door;
 pub(crate) mod give_back;
 mod verdict;
 
@@ -54,18 +53,14 @@ pub(crate) struct Limiter {
     /// The rules in force; replaced whole when a rules file changes.
     pub(crate) rules: Arc<RuleSource>,
     pub(crate) skip: Option<SkipFn>,
-    /// The store, wrapped as the builder set it up.
-    pub(crate) decider: Decider,
+    /// Decides: the store, wrapped as the builder set it up.
+    pub(crate) engine: Engine,
     pub(crate) on_missing_key: OnMissingKey,
     pub(crate) headers: HeaderStyle,
     pub(crate) deny: Option<DenyResponse>,
-    /// How to answer when the store cannot decide: only `Deny` answers (503); the store
-    /// itself falls back to memory.
-    pub(crate) on_store_error: OnStoreError,
     /// Logs `quota_for` closures that return invalid quotas.
     pub(crate) tier_log: QuietLog,
     pub(crate) shadow_log: QuietLog,
-    pub(crate) shadow_denials: AtomicU64,
 }
 
 /// What `call` does with a request before anything async happens.
@@ -98,10 +93,7 @@ impl Pending<'_> {
     /// Whether a rule of this request has `count_status`.
     #[inline]
     fn counts_later(&self) -> bool {
-        let rules = self.rules.rules();
-        self.checks
-            .iter()
-            .any(|c| rules[c.rule].count_status.is_some())
+        self.checks.iter().any(|c| self.counts_status(c))
     }
 
     /// What the request owes its rules with `count_status`, once its response is known.
@@ -143,6 +135,20 @@ impl Pending<'_> {
             Some(tier) => &tier.0,
             None => &self.rules.rules()[check.rule].policy,
         }
+    }
+
+    /// What the engine is asked for `check`: a look for a rule with `count_status` (counted
+    /// once the response is known), and never refusing for a shadow-mode rule.
+    fn ask<'a>(&'a self, check: &'a Planned) -> Ask<'a> {
+        let rule = &self.rules.rules()[check.rule];
+        Ask::new(&check.key, self.policy(check), check.cost)
+            .blocking(rule.mode != Mode::Shadow)
+            .look(self.counts_status(check))
+    }
+
+    /// Whether `check`'s rule has `count_status`.
+    fn counts_status(&self, check: &Planned) -> bool {
+        self.rules.rules()[check.rule].count_status.is_some()
     }
 
     /// The quota `check` is decided by: its tier's, or its rule's.
@@ -255,11 +261,7 @@ impl Limiter {
     pub(crate) fn client(&self, rule: &str, key: &str) -> Result<(String, Policy), ControlError> {
         let rules = self.rules.current();
         let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
-            let known = rules.rules().iter();
-            return Err(ControlError::UnknownRule {
-                rule: rule.to_owned(),
-                known: known.map(|r| r.policy.name().to_owned()).collect(),
-            });
+            return Err(self.unknown_rule(rule));
         };
         let policy = match self.tier(found, key) {
             Some((policy, _)) => policy,
@@ -269,14 +271,26 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// The error for a rule named `rule` that is not in force, listing those that are.
+    fn unknown_rule(&self, rule: &str) -> ControlError {
+        let rules = self.rules.current();
+        ControlError::UnknownRule {
+            rule: rule.to_owned(),
+            known: (rules.rules().iter())
+                .map(|r| r.policy.name().to_owned())
+                .collect(),
+        }
+    }
+}
+
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
             .field("rules", &self.rules)
-            .field("decider", &self.decider)
+            .field("engine", &self.engine)
             .field("on_missing_key", &self.on_missing_key)
             .field("headers", &self.headers)
-            .field("on_store_error", &self.on_store_error)
             .finish_non_exhaustive()
     }
 }

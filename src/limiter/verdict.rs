@@ -2,7 +2,6 @@
 //! or after waiting for the store, with its span and metrics.
 
 use std::borrow::Cow;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,14 +10,12 @@ use tracing::Instrument;
 
 use super::count::Counter;
 use super::give_back::GiveBack;
-use super::{Limiter, Pending, Planned};
+use super::{Limiter, Pending};
 use crate::decision::Decision;
-use crate::error::StoreError;
+use crate::engine::{Ask, Charging};
 use crate::response::{self, HeaderStyle, Headers, Refusal, Shown};
 use crate::rules::{self, Mode};
-use crate::store::check::Check;
-use crate::store::contract::StoreExt;
-use crate::store::{OnStoreError, Store};
+use crate::store::OnStoreError;
 use crate::telemetry::{self, Outcome};
 
 /// The outcome of asking the store.
@@ -61,7 +58,7 @@ impl Limiter {
             return None;
         }
         let span = decision_span(pending);
-        let check = || (self.decider.store).check_ready(&one.key, pending.policy(one), one.cost);
+        let check = || self.engine.decide_ready(&pending.ask(one));
         let ready = match &span {
             None => check(),
             Some(span) => span.in_scope(check),
@@ -75,15 +72,7 @@ impl Limiter {
     pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>) -> Verdict {
         let span = decision_span(&pending);
         let counts_later = pending.counts_later();
-        let asked = async {
-            if counts_later {
-                // Boxed: rules with `count_status` are few, and the peeks and checks they
-                // wait on would otherwise make every request's future larger.
-                Box::pin(self.ask_store_peeking(&pending)).await
-            } else {
-                self.ask_store(&pending).await
-            }
-        };
+        let asked = self.ask_store(&pending);
         let verdict = match &span {
             None => asked.await,
             // Boxed: only for a debug subscriber, and the span would make every request's
@@ -111,92 +100,23 @@ impl Limiter {
         }
     }
 
-    /// [`ask_store`](Self::ask_store) for a request under rules with `count_status`: their
-    /// quotas are peeked, consuming nothing (the request is counted once its response is
-    /// known). If one of them denies, the other rules are peeked too, so that nothing is
-    /// consumed from any; else the other rules are checked, together, as usual.
-    async fn ask_store_peeking(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
-        let rules = pending.rules.rules();
-        let counted = |c: &Planned| rules[c.rule].count_status.is_some();
-        let blocking = |c: &Planned| rules[c.rule].mode != Mode::Shadow;
-        let mut decisions: Vec<Option<Decision>> = vec![None; pending.checks.len()];
-        let decided: Result<(), StoreError> = async {
-            for (i, c) in pending
-                .checks
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| counted(c))
-            {
-                decisions[i] = Some(
-                    self.decider
-                        .store
-                        .peek(&c.key, pending.policy(c), c.cost)
-                        .await?,
-                );
-            }
-            let denied = (pending.checks.iter().zip(&decisions))
-                .any(|(c, d)| blocking(c) && d.is_some_and(|d| !d.allowed));
-            let others: Vec<usize> = (0..pending.checks.len())
-                .filter(|&i| !counted(&pending.checks[i]))
-                .collect();
-            if denied {
-                for &i in &others {
-                    let c = &pending.checks[i];
-                    decisions[i] = Some(
-                        self.decider
-                            .store
-                            .peek(&c.key, pending.policy(c), c.cost)
-                            .await?,
-                    );
-                }
-            } else if !others.is_empty() {
-                let checks: Vec<Check<'_>> = (others.iter().map(|&i| &pending.checks[i]))
-                    .map(|c| Check::new(&c.key, pending.policy(c), c.cost).blocking(blocking(c)))
-                    .collect();
-                let checked = self.decider.store.check_many(&checks).await?;
-                for (&i, decision) in others.iter().zip(checked) {
-                    decisions[i] = Some(decision);
-                }
-            }
-            Ok(())
-        }
-        .await;
-        match decided {
-            Ok(()) => {
-                let decisions: Vec<Decision> = decisions.into_iter().flatten().collect();
-                self.verdict(pending, &decisions)
-            }
-            Err(_) => self.unanswered(pending),
-        }
-    }
-
-    /// Asks the store about every check and turns its answer into a verdict.
+    /// Asks the engine about every check and turns its answer into a verdict. The rules
+    /// with `count_status` are looks (the request is counted once its response is known),
+    /// so a request they refuse consumes nothing from its other rules.
     async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
         let decided = match pending.checks.as_slice() {
-            // One limit, the common case: no list of checks to build. The wrapped store's future is
+            // One limit, the common case: no list of asks to build. The engine's future is
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
             // allocations small enough for the allocator's fast path cost less than one that
             // is not.
-            [one] => Box::pin(
-                self.decider
-                    .store
-                    .check(&one.key, pending.policy(one), one.cost),
-            )
-            .await
-            .map(|decision| self.verdict(pending, std::slice::from_ref(&decision))),
+            [one] if !pending.counts_status(one) => {
+                Box::pin(self.engine.decide_one(&pending.ask(one)))
+                    .await
+                    .map(|decision| self.verdict(pending, std::slice::from_ref(&decision)))
+            }
             many => {
-                let rules = pending.rules.rules();
-                let checks: Vec<Check<'_>> = many
-                    .iter()
-                    .map(|c| Check {
-                        key: &c.key,
-                        policy: pending.policy(c),
-                        cost: c.cost,
-                        blocking: rules[c.rule].mode != Mode::Shadow,
-                        charge: false,
-                    })
-                    .collect();
-                let decided = Box::pin(self.decider.store.check_many(&checks)).await;
+                let asks: Vec<Ask<'_>> = many.iter().map(|c| pending.ask(c)).collect();
+                let decided = Box::pin(self.engine.decide(&asks, Charging::AllowedOnly)).await;
                 decided.map(|decisions| self.verdict(pending, &decisions))
             }
         };
@@ -207,12 +127,12 @@ impl Limiter {
     /// handled by the store wrappers): refused when failing closed, else through, without the
     /// rate-limit numbers the limiter does not know (a `count_status` rule may still count
     /// the response).
-    fn unanswered(&self, pending: &Pending<'_>) -> Verdict {
+    pub(super) fn unanswered(&self, pending: &Pending<'_>) -> Verdict {
         let rules = pending.rules.rules();
         for check in &pending.checks {
             telemetry::request(&rules[check.rule].policy, Outcome::StoreError);
         }
-        match self.on_store_error {
+        match self.engine.on_store_error() {
             OnStoreError::Deny => Verdict::Refuse(Box::new(Refusal::Unavailable)),
             _ => Verdict::Proceed(Headers::default()),
         }
@@ -221,7 +141,11 @@ impl Limiter {
     /// The verdict (headers, and a wait or a denial) from the store's decisions, one per
     /// check. A request that waits (delay mode) takes along its places in the delay queues,
     /// given back if it is dropped while it waits.
-    fn verdict(self: &Arc<Self>, pending: &Pending<'_>, decisions: &[Decision]) -> Verdict {
+    pub(super) fn verdict(
+        self: &Arc<Self>,
+        pending: &Pending<'_>,
+        decisions: &[Decision],
+    ) -> Verdict {
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
@@ -284,7 +208,7 @@ impl Limiter {
     }
 
     fn shadow_denied(&self, rule: &str, key: &str) {
-        self.shadow_denials.fetch_add(1, Ordering::Relaxed);
+        self.engine.count_shadow_denial();
         if let Some(suppressed) = self.shadow_log.should_log() {
             tracing::info!(
                 target: "tollgate::shadow",

@@ -10,8 +10,9 @@ use pin_project_lite::pin_project;
 
 pin_project! {
     /// The body of a response from a rate-limited service: the inner service's body, or the
-    /// body of a response the limiter made (429, 400, 503).
-    pub struct ResponseBody<B> {
+    /// body of a response the limiter made (429, 400, 503). Without a type, only the latter:
+    /// a refusal from [`Checked::into_result`](crate::Checked::into_result).
+    pub struct ResponseBody<B = http_body_util::Empty<Bytes>> {
         #[pin]
         kind: Kind<B>,
     }

@@ -7,7 +7,7 @@
 //! How a request goes through: `service.rs` takes the configuration in force (`source.rs`
 //! reloads it from the directory that `dir.rs` reads), `limits.rs` refuses a request that
 //! asks too much, `plan.rs` finds each descriptor's limit (`matching.rs`, in the tree that
-//! `config.rs` compiled from `yaml.rs`'s files), `decide.rs` asks the store for all of them
+//! `config.rs` compiled from `yaml.rs`'s files), the engine decides all of them
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `/json`;
 //! `metadata.rs` the dynamic metadata); `stats.rs` counts it (`stat_name.rs` names its
 //! series, `series.rs` bounds those that request values make). Limits may instead come from
@@ -27,11 +27,9 @@
 //! worst request accepted is cheap, and on Redis it is one script call of at most
 //! [`MAX_DESCRIPTORS`] checks.
 
-mod charging;
 mod check;
 mod config;
 mod counters;
-mod decide;
 mod dir;
 mod json;
 mod limits;
@@ -48,7 +46,6 @@ mod stats;
 mod xds;
 mod yaml;
 
-pub use charging::Charging;
 pub use check::{DirCheck, DotFiles};
 pub use config::{DuplicateDomains, RlsConfig};
 pub use json::JsonAnswer;

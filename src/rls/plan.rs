@@ -10,12 +10,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::SmallVec;
 
-use super::charging::Charging;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::counters::Counters;
-use super::decide::Ask;
 use super::matching::{client_key, override_key, LimitRef, Matched};
 use crate::algorithm::Algorithm;
+use crate::engine::{Ask, Charging};
 use crate::key::sanitize;
 use crate::quota::{Policy, Quota};
 
@@ -118,12 +117,8 @@ impl<'c> Plan<'c> {
     pub(crate) fn asks(&self) -> PerDescriptor<Ask<'_>> {
         self.limited()
             .filter_map(|l| {
-                Some(Ask {
-                    key: &l.key,
-                    policy: l.limit.policy.as_ref()?,
-                    cost: l.cost,
-                    blocking: l.blocking(),
-                })
+                let policy = l.limit.policy.as_ref()?;
+                Some(Ask::new(&l.key, policy, l.cost).blocking(l.blocking()))
             })
             .collect()
     }

@@ -10,10 +10,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 
-use super::charging::Charging;
 use super::config::unit_seconds;
 use super::plan::{Item, Limited, Modes, PerDescriptor, Plan};
 use crate::decision::Decision;
+use crate::engine::Charging;
 
 /// What the store said about a request's limits.
 #[derive(Debug)]

@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
 
-use super::charging::Charging;
 use super::config::RlsConfig;
 use super::limits;
 use super::metadata;
@@ -22,7 +20,8 @@ use super::series::{Series, DEFAULT_MAX_SERIES};
 use super::source::{ConfigDir, ConfigSource};
 use super::stats;
 use super::xds::{self, XdsSource, XdsTask};
-use crate::decider::{Decider, Stats, StoreSetup};
+use crate::engine::Stats;
+use crate::engine::{Charging, Engine, EngineBuilder};
 use crate::error::ConfigError;
 use crate::store::{OnStoreError, Store, StoreFailure};
 
@@ -56,14 +55,12 @@ pub struct RateLimitService {
 
 struct Inner {
     config: Arc<ConfigSource>,
-    decider: Decider,
+    engine: Engine,
     /// How a failing store is answered: `None` is a gRPC error, as the reference answers.
     on_error: Option<OnStoreError>,
     modes: Modes,
     headers: Option<ResponseHeaders>,
     stats: stats::Statistics,
-    /// Requests answered OK although a limit was over (a shadow-mode limit, or `SHADOW_MODE`).
-    shadow_denials: AtomicU64,
     /// The xDS client feeding `config`, if it comes from a control plane; stops with the
     /// service.
     _xds: Option<XdsTask>,
@@ -79,7 +76,7 @@ impl RateLimitService {
             ignore_dot_files: false,
             serve_before_config: false,
             watch: true,
-            store: StoreSetup::default(),
+            store: Engine::builder(),
             on_error: None,
             modes: Modes::default(),
             headers: None,
@@ -132,8 +129,8 @@ impl RateLimitService {
         let looked = looked && inner.modes.charging != Charging::EveryHit;
         let decided = match (asks.is_empty(), looked) {
             (true, _) => Ok(Vec::new()),
-            (false, false) => inner.decider.decide(&asks, inner.modes.charging).await,
-            (false, true) => inner.decider.look(&asks).await,
+            (false, false) => inner.engine.decide(&asks, inner.modes.charging).await,
+            (false, true) => inner.engine.look(&asks).await,
         };
         let outcome = match decided {
             Ok(decisions) => Outcome::Decided { decisions, looked },
@@ -158,7 +155,7 @@ impl RateLimitService {
         let shadow_limit_over = (plan.items.iter().zip(&answer.over))
             .any(|(item, &over)| matches!(item, Item::Limited(l) if over && l.limit.shadow_mode));
         if answer.shadowed || shadow_limit_over {
-            inner.shadow_denials.fetch_add(1, Ordering::Relaxed);
+            inner.engine.count_shadow_denial();
         }
         Ok(answer.response)
     }
@@ -197,10 +194,7 @@ impl RateLimitService {
     /// shadow mode). (With the `metrics` feature the reference's statistics go to your
     /// metrics recorder.)
     pub fn stats(&self) -> Stats {
-        let inner = &self.inner;
-        inner
-            .decider
-            .stats(inner.shadow_denials.load(Ordering::Relaxed))
+        self.inner.engine.stats()
     }
 }
 
@@ -221,7 +215,7 @@ impl fmt::Debug for RateLimitService {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
             .field("config", &self.inner.config)
-            .field("decider", &self.inner.decider)
+            .field("engine", &self.inner.engine)
             .field("on_error", &self.inner.on_error)
             .field("modes", &self.inner.modes)
             .field("headers", &self.inner.headers)
@@ -245,7 +239,7 @@ pub struct RateLimitServiceBuilder {
     ignore_dot_files: bool,
     serve_before_config: bool,
     watch: bool,
-    store: StoreSetup,
+    store: EngineBuilder,
     on_error: Option<OnStoreError>,
     modes: Modes,
     headers: Option<ResponseHeaders>,
@@ -317,7 +311,7 @@ impl RateLimitServiceBuilder {
     /// name the store. The built-in stores decide a request's descriptors in one atomic step;
     /// a store of your own is asked for them one by one, in order (not atomically).
     pub fn store(mut self, store: impl Store) -> Self {
-        self.store.store(store);
+        self.store = self.store.store(store);
         self
     }
 
@@ -326,12 +320,12 @@ impl RateLimitServiceBuilder {
     /// [`on_store_error`](Self::on_store_error) does.
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
         self.on_error = Some(failure.on_error);
-        self.store.failure(failure);
+        self.store = self.store.store_failure(failure);
         self
     }
 
     /// What to answer while the store fails (an error, a timeout, an open circuit breaker).
-    /// By default (`None`) the reference's answer: the gRPC error `UNAVAILABLE` (on `/json`,
+    /// By default (not called) the reference's answer: the gRPC error `UNAVAILABLE` (on `/json`,
     /// 400), so Envoy's `failure_mode_deny` decides: it lets the request through and counts
     /// `ratelimit.error`, or with `failure_mode_deny: true` refuses it. A policy answers
     /// instead: [`OnStoreError::Allow`] OK without numbers, [`OnStoreError::Deny`]
@@ -344,21 +338,28 @@ impl RateLimitServiceBuilder {
     ///
     /// let reference = RateLimitService::builder(); // a gRPC error
     /// let local = RateLimitService::builder().on_store_error(OnStoreError::FallbackToMemory);
-    /// let error_again = local.on_store_error(None);
-    /// # let _ = (reference, error_again);
+    /// # let _ = (reference, local);
     /// ```
-    pub fn on_store_error(mut self, on_store_error: impl Into<Option<OnStoreError>>) -> Self {
-        self.on_error = on_store_error.into();
-        if let Some(policy) = self.on_error {
-            self.store.on_error(policy);
-        }
+    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
+        self.on_error = Some(on_store_error);
+        self.store = self.store.on_store_error(on_store_error);
+        self
+    }
+
+    /// Whether denials are cached (default true): a descriptor the store refused is refused
+    /// here until its `Retry-After` without asking the store again; as the layer's
+    /// [`denial_cache`](crate::RateLimitLayerBuilder::denial_cache). Only requests charged
+    /// [`Charging::AllowedOnly`] are answered from it: the reference's modes charge refused
+    /// hits too, so every one of them goes to the store.
+    pub fn denial_cache(mut self, enabled: bool) -> Self {
+        self.store = self.store.denial_cache(enabled);
         self
     }
 
     /// The longest a decision waits for the store (default 50 ms): shorthand for
     /// [`StoreFailure::timeout`].
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
-        self.store.timeout(timeout);
+        self.store = self.store.store_timeout(timeout);
         self
     }
 
@@ -420,7 +421,12 @@ impl RateLimitServiceBuilder {
     /// Loads the configuration and builds the service; any problem with the configuration
     /// (naming its file) or a setting is an error here.
     pub fn build(self) -> Result<RateLimitService, ConfigError> {
-        self.store.validate()?;
+        let mut store = self.store;
+        if self.on_error.is_none() {
+            // No fallback: every failure is answered as an error.
+            store = store.on_store_error(OnStoreError::Deny);
+        }
+        let engine = store.build()?;
         if self.near_limit_ratio.is_nan() || self.near_limit_ratio < 0.0 {
             return Err(ConfigError::new(
                 "near_limit_ratio must be a number from 0 up",
@@ -449,15 +455,10 @@ impl RateLimitServiceBuilder {
         if self.watch {
             config.watch();
         }
-        let mut store = self.store;
-        if self.on_error.is_none() {
-            // The stack hands every failure up, to be answered as an error.
-            store.on_error(OnStoreError::Deny);
-        }
         Ok(RateLimitService {
             inner: Arc::new(Inner {
                 config,
-                decider: store.build(),
+                engine,
                 on_error: self.on_error,
                 modes: self.modes,
                 headers: self.headers,
@@ -466,7 +467,6 @@ impl RateLimitServiceBuilder {
                     near_limit_ratio: self.near_limit_ratio,
                     calls: stats::CallMetrics::default(),
                 },
-                shadow_denials: AtomicU64::new(0),
                 _xds: xds_task,
             }),
         })

@@ -29,6 +29,7 @@ mod concurrency;
 mod count_status;
 mod decided_at_once;
 mod denial_cache;
+mod door;
 mod failover;
 mod grpc;
 mod http;

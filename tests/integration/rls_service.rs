@@ -13,13 +13,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tollgate::engine::Charging;
 use tollgate::rls::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::rls::proto::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,
 };
 use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
-use tollgate::rls::{Charging, RateLimitService, ResponseHeaders, RlsConfig};
+use tollgate::rls::{RateLimitService, ResponseHeaders, RlsConfig};
 use tollgate::store::{Decision, OnStoreError, Policy, Store, StoreError};
 use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
 use tonic::transport::server::TcpIncoming;

@@ -116,13 +116,15 @@ async fn run(settings: Settings) -> ExitCode {
         .serve_before_config(settings.force_start)
         .ignore_dot_files(settings.ignore_dot_files)
         .store_timeout(settings.store_timeout)
-        .on_store_error(settings.on_store_error)
         .charging(settings.charging)
         .shadow_mode(settings.shadow_mode)
         .quota_mode(settings.quota_mode)
         .response_dynamic_metadata(settings.dynamic_metadata)
         .stats_max_series(settings.stats_max_series)
         .near_limit_ratio(settings.near_limit_ratio);
+    if let Some(policy) = settings.on_store_error {
+        builder = builder.on_store_error(policy);
+    }
     if let Some(redis) = store.clone() {
         tokio::spawn(store::publish_pool_size(redis));
     }

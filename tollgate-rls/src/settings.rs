@@ -9,7 +9,8 @@ mod xds;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tollgate::rls::{Charging, XdsSource};
+use tollgate::engine::Charging;
+use tollgate::rls::XdsSource;
 use tollgate::store::OnStoreError;
 
 pub(crate) use grpc_tls::GrpcTls;

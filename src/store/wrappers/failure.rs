@@ -67,7 +67,7 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&StoreError) + Send + Sync>;
 /// - a hook that sees every error ([`on_error_hook`](Self::on_error_hook)).
 ///
 /// Failures are logged at most once per 10 s, counted in
-/// [`Stats::store_errors`](crate::Stats::store_errors), and never turned into a 500. A call
+/// [`Stats::store_errors`](crate::engine::Stats::store_errors), and never turned into a 500. A call
 /// that times out may still have run in the store (Redis may run the script after the layer
 /// gave up), so a request answered by the policy may have used quota.
 ///

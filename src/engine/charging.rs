@@ -1,8 +1,9 @@
-//! [`Charging`]: which hits a request's descriptors are charged, refused or not.
+//! [`Charging`]: which of a request's limits are charged, refused or not.
 
-/// Which hits [`RateLimitService`](super::RateLimitService) charges to a request's
-/// descriptors. The default is the reference's; the others are its
-/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` and tollgate's own atomic mode. Every mode is one
+/// Which hits a decision charges to a request's limits ([`Engine::decide`](super::Engine::decide)).
+/// The default is that of Envoy's reference rate limit service (what `tollgate-rls` answers
+/// by); the others are its `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` and tollgate's own atomic
+/// mode, which the layer and the door always use. Every mode is one
 /// atomic step per request on the built-in stores (one script call on Redis), so none of
 /// them races between reading a counter and adding to it.
 ///
@@ -13,11 +14,9 @@
 /// response (Envoy's `apply_on_stream_done`, token budgets for LLM traffic) is never lost.
 ///
 /// ```
-/// use tollgate::rls::{Charging, RateLimitService};
+/// use tollgate::engine::Charging;
 ///
-/// let reference = RateLimitService::builder(); // Charging::EveryHit
-/// let atomic = RateLimitService::builder().charging(Charging::AllowedOnly);
-/// # let _ = (reference, atomic);
+/// assert_eq!(Charging::default(), Charging::EveryHit);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -31,7 +30,7 @@ pub enum Charging {
     /// are charged; when none is, all are.
     StopWhenOverLimit,
     /// tollgate's: a refused request consumes nothing from any descriptor, and an allowed
-    /// one consumes from all (`CHARGE_REFUSED=false` for `tollgate-rls`). Shadow-mode and
+    /// one consumes from all (`CHARGE_REFUSED=false` for `tollgate-rls`; the layer's mode). Shadow-mode and
     /// quota-mode limits never refuse a request alone.
     AllowedOnly,
 }

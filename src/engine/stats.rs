@@ -1,4 +1,4 @@
-//! [`Stats`]: the figures a layer's [`Control`](crate::Control) and an `rls` service report
+//! [`Stats`]: the figures a layer's [`Control`](crate::Control) and `tollgate-rls` report
 //! alike.
 
 /// A layer's or service's figures at one moment, from

@@ -1,0 +1,53 @@
+//! The door's decision: one client's cost under one rule, asked by code outside the layer
+//! (a handler, a WebSocket loop, a job), decided and rendered as a request of that client
+//! under that rule would be.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::{Limiter, Pending, Planned, Verdict};
+use crate::decision::Decision;
+use crate::error::ControlError;
+use crate::key;
+use crate::rules::InForce;
+
+impl Limiter {
+    /// The decision (`None` when the store could not decide) and the verdict for `cost` units
+    /// of the client `key` under the rule named `rule`, charged now: the same store call,
+    /// headers and refusal as a request of that cost would get from the layer. A rule with
+    /// `count_status` is charged now too (the door has no response to count), and a cost of
+    /// 0 only looks.
+    pub(crate) async fn check_client(
+        self: &Arc<Self>,
+        rule: &str,
+        key: &str,
+        cost: u32,
+    ) -> Result<(Option<Decision>, Verdict), ControlError> {
+        let rules = InForce::Owned(self.rules.current());
+        let Some(index) = rules.rules().iter().position(|r| r.policy.name() == rule) else {
+            return Err(self.unknown_rule(rule));
+        };
+        let tier = self.tier(&rules.rules()[index], key).map(Box::new);
+        let planned = Planned {
+            rule: index,
+            key: key::sanitize(key.to_owned()),
+            cost,
+            tier,
+        };
+        let pending = Pending {
+            rules,
+            checks: SmallVec::from_buf([planned]),
+        };
+        let one = &pending.checks[0];
+        let ask = pending.ask(one).look(false);
+        let decided = match cost {
+            0 => self.engine.peek(ask.key(), ask.policy(), 0).await,
+            _ => self.engine.decide_one(&ask).await,
+        };
+        Ok(match decided {
+            Ok(decision) => (Some(decision), self.verdict(&pending, &[decision])),
+            Err(_) => (None, self.unanswered(&pending)),
+        })
+    }
+}
