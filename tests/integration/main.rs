@@ -43,9 +43,6 @@ mod redis_cluster;
 mod redis_sentinel;
 mod redis_store;
 mod redis_tls;
-mod rls_charging;
-mod rls_limits;
-mod rls_service;
 mod rules;
 #[cfg(unix)]
 mod rules_file_faults;

@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use tollgate::rls::{DotFiles, DuplicateDomains, RlsConfig};
+use tollgate_rls::{DotFiles, DuplicateDomains, RlsConfig};
 
 const USAGE: &str = "usage: tollgate-rls check [--merge-domains] [--ignore-dot-files] DIR";
 

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::rls::RateLimitService;
+use tollgate_rls::RateLimitService;
 use tollgate::store::{Policy, RedisStore, Store};
 use tollgate::{Algorithm, Quota};
 use tonic_health::server::HealthReporter;

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tollgate::rls::RateLimitService;
+use tollgate_rls::RateLimitService;
 
 use crate::health::Health;
 

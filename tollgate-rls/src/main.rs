@@ -32,7 +32,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
-use tollgate::rls::{RateLimitService, ResponseHeaders};
+use tollgate_rls::{RateLimitService, ResponseHeaders};
 use tonic::transport::Server;
 use tracing_subscriber::EnvFilter;
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate::engine::Charging;
-use tollgate::rls::XdsSource;
+use tollgate_rls::XdsSource;
 use tollgate::store::OnStoreError;
 
 pub(crate) use grpc_tls::GrpcTls;

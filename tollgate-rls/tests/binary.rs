@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::{ask, eventually, request, run_to_exit, RedisServer, Rls, Runtime};
-use tollgate::rls::proto::rate_limit_response::{rate_limit::Unit, Code};
+use tollgate_rls::proto::rate_limit_response::{rate_limit::Unit, Code};
 
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
@@ -778,7 +778,7 @@ fn huge_request(count: usize) -> Vec<u8> {
     let descriptors = (0..count)
         .map(|i| support::descriptor(&[("key1", &i.to_string())]))
         .collect();
-    let request = tollgate::rls::proto::RateLimitRequest {
+    let request = tollgate_rls::proto::RateLimitRequest {
         domain: "basic".into(),
         descriptors,
         hits_addend: 0,

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use control_plane::{limit, ControlPlane, Pki, Reply};
 use support::{free_port, request, Rls, Runtime};
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::RateLimitRequest;
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::RateLimitRequest;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 /// What Envoy Gateway sets (its resource.go), with the files and addresses of this test;

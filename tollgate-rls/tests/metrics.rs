@@ -5,9 +5,9 @@
 mod support;
 
 use support::{ask, descriptor, http, request, Rls, Runtime};
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::RateLimitRequest;
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::RateLimitRequest;
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;
@@ -76,7 +76,7 @@ async fn client_chosen_values_leave_metrics_bounded() {
     send_all(&client, detailed).await;
     // 2,000 random unknown domains as long as a domain may be (`MAX_DOMAIN_BYTES`), and an
     // address.
-    let longest = tollgate::rls::MAX_DOMAIN_BYTES;
+    let longest = tollgate_rls::MAX_DOMAIN_BYTES;
     let mut unknown: Vec<_> = (0..2_000u64)
         .map(|seed| request(&random_text(seed + 1, longest), &[&[("user", "a")]]))
         .collect();

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::Command;
 
 use support::{free_port, redis_cli, request, run_to_exit, temp_dir, Rls, Runtime, Spawned};
-use tollgate::rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_response::Code;
 
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;

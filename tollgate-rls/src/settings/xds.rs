@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::rls::{XdsBackoff, XdsSource, XdsTls};
+use tollgate_rls::{XdsBackoff, XdsSource, XdsTls};
 
 use super::{parse_bool, parse_duration};
 

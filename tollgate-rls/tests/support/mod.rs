@@ -10,9 +10,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tollgate::rls::proto::rate_limit_descriptor::Entry;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tollgate_rls::proto::rate_limit_descriptor::Entry;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
 pub use shared::dns::SrvServer;
@@ -26,7 +26,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 /// The library's test data: fixtures and the reference's integration runtime.
 pub fn data(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/integration/rls")
+        .join("tests/rls")
         .join(path)
 }
 
@@ -43,7 +43,7 @@ impl Runtime {
         Self { root }
     }
 
-    /// A runtime holding copies of these files (paths under the library's `tests/integration/rls`).
+    /// A runtime holding copies of these files (paths under `tests/rls`).
     pub fn with(test: &str, files: &[&str]) -> Self {
         let runtime = Self::new(test);
         for file in files {

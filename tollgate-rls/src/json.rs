@@ -29,17 +29,17 @@ pub struct JsonAnswer {
 impl RateLimitService {
     /// Answers a request given in proto3 JSON, as the reference's `POST /json` does:
     /// `{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`. A request
-    /// past one of the [bounds](crate::rls#limits) is a 400 naming it: a body over
-    /// [`MAX_REQUEST_BYTES`](crate::rls::MAX_REQUEST_BYTES) before it is parsed, too many
+    /// past one of the [bounds](crate#limits) is a 400 naming it: a body over
+    /// [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES) before it is parsed, too many
     /// descriptors or entries before any is matched.
     ///
     /// ```
-    /// use tollgate::rls::{RateLimitService, RlsConfig};
+    /// use tollgate_rls::{RateLimitService, RlsConfig};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n";
     /// let service = RateLimitService::builder()
-    ///     .config(RlsConfig::from_yaml([("d.yaml", yaml)], tollgate::rls::DuplicateDomains::Refuse)?)
+    ///     .config(RlsConfig::from_yaml([("d.yaml", yaml)], tollgate_rls::DuplicateDomains::Refuse)?)
     ///     .build()?;
     /// let body = br#"{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}"#;
     /// assert_eq!(service.decide_json(body).await.status, 200);

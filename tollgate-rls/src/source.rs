@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 use super::config::{DuplicateDomains, RlsConfig};
 use super::dir::Skipped;
 use super::stats;
-use crate::error::{ConfigError, ConfigErrorKind};
+use tollgate::{ConfigError, ConfigErrorKind};
 use crate::poll;
 
 /// How the directory is read, named here for the service that builds a source.

@@ -13,10 +13,11 @@ use smallvec::SmallVec;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::counters::Counters;
 use super::matching::{client_key, override_key, LimitRef, Matched};
-use crate::algorithm::Algorithm;
-use crate::engine::{Ask, Charging};
-use crate::key::sanitize;
-use crate::quota::{Policy, Quota};
+use tollgate::Algorithm;
+use tollgate::engine::{Ask, Charging};
+use tollgate::key::sanitize;
+use tollgate::store::Policy;
+use tollgate::Quota;
 
 /// One value per descriptor of a request: most requests have a few, kept without an allocation.
 pub(crate) type PerDescriptor<T> = SmallVec<[T; 4]>;

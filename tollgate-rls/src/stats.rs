@@ -1,4 +1,4 @@
-//! The reference's statistics as metrics (with the `metrics` feature; nothing without it),
+//! The reference's statistics as metrics, through the `metrics` facade,
 //! named as its Prometheus mapping names them: `ratelimit_service_rate_limit_total_hits`
 //! and friends, labelled `domain`, `key1` and `key2` from the statistics key
 //! (`domain.key1.key2…`) after the reference's sanitizing, and the service's own counters.
@@ -9,16 +9,13 @@
 //! which bounds how many there are. So install the recorder before the service answers its
 //! first request.
 
-#[cfg(feature = "metrics")]
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 
-#[cfg(feature = "metrics")]
 use super::counters::Handles;
 use super::plan::{Item, Limited, Plan};
 use super::response::Answer;
 use super::series::Series;
-#[cfg(feature = "metrics")]
 use super::stat_name::Labels;
 
 /// The share of a limit above which hits also count as near the limit, by default (the
@@ -27,7 +24,6 @@ pub(crate) const DEFAULT_NEAR_LIMIT_RATIO: f32 = 0.8;
 
 /// How a service counts its answers: the bounded series of request values and the near-limit
 /// ratio.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) struct Statistics {
     pub(crate) series: Series,
@@ -52,7 +48,6 @@ impl Statistics {
 /// The hits of one request on one limit, split as the reference's `base_limiter.go` splits
 /// them (`GetResponseDescriptorStatus`, `checkOverLimitThreshold`,
 /// `checkNearLimitThreshold`): only the part past a threshold counts as near or over.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Split {
     pub(crate) within: u64,
@@ -60,7 +55,6 @@ pub(crate) struct Split {
     pub(crate) over: u64,
 }
 
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 impl Split {
     /// `hits` on a limit of `limit` of which `used_before` were in use (`None`: not known,
     /// as when the store failed), `over` whether they were refused, with near-limit hits
@@ -129,7 +123,6 @@ fn record(
     over: bool,
     used_before: Option<u64>,
 ) {
-    #[cfg(feature = "metrics")]
     {
         let hits = u64::from(limited.cost);
         if hits == 0 {
@@ -162,9 +155,6 @@ fn record(
             handles.shadow.increment(split.over);
         }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (
-        stats,
         &limited.stats_key,
         &limited.limit.counters,
         status,
@@ -176,26 +166,21 @@ fn record(
 /// Counts a request whose domain is not configured. The domain is not a label: a client
 /// can send any number of them, of any length.
 pub(crate) fn domain_not_found() {
-    #[cfg(feature = "metrics")]
     metrics::counter!("ratelimit_service_rate_limit_domain_not_found").increment(1);
 }
 
 /// Counts a configuration load, good or bad.
 pub(crate) fn config_load(ok: bool) {
-    #[cfg(feature = "metrics")]
     match ok {
         true => metrics::counter!("ratelimit_service_config_load_success").increment(1),
         false => metrics::counter!("ratelimit_service_config_load_error").increment(1),
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = ok;
 }
 
 /// Counts a request answered without the store because it failed: the reference's
 /// `ratelimit.service.call.should_rate_limit.redis_error`, mapped to
 /// `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`.
 pub(crate) fn store_error() {
-    #[cfg(feature = "metrics")]
     metrics::counter!("ratelimit_service_should_rate_limit_error", "err_type" => "redis_error")
         .increment(1);
 }
@@ -203,17 +188,14 @@ pub(crate) fn store_error() {
 /// Counts a request refused as malformed (no domain, no descriptor): the reference's
 /// `service_error`, as `ratelimit_service_should_rate_limit_error{err_type="service_error"}`.
 pub(crate) fn service_error() {
-    #[cfg(feature = "metrics")]
     metrics::counter!("ratelimit_service_should_rate_limit_error", "err_type" => "service_error")
         .increment(1);
 }
 
 /// Where the per-call metrics are registered from, for the recorder.
-#[cfg(feature = "metrics")]
 static METADATA: metrics::Metadata<'static> =
     metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
-#[cfg(feature = "metrics")]
 static SHOULD_RATE_LIMIT: [metrics::Label; 1] = [metrics::Label::from_static_parts(
     "grpc_method",
     "ShouldRateLimit",
@@ -226,7 +208,6 @@ static SHOULD_RATE_LIMIT: [metrics::Label; 1] = [metrics::Label::from_static_par
 /// as a limit's counters are: a call then costs an atomic add and a histogram entry.
 #[derive(Default)]
 pub(crate) struct CallMetrics {
-    #[cfg(feature = "metrics")]
     handles: std::sync::OnceLock<(metrics::Counter, metrics::Histogram)>,
 }
 
@@ -236,8 +217,6 @@ impl std::fmt::Debug for CallMetrics {
     }
 }
 
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl CallMetrics {
     fn handles(&self) -> &(metrics::Counter, metrics::Histogram) {
         static TOTAL: metrics::Key =
@@ -258,18 +237,13 @@ impl CallMetrics {
 /// One `ShouldRateLimit` call being timed (see [`CallMetrics`]).
 #[derive(Debug)]
 pub(crate) struct CallTimer<'a> {
-    #[cfg(feature = "metrics")]
     metrics: &'a CallMetrics,
-    #[cfg(feature = "metrics")]
     started: std::time::Instant,
-    #[cfg(not(feature = "metrics"))]
-    metrics: std::marker::PhantomData<&'a CallMetrics>,
 }
 
 impl<'a> CallTimer<'a> {
     /// Counts a `ShouldRateLimit` call and starts timing it.
     pub(crate) fn start(metrics: &'a CallMetrics) -> Self {
-        #[cfg(feature = "metrics")]
         {
             metrics.handles().0.increment(1);
             Self {
@@ -277,25 +251,16 @@ impl<'a> CallTimer<'a> {
                 started: std::time::Instant::now(),
             }
         }
-        #[cfg(not(feature = "metrics"))]
-        {
-            let _ = metrics;
-            Self {
-                metrics: std::marker::PhantomData,
-            }
-        }
     }
 
     /// Records how long the call took.
     pub(crate) fn finish(self) {
-        #[cfg(feature = "metrics")]
         (self.metrics.handles().1).record(self.started.elapsed().as_secs_f64());
     }
 }
 
 /// Counts a request that was over a limit and answered OK by the global shadow mode.
 pub(crate) fn global_shadow_mode() {
-    #[cfg(feature = "metrics")]
     metrics::counter!("ratelimit_service_global_shadow_mode").increment(1);
 }
 
@@ -327,11 +292,10 @@ mod tests {
         assert_eq!(Split::of(2, 10, Some(4), false, 0.5), s(2, 1, 0));
     }
 
-    #[cfg(feature = "metrics")]
     #[test]
     fn a_services_counters_take_the_part_past_each_threshold() {
         use super::super::{RateLimitService, RlsConfig};
-        use crate::rls::proto::RateLimitRequest;
+        use crate::proto::RateLimitRequest;
         let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: day, requests_per_unit: 10 }\n";
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
@@ -345,7 +309,7 @@ mod tests {
                     .config(
                         RlsConfig::from_yaml(
                             [("d.yaml", yaml)],
-                            crate::rls::DuplicateDomains::Refuse,
+                            crate::DuplicateDomains::Refuse,
                         )
                         .unwrap(),
                     )

@@ -1,4 +1,4 @@
-//! `tollgate::rls::RateLimitService` in a real tonic server, called by a real tonic client
+//! `tollgate_rls::RateLimitService` in a real tonic server, called by a real tonic client
 //! over loopback: the reference's integration scenarios (its `basic` and `another` domains)
 //! on memory and on Redis, atomic decisions across descriptors under concurrency, shadow and
 //! quota modes, `unlimited`, `replaces`, limits of zero, hits, headers, Envoy's own limits,
@@ -14,20 +14,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::engine::Charging;
-use tollgate::rls::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
-use tollgate::rls::proto::rate_limit_response::{
+use tollgate_rls::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use tollgate_rls::proto::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,
 };
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
-use tollgate::rls::{RateLimitService, ResponseHeaders, RlsConfig};
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
+use tollgate_rls::{RateLimitService, ResponseHeaders, RlsConfig};
 use tollgate::store::{Decision, OnStoreError, Policy, Store, StoreError};
 use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 
-const BASIC: &str = include_str!("rls/runtime/current/ratelimit/config/basic.yaml");
-const ANOTHER: &str = include_str!("rls/runtime/current/ratelimit/config/another.yaml");
+const BASIC: &str = include_str!("../rls/runtime/current/ratelimit/config/basic.yaml");
+const ANOTHER: &str = include_str!("../rls/runtime/current/ratelimit/config/another.yaml");
 
 type Client = RateLimitServiceClient<Channel>;
 
@@ -50,7 +50,7 @@ async fn serve(service: RateLimitService) -> Client {
 fn config(files: &[(&str, &str)]) -> RlsConfig {
     RlsConfig::from_yaml(
         files.iter().copied(),
-        tollgate::rls::DuplicateDomains::Refuse,
+        tollgate_rls::DuplicateDomains::Refuse,
     )
     .unwrap()
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::config::{DuplicateDomains, RlsConfig};
 use super::dir::ConfigDir;
-use crate::error::{ConfigError, ConfigErrorKind};
+use tollgate::{ConfigError, ConfigErrorKind};
 
 /// Whether [`RlsConfig::check_dir`] reads files whose name starts with `.`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,12 +43,12 @@ impl DirCheck {
 
 impl RlsConfig {
     /// Checks the configuration directory `dir` as the server would load it (see the
-    /// [guide](crate::guide::envoy)): each file alone, then each file with the ones before it
+    /// [guide](crate::guide)): each file alone, then each file with the ones before it
     /// (a domain in two files is an error or merged, as `duplicates` says). Hidden files are
     /// read or skipped as `dot_files` says.
     ///
     /// ```
-    /// use tollgate::rls::{DotFiles, DuplicateDomains, RlsConfig};
+    /// use tollgate_rls::{DotFiles, DuplicateDomains, RlsConfig};
     ///
     /// let dir = std::env::temp_dir().join(format!("rls-check-doc-{}", std::process::id()));
     /// std::fs::create_dir_all(&dir)?;

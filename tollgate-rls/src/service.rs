@@ -20,10 +20,10 @@ use super::series::{Series, DEFAULT_MAX_SERIES};
 use super::source::{ConfigDir, ConfigSource};
 use super::stats;
 use super::xds::{self, XdsSource, XdsTask};
-use crate::engine::Stats;
-use crate::engine::{Charging, Engine, EngineBuilder};
-use crate::error::ConfigError;
-use crate::store::{OnStoreError, Store, StoreFailure};
+use tollgate::engine::Stats;
+use tollgate::engine::{Charging, Engine, EngineBuilder};
+use tollgate::ConfigError;
+use tollgate::store::{OnStoreError, Store, StoreFailure};
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), answering
 /// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over
@@ -35,12 +35,12 @@ use crate::store::{OnStoreError, Store, StoreFailure};
 /// nothing").
 ///
 /// ```
-/// use tollgate::rls::{RateLimitService, RlsConfig};
+/// use tollgate_rls::{RateLimitService, RlsConfig};
 ///
 /// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
 /// let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: second, requests_per_unit: 10 }\n";
 /// let service = RateLimitService::builder()
-///     .config(RlsConfig::from_yaml([("edge.yaml", yaml)], tollgate::rls::DuplicateDomains::Refuse)?)
+///     .config(RlsConfig::from_yaml([("edge.yaml", yaml)], tollgate_rls::DuplicateDomains::Refuse)?)
 ///     .build()?;
 /// tonic::transport::Server::builder()
 ///     .add_service(service.into_server())
@@ -68,7 +68,7 @@ struct Inner {
 
 impl RateLimitService {
     /// A builder: the configuration (a directory or an [`RlsConfig`]), the store (default: a
-    /// new [`MemoryStore`](crate::store::MemoryStore)) and what to do when it fails.
+    /// new [`MemoryStore`](tollgate::store::MemoryStore)) and what to do when it fails.
     pub fn builder() -> RateLimitServiceBuilder {
         RateLimitServiceBuilder {
             config: None,
@@ -86,15 +86,15 @@ impl RateLimitService {
     }
 
     /// The tonic server for this service, to add to a `tonic::transport::Server`. It refuses
-    /// a message larger than [`MAX_REQUEST_BYTES`](crate::rls::MAX_REQUEST_BYTES) from its
+    /// a message larger than [`MAX_REQUEST_BYTES`](crate::MAX_REQUEST_BYTES) from its
     /// length, before reading it (tonic's default is 4 MiB).
     pub fn into_server(self) -> RateLimitServiceServer<Self> {
         RateLimitServiceServer::new(self).max_decoding_message_size(limits::MAX_REQUEST_BYTES)
     }
 
     /// Answers one request, as `ShouldRateLimit` does. An empty domain or no descriptor is
-    /// an error, as in the reference; so is a request past one of the [bounds](crate::rls#limits)
-    /// ([`MAX_DESCRIPTORS`](crate::rls::MAX_DESCRIPTORS) and the others): `INVALID_ARGUMENT`, naming
+    /// an error, as in the reference; so is a request past one of the [bounds](crate#limits)
+    /// ([`MAX_DESCRIPTORS`](crate::MAX_DESCRIPTORS) and the others): `INVALID_ARGUMENT`, naming
     /// the bound and what was sent, before anything is matched or counted. So is a store that
     /// fails (an error, a timeout, an open circuit breaker): `UNAVAILABLE`, for Envoy's
     /// `failure_mode_deny` to decide, unless an [`OnStoreError`] policy was chosen with
@@ -187,11 +187,11 @@ impl RateLimitService {
         self.inner.config.wait_loaded().await;
     }
 
-    /// The service's figures now, as a layer's [`Control::stats`](crate::Control::stats) gives
+    /// The service's figures now, as a layer's [`Control::stats`](tollgate::Control::stats) gives
     /// them: failed store calls (errors, timeouts, calls refused while the circuit breaker was
     /// open), whether the breaker is open, decisions the cache of denials answered, and
     /// requests answered OK although a limit was over (a `shadow_mode` limit, or the global
-    /// shadow mode). (With the `metrics` feature the reference's statistics go to your
+    /// shadow mode). (The reference's statistics go to your
     /// metrics recorder.)
     pub fn stats(&self) -> Stats {
         self.inner.engine.stats()
@@ -303,8 +303,8 @@ impl RateLimitServiceBuilder {
         self
     }
 
-    /// Where state lives (default: a new [`MemoryStore`](crate::store::MemoryStore)): a
-    /// [`RedisStore`](crate::store::RedisStore) shared by every instance of the service, or any
+    /// Where state lives (default: a new [`MemoryStore`](tollgate::store::MemoryStore)): a
+    /// [`RedisStore`](tollgate::store::RedisStore) shared by every instance of the service, or any
     /// [`Store`] of your own. The service puts the layer's stack around it: the cache of
     /// denials, leases for hot descriptors, and the failure handling of
     /// [`store_failure`](Self::store_failure). Chosen at run time: the builder's type does not
@@ -333,7 +333,7 @@ impl RateLimitServiceBuilder {
     /// this process until the store is back.
     ///
     /// ```
-    /// use tollgate::rls::RateLimitService;
+    /// use tollgate_rls::RateLimitService;
     /// use tollgate::store::OnStoreError;
     ///
     /// let reference = RateLimitService::builder(); // a gRPC error
@@ -348,7 +348,7 @@ impl RateLimitServiceBuilder {
 
     /// Whether denials are cached (default true): a descriptor the store refused is refused
     /// here until its `Retry-After` without asking the store again; as the layer's
-    /// [`denial_cache`](crate::RateLimitLayerBuilder::denial_cache). Only requests charged
+    /// [`denial_cache`](tollgate::RateLimitLayerBuilder::denial_cache). Only requests charged
     /// [`Charging::AllowedOnly`] are answered from it: the reference's modes charge refused
     /// hits too, so every one of them goes to the store.
     pub fn denial_cache(mut self, enabled: bool) -> Self {

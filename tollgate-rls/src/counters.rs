@@ -3,16 +3,13 @@
 //! [`stats`](super::stats) for what they count).
 
 use std::fmt;
-#[cfg(feature = "metrics")]
 use std::sync::OnceLock;
 
-#[cfg(feature = "metrics")]
 use super::stat_name::Labels;
 
 /// A limit's counters, once its first request has found them.
 #[derive(Default)]
 pub(crate) struct Counters {
-    #[cfg(feature = "metrics")]
     pub(super) found: OnceLock<Handles>,
 }
 
@@ -30,7 +27,6 @@ impl fmt::Debug for Counters {
 }
 
 /// One statistics key's counters.
-#[cfg(feature = "metrics")]
 pub(crate) struct Handles {
     pub(super) total: metrics::Counter,
     pub(super) over: metrics::Counter,
@@ -39,8 +35,6 @@ pub(crate) struct Handles {
     pub(super) shadow: metrics::Counter,
 }
 
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl Handles {
     /// The counters of the series labelled `labels`.
     pub(crate) fn new(labels: &Labels) -> Self {

@@ -1,5 +1,5 @@
 //! The reference's configuration rules, case by case, on the fixtures in
-//! `tests/integration/rls/fixtures`.
+//! `tests/rls/fixtures`.
 
 use std::time::Duration;
 
@@ -9,13 +9,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 
 use super::config::{DuplicateDomains, RlsConfig};
 use super::matching::{client_key, wildcard_match, Matched};
-use crate::{rules::Lease, Algorithm};
+use tollgate::{rules::Lease, Algorithm};
 
 macro_rules! fixture {
     ($name:literal) => {
         (
             $name,
-            include_str!(concat!("../../tests/integration/rls/fixtures/", $name)),
+            include_str!(concat!("../tests/rls/fixtures/", $name)),
         )
     };
 }

@@ -1,4 +1,4 @@
-//! The bounds on one request to `tollgate::rls::RateLimitService` (`MAX_DESCRIPTORS` and the
+//! The bounds on one request to `tollgate_rls::RateLimitService` (`MAX_DESCRIPTORS` and the
 //! others), over a real tonic server and client on loopback and through `decide_json`: each
 //! bound accepted exactly and refused one past it with `INVALID_ARGUMENT` (or 400) naming it,
 //! a huge request refused at once by its size, and on Redis no script call for a refused request and one
@@ -11,11 +11,11 @@ use crate::support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tollgate::rls::proto::rate_limit_descriptor::Entry;
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest};
-use tollgate::rls::{
+use tollgate_rls::proto::rate_limit_descriptor::Entry;
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest};
+use tollgate_rls::{
     RateLimitService, RlsConfig, MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES,
     MAX_REQUEST_BYTES, MAX_VALUE_BYTES,
 };
@@ -38,7 +38,7 @@ descriptors:
 fn service(store: impl Store) -> RateLimitService {
     let config = RlsConfig::from_yaml(
         [("limits.yaml", LIMITS)],
-        tollgate::rls::DuplicateDomains::Refuse,
+        tollgate_rls::DuplicateDomains::Refuse,
     )
     .unwrap();
     RateLimitService::builder()

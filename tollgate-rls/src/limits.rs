@@ -92,7 +92,7 @@ fn at_most(sent: usize, limit: usize, what: impl FnOnce() -> String) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rls::tests::descriptor;
+    use crate::tests::descriptor;
 
     fn request(descriptors: usize, entries: usize) -> RateLimitRequest {
         let entry = ("k", "v");

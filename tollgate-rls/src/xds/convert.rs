@@ -6,7 +6,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 
-use crate::rls::yaml::{YamlDescriptor, YamlRateLimit, YamlRoot};
+use crate::yaml::{YamlDescriptor, YamlRateLimit, YamlRoot};
 
 /// The resource's name (for errors) and its domain and descriptors.
 pub(crate) fn to_root(resource: RateLimitConfig) -> (String, YamlRoot) {
@@ -54,7 +54,7 @@ mod tests {
     use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitReplace;
 
     use super::*;
-    use crate::rls::config::RlsConfig;
+    use crate::config::RlsConfig;
 
     fn limit(unit: RateLimitUnit, n: u32) -> Option<RateLimitPolicy> {
         Some(RateLimitPolicy {
@@ -95,7 +95,7 @@ mod tests {
         };
         let yaml = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: { unit: MINUTE, requests_per_unit: 5 }\n    descriptors:\n      - key: path\n        value: /api\n        rate_limit: { unit: SECOND, requests_per_unit: 1, name: api, replaces: [{ name: other }] }\n";
         let from_yaml =
-            RlsConfig::from_yaml([("edge", yaml)], crate::rls::DuplicateDomains::Refuse).unwrap();
+            RlsConfig::from_yaml([("edge", yaml)], crate::DuplicateDomains::Refuse).unwrap();
         assert_eq!(compile(vec![resource]).unwrap().dump(), from_yaml.dump());
     }
 

@@ -12,8 +12,8 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 
 use super::config::unit_seconds;
 use super::plan::{Item, Limited, Modes, PerDescriptor, Plan};
-use crate::decision::Decision;
-use crate::engine::Charging;
+use tollgate::store::Decision;
+use tollgate::engine::Charging;
 
 /// What the store said about a request's limits.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ pub(crate) enum Outcome {
 /// `RateLimit-Remaining`, `RateLimit-Reset`).
 ///
 /// ```
-/// use tollgate::rls::ResponseHeaders;
+/// use tollgate_rls::ResponseHeaders;
 ///
 /// let legacy = ResponseHeaders::new("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset");
 /// assert_eq!(ResponseHeaders::default().limit, "RateLimit-Limit");

@@ -1,8 +1,13 @@
 //! Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`) over any
 //! tollgate store, configured by the reference implementation's YAML files
 //! (envoyproxy/ratelimit): [`RateLimitService`], built from an [`RlsConfig`] or a directory
-//! of files. The [guide](crate::guide::envoy) shows how to run it and how it compares with the
-//! reference.
+//! of files, for your own tonic server; the `tollgate-rls` binary of this crate serves it as a
+//! drop-in for the reference. The [guide](crate::guide) shows how to run it and how it
+//! compares with the reference.
+//!
+//! It is a front end of tollgate's [engine](tollgate::engine): it plans (which limit each
+//! descriptor meets, under which key, at what cost) and renders (Envoy's answer, statistics);
+//! the engine decides, through the same store wrappers as the Tower layer.
 //!
 //! How a request goes through: `service.rs` takes the configuration in force (`source.rs`
 //! reloads it from the directory that `dir.rs` reads), `limits.rs` refuses a request that
@@ -27,7 +32,7 @@
 //! worst request accepted is cheap, and on Redis it is one script call of at most
 //! [`MAX_DESCRIPTORS`] checks.
 
-mod check;
+mod dir_check;
 mod config;
 mod counters;
 mod dir;
@@ -40,13 +45,12 @@ mod response;
 mod series;
 mod service;
 mod source;
-#[cfg(feature = "metrics")]
 mod stat_name;
 mod stats;
 mod xds;
 mod yaml;
 
-pub use check::{DirCheck, DotFiles};
+pub use dir_check::{DirCheck, DotFiles};
 pub use config::{DuplicateDomains, RlsConfig};
 pub use json::JsonAnswer;
 pub use limits::{
@@ -72,3 +76,8 @@ pub mod proto {
 
 #[cfg(test)]
 mod tests;
+
+/// The guide: running `tollgate-rls` in place of the reference, and this library in your own
+/// server. Every Rust example in it is compiled and run as a test.
+#[doc = include_str!("../../docs/envoy.md")]
+pub mod guide {}

@@ -10,10 +10,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 
 use super::counters::Counters;
 use super::yaml::{self, YamlDescriptor, YamlRateLimit, YamlRoot};
-use crate::algorithm::Algorithm;
-use crate::error::{ConfigError, ConfigErrorKind};
-use crate::lease::Lease;
-use crate::quota::{Policy, Quota};
+use tollgate::Algorithm;
+use tollgate::{ConfigError, ConfigErrorKind};
+use tollgate::rules::Lease;
+use tollgate::store::Policy;
+use tollgate::Quota;
 
 /// What [`RlsConfig::from_yaml`] does with a domain found in more than one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,7 +30,7 @@ pub enum DuplicateDomains {
 /// The rate limits of every domain, as loaded from the reference's YAML files.
 ///
 /// ```
-/// use tollgate::rls::{DuplicateDomains, RlsConfig};
+/// use tollgate_rls::{DuplicateDomains, RlsConfig};
 ///
 /// let yaml = "
 /// domain: edge

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::error::{ConfigError, ConfigErrorKind};
+use tollgate::{ConfigError, ConfigErrorKind};
 use crate::read::{read_config_file, FileKind, MAX_FILE_BYTES};
 
 /// The most files read from the directory, its subdirectories included.

@@ -20,7 +20,7 @@ pub(crate) use client::{spawn, XdsTask};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate::rls::{RateLimitService, XdsBackoff, XdsSource, XdsTls};
+/// use tollgate_rls::{RateLimitService, XdsBackoff, XdsSource, XdsTls};
 ///
 /// # async fn serve() -> Result<(), Box<dyn std::error::Error>> {
 /// let source = XdsSource::new("envoy-gateway.envoy-gateway-system.svc:18001")

@@ -3,15 +3,11 @@
 //! one would otherwise add a series to `/metrics` for good; past the bound, hits are counted
 //! in one overflow series instead.
 
-#[cfg(feature = "metrics")]
 use std::collections::HashMap;
 use std::fmt;
-#[cfg(feature = "metrics")]
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-#[cfg(feature = "metrics")]
 use super::counters::Handles;
-#[cfg(feature = "metrics")]
 use super::stat_name::Labels;
 
 /// How many series request values may make, by default.
@@ -19,11 +15,8 @@ pub(crate) const DEFAULT_MAX_SERIES: usize = 1_000;
 
 /// The series made of request values so far, at most `max` of them.
 pub(crate) struct Series {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     max: usize,
-    #[cfg(feature = "metrics")]
     made: Mutex<HashMap<Labels, Arc<Handles>>>,
-    #[cfg(feature = "metrics")]
     overflow: OnceLock<Arc<Handles>>,
 }
 
@@ -32,16 +25,13 @@ impl Series {
     pub(crate) fn new(max: usize) -> Self {
         Self {
             max,
-            #[cfg(feature = "metrics")]
             made: Mutex::new(HashMap::new()),
-            #[cfg(feature = "metrics")]
             overflow: OnceLock::new(),
         }
     }
 
     /// The counters for `stats_key`: its own series if it has one or there is room for it,
     /// else the overflow series.
-    #[cfg(feature = "metrics")]
     pub(crate) fn handles(&self, stats_key: &str) -> Arc<Handles> {
         let labels = Labels::of(stats_key);
         let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
@@ -66,13 +56,13 @@ impl fmt::Debug for Series {
     }
 }
 
-#[cfg(all(test, feature = "metrics"))]
+#[cfg(test)]
 mod tests {
     use metrics_exporter_prometheus::PrometheusBuilder;
 
     use super::super::tests::descriptor;
     use super::super::{RateLimitService, RlsConfig};
-    use crate::rls::proto::{RateLimitRequest, UInt64Value};
+    use crate::proto::{RateLimitRequest, UInt64Value};
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 
     const YAML: &str = "\
@@ -106,7 +96,7 @@ descriptors:
             runtime.block_on(async {
                 let config = RlsConfig::from_yaml(
                     [("edge.yaml", YAML)],
-                    crate::rls::DuplicateDomains::Refuse,
+                    crate::DuplicateDomains::Refuse,
                 )
                 .unwrap();
                 let service = RateLimitService::builder()
