@@ -48,7 +48,7 @@ pub(crate) struct Later {
 }
 
 impl Limiter {
-    /// The verdict when the store can make it at once (see `StoreExt::check_ready`): a request
+    /// The verdict when the store can make it at once (see `Engine::decide_ready`): a request
     /// under one limit that is not counted later. `None`: [`decide`](Self::decide) it.
     pub(crate) fn decide_ready(self: &Arc<Self>, pending: &Pending<'_>) -> Option<Verdict> {
         let [one] = pending.checks.as_slice() else {

@@ -71,8 +71,18 @@ impl Quota {
     /// window algorithms count such a quota exactly; the bucket algorithms space requests
     /// `ceil(P / L)` µs apart, at least 1 µs, so past the burst they admit one per
     /// microsecond. Every other check of [`new`](Self::new) and [`burst`](Self::burst) holds.
-    #[cfg_attr(not(feature = "rls"), allow(dead_code))]
-    pub(crate) fn any_rate(
+    /// For configuration written for another limiter, such as Envoy's (`tollgate-rls`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    ///
+    /// assert!(Quota::new(2_000_000, Duration::from_secs(1)).is_err());
+    /// let quota = Quota::any_rate(2_000_000, Duration::from_secs(1), None)?;
+    /// assert_eq!(quota.limit(), 2_000_000);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn any_rate(
         limit: u32,
         period: Duration,
         burst: Option<u32>,

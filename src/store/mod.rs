@@ -159,4 +159,4 @@ mod redis;
 pub use self::redis::RedisTls;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use self::redis::{RedisOptions, RedisStore};
+pub use self::redis::{redacted_url, RedisOptions, RedisStore};

@@ -120,7 +120,8 @@ pub(crate) fn respond(
         || match modes.charging {
             Charging::EveryHit => false,
             Charging::StopWhenOverLimit => denied_by(false),
-            Charging::AllowedOnly => denied_by(true),
+            // AllowedOnly (and a mode added later): only a blocking denial refuses.
+            _ => denied_by(true),
         };
     let mut statuses = Vec::with_capacity(plan.items.len());
     let mut over = PerDescriptor::with_capacity(plan.items.len());

@@ -319,7 +319,7 @@ impl RateLimitServiceBuilder {
     /// its [`OnStoreError`] policy, which replaces the default answer (a gRPC error) as
     /// [`on_store_error`](Self::on_store_error) does.
     pub fn store_failure(mut self, failure: StoreFailure) -> Self {
-        self.on_error = Some(failure.on_error);
+        self.on_error = Some(failure.on_store_error());
         self.store = self.store.store_failure(failure);
         self
     }

@@ -155,12 +155,6 @@ fn record(
             handles.shadow.increment(split.over);
         }
     }
-        &limited.stats_key,
-        &limited.limit.counters,
-        status,
-        over,
-        used_before,
-    );
 }
 
 /// Counts a request whose domain is not configured. The domain is not a label: a client

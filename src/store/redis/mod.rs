@@ -25,6 +25,7 @@ pub use options::RedisOptions;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use options::RedisTls;
+pub use redact::redacted_url;
 use script::{Scripts, DEFAULT_PREFIX};
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.

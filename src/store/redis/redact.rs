@@ -1,13 +1,30 @@
 //! Credentials out of what is printed: Redis URLs carry passwords, and error messages, log lines
 //! and `Debug` output end up in logs.
 
-/// The credentials in a Redis URL, whether it parses or not: the password of
-/// `scheme://user:password@host` (a user alone, `scheme://secret@host`, counts as one, since
-/// that is how many write a password), and the value of a query parameter whose name contains
-/// `pass` (`redis+unix:///tmp/redis.sock?pass=…`).
-///
+/// `url` as a log may show it: the credentials of a Redis URL replaced by `***`, whether the
+/// URL parses or not. That is the password of `scheme://user:password@host` (a user alone,
+/// `scheme://secret@host`, counts as one, since that is how many write a password), and the
+/// value of a query parameter whose name contains `pass` (`redis+unix:///tmp/r.sock?pass=…`).
 /// A URL that is not well formed is read generously: everything up to its last `@` is taken as
-/// the user part, so a password holding `/`, `?` or `#` is still found.
+/// the user part, so a password holding `/`, `?` or `#` is still found. Every other occurrence
+/// of a password in `url` goes too.
+///
+/// The store's own errors and `Debug` output show URLs this way; this is for an app that logs
+/// the URL it was given.
+///
+/// ```
+/// use tollgate::store::redacted_url;
+///
+/// assert_eq!(redacted_url("redis://app:s3cret@db:6379/0"), "redis://app:***@db:6379/0");
+/// assert_eq!(redacted_url("redis+unix:///tmp/r.sock?pass=s3cret"), "redis+unix:///tmp/r.sock?pass=***");
+/// assert_eq!(redacted_url("redis://db:6379"), "redis://db:6379");
+/// ```
+pub fn redacted_url(url: &str) -> String {
+    Secrets::of(url).redact(url)
+}
+
+/// The credentials in a Redis URL, whether it parses or not (which ones: [`redacted_url`]), to
+/// take out of the URL and of any text that may quote them (a parse error).
 pub(crate) struct Secrets<'a>(Vec<&'a str>);
 
 impl<'a> Secrets<'a> {
@@ -72,7 +89,7 @@ mod tests {
                 "redis+unix:///tmp/r.sock?Password=***#x",
             ),
         ] {
-            assert_eq!(Secrets::of(url).redact(url), redacted, "{url}");
+            assert_eq!(redacted_url(url), redacted, "{url}");
         }
     }
 

@@ -1,62 +1,69 @@
-//! Where statistics go, as the reference's `src/settings/settings.go` and the sink switch of its
-//! `src/service_cmd/runner/runner.go` read them: `DISABLE_STATS` (no sink), else exactly one of
-//! `USE_STATSD` (on unless set false), `USE_DOG_STATSD` and `USE_PROMETHEUS`; for statsd
-//! `STATSD_HOST`, `STATSD_PORT`, `STATSD_PROTOCOL` (read by the reference's gostats), `EXTRA_TAGS`
-//! and `STATS_FLUSH_INTERVAL`; for DogStatsD also `USE_DOG_STATSD_MOGRIFIERS`.
+//! Where statistics go and how many there may be, as the reference's `src/settings/settings.go`
+//! and the sink switch of its `src/service_cmd/runner/runner.go` read them: `DISABLE_STATS` (no
+//! sink), else exactly one of `USE_STATSD` (on unless set false; its variables in `statsd.rs`),
+//! `USE_DOG_STATSD` and `USE_PROMETHEUS` (with `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`);
+//! `NEAR_LIMIT_RATIO`, and tollgate's `STATS_MAX_SERIES`.
 
-use std::time::Duration;
+use super::error::SettingsError;
+use super::statsd;
+use super::vars::Vars;
+use crate::statsd::Statsd;
 
-use super::{parse_bool, parse_duration};
-use crate::statsd::Mogrifier;
-
-/// The statistics sinks the variables ask for (`HOST:PORT/metrics` is served whatever they say).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Sinks {
+/// The statistics sinks the variables ask for (`HOST:PORT/metrics` is served whatever they
+/// say), and what the statistics count.
+#[derive(Debug, Clone)]
+pub(crate) struct Stats {
     /// The statsd push, with `USE_STATSD` or `USE_DOG_STATSD`.
     pub(crate) statsd: Option<Statsd>,
-    /// With `USE_PROMETHEUS`: `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and
-    /// `PROMETHEUS_PATH`, where the metrics are served too.
-    pub(crate) prometheus: Option<(String, String)>,
+    /// With `USE_PROMETHEUS`: where the metrics are served too.
+    pub(crate) prometheus: Option<Prometheus>,
+    /// `STATS_MAX_SERIES` (ours): how many statistics series request values may make.
+    pub(crate) max_series: usize,
+    /// `NEAR_LIMIT_RATIO`: hits past this share of a limit count as near it.
+    pub(crate) near_limit_ratio: f32,
 }
 
-/// Where and how statistics are pushed.
-#[derive(Debug, Clone)]
-pub(crate) struct Statsd {
+/// `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and `PROMETHEUS_PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Prometheus {
     pub(crate) host: String,
     pub(crate) port: u16,
-    /// gostats's `STATSD_PROTOCOL`: TCP unless `udp`; DogStatsD is always UDP.
-    pub(crate) protocol: Protocol,
-    /// `USE_DOG_STATSD`: `EXTRA_TAGS` as DogStatsD tags (`|#k:v`) rather than name parts.
-    pub(crate) dog: bool,
-    /// `EXTRA_TAGS` (`k1:v1,k2:v2`), sorted by name as gostats sorts them, empty ones left out.
-    pub(crate) extra_tags: Vec<(String, String)>,
-    /// `STATS_FLUSH_INTERVAL`: how often the counters' growth is sent.
-    pub(crate) flush_interval: Duration,
-    /// DogStatsD's `USE_DOG_STATSD_MOGRIFIERS`, in their order.
-    pub(crate) mogrifiers: Vec<Mogrifier>,
+    pub(crate) path: String,
 }
 
-/// How statsd lines travel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Protocol {
-    Tcp,
-    Udp,
+/// The statistics `vars` ask for.
+pub(crate) fn read(vars: &Vars<'_>) -> Result<Stats, SettingsError> {
+    let max_series = vars.parsed(
+        "STATS_MAX_SERIES",
+        1_000,
+        |v| v.parse::<usize>().ok(),
+        "expected a number of series such as 1000",
+    )?;
+    let near_limit_ratio = vars.parsed(
+        "NEAR_LIMIT_RATIO",
+        0.8,
+        |v| v.parse::<f32>().ok().filter(|r| *r >= 0.0),
+        "expected a share of the limit such as 0.8",
+    )?;
+    let (statsd, prometheus) = sinks(vars)?;
+    Ok(Stats {
+        statsd,
+        prometheus,
+        max_series,
+        near_limit_ratio,
+    })
 }
 
-/// The sinks `var` asks for, or an error naming the variable.
-pub(crate) fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<Sinks, String> {
-    let flag = |name: &str, default: bool| match var(name) {
-        None => Ok(default),
-        Some(v) => parse_bool(&v).ok_or_else(|| format!("{name}={v:?}: expected true or false")),
-    };
-    let disabled = flag("DISABLE_STATS", false)?;
+/// The one sink the variables choose, if any.
+fn sinks(vars: &Vars<'_>) -> Result<(Option<Statsd>, Option<Prometheus>), SettingsError> {
+    let disabled = vars.flag("DISABLE_STATS", false)?;
     let (plain, dog, prometheus) = (
-        flag("USE_STATSD", true)?,
-        flag("USE_DOG_STATSD", false)?,
-        flag("USE_PROMETHEUS", false)?,
+        vars.flag("USE_STATSD", true)?,
+        vars.flag("USE_DOG_STATSD", false)?,
+        vars.flag("USE_PROMETHEUS", false)?,
     );
     if disabled {
-        return Ok(Sinks::default());
+        return Ok((None, None));
     }
     let on: Vec<&str> = [
         ("USE_DOG_STATSD", dog),
@@ -66,126 +73,52 @@ pub(crate) fn read(var: &dyn Fn(&str) -> Option<String>) -> Result<Sinks, String
     .into_iter()
     .filter_map(|(name, on)| on.then_some(name))
     .collect();
-    if on.len() > 1 {
-        // runner.go: "unable to use more than one stats sink at the same time".
-        return Err(format!(
-            "{}: one statistics sink at a time, as the reference takes them (USE_STATSD is \
-             true unless set to false)",
-            on.iter()
-                .map(|name| format!("{name}=true"))
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ));
+    if let [first, others @ ..] = on.as_slice() {
+        if !others.is_empty() {
+            // runner.go: "unable to use more than one stats sink at the same time".
+            let others: Vec<String> = others.iter().map(|name| format!("{name}=true")).collect();
+            return Err(SettingsError::conflict_at(
+                *first,
+                "true",
+                format!(
+                    "and {}: one statistics sink at a time, as the reference takes them \
+                     (USE_STATSD is true unless set to false)",
+                    others.join(" and ")
+                ),
+            ));
+        }
     }
     if prometheus {
-        let addr = var("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
-        let addr = match addr.starts_with(':') {
-            true => format!("0.0.0.0{addr}"),
-            false => addr,
-        };
-        let path = var("PROMETHEUS_PATH").unwrap_or_else(|| "/metrics".into());
-        if !path.starts_with('/') {
-            return Err(format!(
-                "PROMETHEUS_PATH={path:?}: expected a path such as /metrics"
-            ));
-        }
-        return Ok(Sinks {
-            statsd: None,
-            prometheus: Some((addr, path)),
-        });
+        return Ok((None, Some(prometheus_address(vars)?)));
     }
     if !plain && !dog {
-        return Ok(Sinks::default());
+        return Ok((None, None));
     }
-    let port = match var("STATSD_PORT") {
-        None => 8125,
-        Some(v) => v
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("STATSD_PORT={v:?}: expected a port from 1 to 65535"))?,
-    };
-    let protocol = match (dog, var("STATSD_PROTOCOL").as_deref()) {
-        (true, _) => Protocol::Udp,
-        (false, None | Some("tcp" | "tcp4" | "tcp6")) => Protocol::Tcp,
-        (false, Some("udp" | "udp4" | "udp6")) => Protocol::Udp,
-        (false, Some(other)) => {
-            return Err(format!("STATSD_PROTOCOL={other:?}: expected tcp or udp"))
-        }
-    };
-    let flush_interval = match var("STATS_FLUSH_INTERVAL") {
-        None => Duration::from_secs(10),
-        Some(v) => parse_duration(&v).filter(|d| !d.is_zero()).ok_or_else(|| {
-            format!("STATS_FLUSH_INTERVAL={v:?}: expected a duration such as 100ms or 10s")
-        })?,
-    };
-    let mut extra_tags = map("EXTRA_TAGS", var("EXTRA_TAGS").as_deref().unwrap_or(""))?;
-    extra_tags.retain(|(k, v)| !k.is_empty() && !v.is_empty());
-    extra_tags.sort();
-    Ok(Sinks {
-        statsd: Some(Statsd {
-            host: var("STATSD_HOST").unwrap_or_else(|| "localhost".into()),
-            port,
-            protocol,
-            dog,
-            extra_tags,
-            flush_interval,
-            mogrifiers: match dog {
-                true => mogrifiers(var)?,
-                false => Vec::new(),
-            },
-        }),
-        prometheus: None,
-    })
+    Ok((Some(statsd::read(vars, dog)?), None))
 }
 
-/// A map as envconfig reads one: `k1:v1,k2:v2`, empty for none; a key seen again keeps its
-/// last value.
-fn map(name: &str, v: &str) -> Result<Vec<(String, String)>, String> {
-    let mut pairs: Vec<(String, String)> = Vec::new();
-    for pair in v.split(',').filter(|pair| !pair.is_empty()) {
-        let Some((key, value)) = pair.split_once(':') else {
-            return Err(format!(
-                "{name}={v:?}: expected name:value pairs such as team:edge,env:prod"
-            ));
-        };
-        pairs.retain(|(k, _)| k != key);
-        pairs.push((key.to_owned(), value.to_owned()));
+/// Where the metrics are served with `USE_PROMETHEUS`.
+fn prometheus_address(vars: &Vars<'_>) -> Result<Prometheus, SettingsError> {
+    let given = vars.get("PROMETHEUS_ADDR", ":9090");
+    let address = match given.starts_with(':') {
+        true => format!("0.0.0.0{given}"),
+        false => given.clone(),
+    };
+    let host_port = (address.rsplit_once(':'))
+        .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)));
+    let Some((host, port)) = host_port else {
+        return Err(SettingsError::invalid(
+            "PROMETHEUS_ADDR",
+            given,
+            "expected host:port",
+        ));
+    };
+    let path = vars.get("PROMETHEUS_PATH", "/metrics");
+    if !path.starts_with('/') {
+        let expected = "expected a path such as /metrics";
+        return Err(SettingsError::invalid("PROMETHEUS_PATH", path, expected));
     }
-    Ok(pairs)
-}
-
-/// `USE_DOG_STATSD_MOGRIFIERS=A,B` and, for each, `DOG_STATSD_MOGRIFIER_A_PATTERN`, `_NAME`
-/// and `_TAGS` (the reference's `src/godogstats/mogrifier_map.go`, `newMogrifierMapFromEnv`).
-fn mogrifiers(var: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Mogrifier>, String> {
-    let list = var("USE_DOG_STATSD_MOGRIFIERS").unwrap_or_default();
-    let mut out = Vec::new();
-    for name in list.split(',').filter(|n| !n.is_empty()) {
-        let prefix = format!("DOG_STATSD_MOGRIFIER_{}", name.to_ascii_uppercase());
-        let get = |field: &str| var(&format!("{prefix}_{field}")).unwrap_or_default();
-        let (pattern, new_name) = (get("PATTERN"), get("NAME"));
-        if pattern.is_empty() {
-            return Err(format!(
-                "{prefix}_PATTERN: USE_DOG_STATSD_MOGRIFIERS names {name}, which has no pattern"
-            ));
-        }
-        if new_name.is_empty() {
-            return Err(format!(
-                "{prefix}_NAME: USE_DOG_STATSD_MOGRIFIERS names {name}, which has no name"
-            ));
-        }
-        let tags_name = format!("{prefix}_TAGS");
-        let tags = map(&tags_name, &get("TAGS"))?;
-        if let Some((k, _)) = tags.iter().find(|(k, v)| k.is_empty() || v.is_empty()) {
-            return Err(format!(
-                "{tags_name}: the tag {k:?} needs a name and a value"
-            ));
-        }
-        let mogrifier = Mogrifier::new(&pattern, new_name, tags)
-            .map_err(|e| format!("{prefix}_PATTERN={pattern:?}: {e}"))?;
-        out.push(mogrifier);
-    }
-    Ok(out)
+    Ok(Prometheus { host, port, path })
 }
 
 #[cfg(test)]
@@ -194,37 +127,32 @@ mod tests {
 
     use super::*;
 
-    fn sinks(vars: &[(&str, &str)]) -> Result<Sinks, String> {
+    fn read_from(vars: &[(&str, &str)]) -> Result<Stats, String> {
         let map: HashMap<&str, &str> = vars.iter().copied().collect();
-        read(&|name| map.get(name).map(|v| (*v).to_owned()))
+        let lookup = |name: &str| map.get(name).map(|v| (*v).to_owned());
+        read(&Vars::new(&lookup)).map_err(|e| e.to_string())
     }
 
-    fn statsd(vars: &[(&str, &str)]) -> Statsd {
-        sinks(vars).unwrap().statsd.unwrap()
+    fn every_interface(port: u16) -> Option<Prometheus> {
+        Some(Prometheus {
+            host: "0.0.0.0".into(),
+            port,
+            path: "/metrics".into(),
+        })
     }
 
-    /// The reference's defaults (`src/settings/settings.go`, lines 85-97): statsd on, to
-    /// localhost:8125, every 10s; gostats's `STATSD_PROTOCOL` is `tcp` unless set
-    /// (lyft/gostats `settings.go`).
+    /// The reference's defaults (`src/settings/settings.go`, lines 85-97): statsd on.
     #[test]
-    fn statsd_is_on_by_default_over_tcp() {
-        let on = statsd(&[]);
-        assert_eq!(
-            (on.host.as_str(), on.port, on.protocol, on.dog),
-            ("localhost", 8125, Protocol::Tcp, false)
-        );
-        assert_eq!(on.flush_interval, Duration::from_secs(10));
-        assert!(on.extra_tags.is_empty());
-        assert_eq!(
-            statsd(&[("STATSD_PROTOCOL", "udp")]).protocol,
-            Protocol::Udp
-        );
+    fn statsd_is_on_by_default() {
+        let s = read_from(&[]).unwrap();
+        assert!(s.statsd.is_some() && s.prometheus.is_none());
+        assert_eq!((s.max_series, s.near_limit_ratio), (1_000, 0.8));
         for off in [[("USE_STATSD", "false")], [("DISABLE_STATS", "true")]] {
-            let s = sinks(&off).unwrap();
+            let s = read_from(&off).unwrap();
             assert!(s.statsd.is_none() && s.prometheus.is_none());
         }
         // DISABLE_STATS wins over everything, as runner.go's first case.
-        let s = sinks(&[("DISABLE_STATS", "true"), ("USE_PROMETHEUS", "true")]).unwrap();
+        let s = read_from(&[("DISABLE_STATS", "true"), ("USE_PROMETHEUS", "true")]).unwrap();
         assert!(s.statsd.is_none() && s.prometheus.is_none());
     }
 
@@ -232,84 +160,63 @@ mod tests {
     /// stops the start.
     #[test]
     fn one_sink_at_a_time() {
-        let e = sinks(&[("USE_PROMETHEUS", "true")]).unwrap_err();
+        let e = read_from(&[("USE_PROMETHEUS", "true")]).unwrap_err();
         assert!(
-            e.starts_with("USE_STATSD=true and USE_PROMETHEUS=true:"),
+            e.starts_with("USE_STATSD=true and USE_PROMETHEUS=true: one statistics sink"),
             "{e}"
         );
-        let e = sinks(&[("USE_DOG_STATSD", "true")]).unwrap_err();
+        let e = read_from(&[("USE_DOG_STATSD", "true")]).unwrap_err();
         assert!(e.starts_with("USE_DOG_STATSD=true and USE_STATSD=true:"));
-        let prom = sinks(&[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true")]).unwrap();
-        assert_eq!(
-            prom.prometheus,
-            Some(("0.0.0.0:9090".into(), "/metrics".into()))
+        let all = [("USE_DOG_STATSD", "true"), ("USE_PROMETHEUS", "true")];
+        let e = read_from(&all).unwrap_err();
+        assert!(
+            e.starts_with("USE_DOG_STATSD=true and USE_STATSD=true and USE_PROMETHEUS=true:"),
+            "{e}"
         );
+        let prom = read_from(&[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true")]).unwrap();
+        assert_eq!(prom.prometheus, every_interface(9090));
         assert!(prom.statsd.is_none());
-        let dog = statsd(&[("USE_STATSD", "false"), ("USE_DOG_STATSD", "true")]);
-        assert!(dog.dog && dog.protocol == Protocol::Udp);
+        let dog = read_from(&[("USE_STATSD", "false"), ("USE_DOG_STATSD", "true")]).unwrap();
+        assert!(dog.statsd.unwrap().dog);
+    }
+
+    #[test]
+    fn prometheus_where_the_variables_say() {
+        let on = [("USE_STATSD", "false"), ("USE_PROMETHEUS", "true")];
+        let with = |extra: (&'static str, &'static str)| {
+            let mut vars = on.to_vec();
+            vars.push(extra);
+            read_from(&vars).map(|s| s.prometheus)
+        };
+        assert_eq!(with(("PROMETHEUS_ADDR", ":1")), Ok(every_interface(1)));
+        let named = with(("PROMETHEUS_ADDR", "[::1]:9102")).unwrap().unwrap();
+        assert_eq!((named.host.as_str(), named.port), ("[::1]", 9102));
+        assert_eq!(
+            with(("PROMETHEUS_ADDR", "metrics")).unwrap_err(),
+            "PROMETHEUS_ADDR=\"metrics\": expected host:port"
+        );
+        assert!(with(("PROMETHEUS_PATH", "metrics"))
+            .unwrap_err()
+            .starts_with("PROMETHEUS_PATH="));
+        // Not used, not read.
+        let off = read_from(&[("PROMETHEUS_ADDR", "nonsense")]).unwrap();
+        assert_eq!(off.prometheus, None);
     }
 
     #[test]
     fn bad_values_name_the_variable() {
         for (name, v) in [
-            ("STATSD_PORT", "x"),
-            ("STATSD_PORT", "0"),
-            ("STATSD_PROTOCOL", "quic"),
-            ("STATS_FLUSH_INTERVAL", "soon"),
-            ("STATS_FLUSH_INTERVAL", "0s"),
-            ("EXTRA_TAGS", "novalue"),
+            ("STATS_MAX_SERIES", "lots"),
+            ("NEAR_LIMIT_RATIO", "most"),
+            ("NEAR_LIMIT_RATIO", "-1"),
             ("USE_STATSD", "yes please"),
             ("DISABLE_STATS", "sure"),
         ] {
-            let e = sinks(&[(name, v)]).unwrap_err();
+            let e = read_from(&[(name, v)]).unwrap_err();
             assert!(e.starts_with(&format!("{name}=")), "{e}");
         }
-    }
-
-    /// envconfig's map form; gostats sorts a scope's tags and drops empty ones
-    /// (lyft/gostats `internal/tags/tags.go`, `MergeTags`).
-    #[test]
-    fn extra_tags_are_sorted_and_empty_ones_dropped() {
-        let s = statsd(&[("EXTRA_TAGS", "team:edge,env:prod,empty:,team:core")]);
-        assert_eq!(
-            s.extra_tags,
-            [
-                ("env".into(), "prod".into()),
-                ("team".into(), "core".into())
-            ]
-        );
-    }
-
-    /// `src/godogstats/mogrifier_map.go`: each named mogrifier needs a pattern that compiles
-    /// and a name; its tags are a map.
-    #[test]
-    fn mogrifiers_are_read_from_their_variables() {
-        let dog = [
-            ("USE_STATSD", "false"),
-            ("USE_DOG_STATSD", "true"),
-            ("USE_DOG_STATSD_MOGRIFIERS", "hits"),
-        ];
-        let with = |extra: &[(&'static str, &'static str)]| {
-            let mut vars = dog.to_vec();
-            vars.extend_from_slice(extra);
-            sinks(&vars)
-        };
-        let e = with(&[]).unwrap_err();
-        assert!(e.starts_with("DOG_STATSD_MOGRIFIER_HITS_PATTERN:"), "{e}");
-        let e = with(&[("DOG_STATSD_MOGRIFIER_HITS_PATTERN", "^a$")]).unwrap_err();
-        assert!(e.starts_with("DOG_STATSD_MOGRIFIER_HITS_NAME:"), "{e}");
-        let e = with(&[
-            ("DOG_STATSD_MOGRIFIER_HITS_PATTERN", "(unclosed"),
-            ("DOG_STATSD_MOGRIFIER_HITS_NAME", "x"),
-        ])
-        .unwrap_err();
-        assert!(e.starts_with("DOG_STATSD_MOGRIFIER_HITS_PATTERN="), "{e}");
-        let ok = with(&[
-            ("DOG_STATSD_MOGRIFIER_HITS_PATTERN", "^a\\.(.*)$"),
-            ("DOG_STATSD_MOGRIFIER_HITS_NAME", "b"),
-            ("DOG_STATSD_MOGRIFIER_HITS_TAGS", "rest:$1"),
-        ])
-        .unwrap();
-        assert_eq!(ok.statsd.unwrap().mogrifiers.len(), 1);
+        let s = read_from(&[("NEAR_LIMIT_RATIO", "0.5"), ("STATS_MAX_SERIES", "20")]);
+        let s = s.unwrap();
+        assert_eq!((s.max_series, s.near_limit_ratio), (20, 0.5));
     }
 }

@@ -5,39 +5,34 @@ use std::time::Duration;
 
 use tollgate_rls::{XdsBackoff, XdsSource, XdsTls};
 
-use super::{parse_bool, parse_duration};
+use super::error::SettingsError;
+use super::vars::{parse_duration, Vars};
 
 /// The xDS source the variables describe.
-pub(crate) fn source(var: &dyn Fn(&str) -> Option<String>) -> Result<XdsSource, String> {
-    let get = |name: &str, default: &str| var(name).unwrap_or_else(|| default.to_owned());
-    let flag = |name: &str, default: bool| match var(name) {
-        None => Ok(default),
-        Some(v) => parse_bool(&v).ok_or_else(|| format!("{name}={v:?}: expected true or false")),
-    };
-    let duration = |name: &str, default: Duration| match var(name) {
-        None => Ok(default),
-        Some(v) => parse_duration(&v)
-            .ok_or_else(|| format!("{name}={v:?}: expected a duration such as 100ms, 10s or 1m")),
+pub(crate) fn source(vars: &Vars<'_>) -> Result<XdsSource, SettingsError> {
+    let get = |name: &str, default: &str| vars.get(name, default);
+    let duration = |name: &str, default: Duration| {
+        let expected = "expected a duration such as 100ms, 10s or 1m";
+        vars.parsed(name, default, parse_duration, expected)
     };
     let defaults = XdsBackoff::default();
-    let random_factor = match var("XDS_CLIENT_BACKOFF_RANDOM_FACTOR") {
-        None => defaults.random_factor,
-        Some(v) => v
-            .parse::<f64>()
-            .ok()
-            .filter(|f| (0.0..=1.0).contains(f))
-            .ok_or_else(|| {
-                format!("XDS_CLIENT_BACKOFF_RANDOM_FACTOR={v:?}: expected a number from 0 to 1")
-            })?,
-    };
+    let random_factor = vars.parsed(
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        defaults.random_factor,
+        |v| v.parse::<f64>().ok().filter(|f| (0.0..=1.0).contains(f)),
+        "expected a number from 0 to 1",
+    )?;
     let backoff = XdsBackoff {
         initial: duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", defaults.initial)?,
         max: duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", defaults.max)?,
         random_factor,
-        jitter: flag("XDS_CLIENT_BACKOFF_JITTER", defaults.jitter)?,
+        jitter: vars.flag("XDS_CLIENT_BACKOFF_JITTER", defaults.jitter)?,
     };
     if backoff.initial.is_zero() {
-        return Err("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL: expected a duration above zero".into());
+        return Err(SettingsError::unusable(
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            "expected a duration above zero",
+        ));
     }
     let mut source = XdsSource::new(get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
         .node_id(get("CONFIG_GRPC_XDS_NODE_ID", "default"))
@@ -52,18 +47,23 @@ pub(crate) fn source(var: &dyn Fn(&str) -> Option<String>) -> Result<XdsSource, 
     let headers = get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "");
     for entry in headers.split(',').filter(|e| !e.is_empty()) {
         let (name, value) = entry.split_once(':').ok_or_else(|| {
-            format!("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS={headers:?}: expected name:value,…")
+            let name = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS";
+            SettingsError::invalid(name, &headers, "expected name:value,…")
         })?;
         source = source.header(name, value);
     }
-    if let Some(v) = var("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES").filter(|v| !v.is_empty()) {
+    if let Some(v) = vars.set("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES") {
         let bytes = v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-            format!("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES={v:?}: expected a number of bytes")
+            SettingsError::invalid(
+                "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+                &v,
+                "expected a number of bytes",
+            )
         })?;
         source = source.max_message_size(bytes);
     }
-    if flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
-        let path = |name: &str| var(name).filter(|v| !v.is_empty());
+    if vars.flag("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
+        let path = |name: &str| vars.set(name);
         let mut tls = XdsTls::new();
         match (
             path("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
@@ -72,11 +72,10 @@ pub(crate) fn source(var: &dyn Fn(&str) -> Option<String>) -> Result<XdsSource, 
             (Some(cert), Some(key)) => tls = tls.identity(cert, key),
             (None, None) => {}
             _ => {
-                return Err(
-                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY \
-                            go together: set both or neither"
-                        .into(),
-                )
+                return Err(SettingsError::conflict(
+                    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+                    "and CONFIG_GRPC_XDS_CLIENT_TLS_KEY go together: set both or neither",
+                ))
             }
         }
         if let Some(ca) = path("CONFIG_GRPC_XDS_SERVER_TLS_CACERT") {
@@ -98,7 +97,8 @@ mod tests {
 
     fn read(vars: &[(&str, &str)]) -> Result<XdsSource, String> {
         let map: HashMap<&str, &str> = vars.iter().copied().collect();
-        source(&|name| map.get(name).map(|v| (*v).to_owned()))
+        let lookup = |name: &str| map.get(name).map(|v| (*v).to_owned());
+        source(&Vars::new(&lookup)).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod mogrifier;
 mod names;
+mod options;
 mod sink;
 
 use std::collections::HashMap;
@@ -18,10 +19,10 @@ use cadence::prelude::*;
 use cadence::{Metric, MetricBuilder, StatsdClient};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::settings::Statsd;
 use names::Stat;
 
 pub(crate) use mogrifier::Mogrifier;
+pub(crate) use options::{Protocol, Statsd};
 
 /// Starts the push: a thread that flushes every `settings.flush_interval` for the life of the
 /// process.
@@ -233,7 +234,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::settings::Protocol;
 
     fn push() -> Push {
         let settings = Statsd {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cadence::{BufferedUdpMetricSink, MetricSink, StatsdClient};
 
-use crate::settings::{Protocol, Statsd};
+use super::options::{Protocol, Statsd};
 
 /// The bytes gathered before a datagram leaves: one that fits an Ethernet frame unfragmented.
 const DATAGRAM_BYTES: usize = 1432;

@@ -7,9 +7,9 @@
 
 use std::io::Write as _;
 
-use tollgate::rls::proto::rate_limit_response::{Code, DescriptorStatus};
-use tollgate::rls::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
-use tollgate::rls::proto::{RateLimitRequest, RateLimitResponse};
+use tollgate_rls::proto::rate_limit_response::{Code, DescriptorStatus};
+use tollgate_rls::proto::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
+use tollgate_rls::proto::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 

@@ -1,14 +1,10 @@
-//! The listeners and what every accepted connection gets: `TCP_NODELAY` (a decision is a few
-//! hundred bytes; with Nagle's algorithm and the peer's delayed ACKs it would wait 40 ms),
-//! TCP keepalive (a peer that vanished is noticed), and on the HTTP ports time limits on a
-//! request's head and on the whole request (a client that trickles bytes holds nothing for
-//! long).
-//!
-//! Addresses are the reference's: `HOST:PORT` with a host name (`localhost`), an IPv4 or an
-//! IPv6 address (`::`), or for gRPC a Unix socket path (`GRPC_UDS`).
+//! What every accepted connection gets: `TCP_NODELAY` (a decision is a few hundred bytes; with
+//! Nagle's algorithm and the peer's delayed ACKs it would wait 40 ms), TCP keepalive (a peer
+//! that vanished is noticed), on the gRPC port over TLS a bounded handshake, and on the HTTP
+//! ports time limits on a request's head and on the whole request (a client that trickles
+//! bytes holds nothing for long).
 
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -34,28 +30,6 @@ pub(crate) const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an HTTP request may take from its head to the end of its answer (a `/json` body
 /// sent slowly included); past it the answer is 408.
 pub(crate) const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Listens on `host:port`: a host name is resolved and the first of its addresses that can be
-/// bound is used, as Go's `net.Listen` does; an IPv6 address may be bare (`::`) or bracketed.
-pub(crate) async fn bind(name: &str, host: &str, port: u16) -> Result<TcpListener, String> {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    TcpListener::bind((host, port))
-        .await
-        .map_err(|e| format!("{name}: cannot listen on {host:?} port {port}: {e}"))
-}
-
-/// Listens on the Unix socket at `path`, replacing a socket file left by an earlier run (as
-/// the reference does not, a restart would otherwise fail).
-pub(crate) fn bind_unix(path: &Path) -> Result<UnixListener, String> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if meta.file_type().is_socket() {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-    UnixListener::bind(path)
-        .map_err(|e| format!("GRPC_UDS: cannot listen on {}: {e}", path.display()))
-}
 
 /// The gRPC listener's connections, with `TCP_NODELAY` and keepalive set on each.
 pub(crate) fn grpc_incoming(listener: TcpListener) -> TcpIncoming {

@@ -1,19 +1,16 @@
-//! The store the settings name: Redis (standalone, Sentinel or Cluster) at `REDIS_URL` in the
-//! reference's forms, memcached at `MEMCACHE_HOST_PORT` or `MEMCACHE_SRV` with
-//! `BACKEND_TYPE=memcache`, or memory without either.
+//! The Redis store `REDIS_URL` names in the reference's forms: one Redis (`host:port`, a socket
+//! path or a URL), a Sentinel's master (`master,sentinel1:port,…`) or a Cluster's nodes, with
+//! `REDIS_AUTH`, `REDIS_TLS*` and `REDIS_POOL_SIZE` for every form.
 
-use tollgate::store::{MemcachedSrv, MemcachedStore, RedisOptions, RedisStore, RedisTls};
+use tollgate::store::{redacted_url, RedisOptions, RedisStore, RedisTls};
 
-use crate::settings::{Memcached, Redis};
+use crate::settings::{Redis, SettingsError};
 
-/// The Redis store the settings name (`None`: the memory store), and a description of it for
-/// the log (credentials left out).
-pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>, String), String> {
-    let Some(r) = redis else {
-        return Ok((None, "memory (this instance only)".into()));
-    };
+/// The Redis store `r` names, with the key prefix `prefix` (none when empty), and a
+/// description of it for the log (credentials left out).
+pub(crate) fn build(r: &Redis, prefix: &str) -> Result<(RedisStore, String), SettingsError> {
     let options = options(r)?;
-    let fail = |e: tollgate::ConfigError| format!("REDIS_URL: {e}");
+    let fail = |e: tollgate::ConfigError| SettingsError::unusable("REDIS_URL", e.to_string());
     let store = match r.kind.as_str() {
         "single" => RedisStore::with_options(&url(r, r.url.trim(), ""), &options).map_err(fail)?,
         "cluster" => {
@@ -31,55 +28,24 @@ pub(crate) fn from_settings(redis: Option<&Redis>) -> Result<(Option<RedisStore>
             let master = parts.next().unwrap_or_default().to_owned();
             let sentinels: Vec<String> = parts.map(|s| url(r, s, &r.sentinel_auth)).collect();
             if sentinels.is_empty() {
-                return Err(
-                    "REDIS_URL: with REDIS_TYPE=sentinel, give the master's name then the \
-                     sentinels: mymaster,host1:26379,host2:26379"
-                        .into(),
-                );
+                return Err(SettingsError::unusable(
+                    "REDIS_URL",
+                    "with REDIS_TYPE=sentinel, give the master's name then the sentinels: \
+                     mymaster,host1:26379,host2:26379",
+                ));
             }
             RedisStore::sentinel_with_options(&sentinels, &master, &options).map_err(fail)?
         }
         other => {
-            return Err(format!(
-                "REDIS_TYPE={other:?}: expected single, sentinel or cluster"
-            ))
+            let expected = "expected single, sentinel or cluster";
+            return Err(SettingsError::invalid("REDIS_TYPE", other, expected));
         }
     };
-    let store = match r.prefix.as_str() {
-        "" => store,
-        prefix => store.prefix(prefix),
-    };
-    Ok((
-        Some(store),
-        format!("redis ({}, {})", r.kind, redacted(&r.url)),
-    ))
-}
-
-/// The memcached store `memcached` names, with the key prefix `prefix` (none when empty), and
-/// a description of it for the log. Servers from an SRV record are looked up here: a lookup
-/// that fails stops the start, as in the reference's `newMemcachedFromSrv`.
-pub(crate) async fn memcached(
-    memcached: &Memcached,
-    prefix: &str,
-) -> Result<(MemcachedStore, String), String> {
-    let store = match memcached {
-        Memcached::Servers(servers) => MemcachedStore::new(servers.iter().cloned())
-            .map_err(|e| format!("MEMCACHE_HOST_PORT: {e}"))?,
-        Memcached::Srv { name, refresh } => {
-            let srv = MemcachedSrv::new(name.as_str()).refresh_every(*refresh);
-            (MemcachedStore::from_srv(srv).await).map_err(|e| format!("MEMCACHE_SRV: {e}"))?
-        }
-    };
-    let servers = store.servers().join(",");
     let store = match prefix {
         "" => store,
         prefix => store.prefix(prefix),
     };
-    let described = match memcached {
-        Memcached::Servers(_) => format!("memcached ({servers})"),
-        Memcached::Srv { name, .. } => format!("memcached ({name}: {servers})"),
-    };
-    Ok((store, described))
+    Ok((store, format!("redis ({}, {})", r.kind, redacted(&r.url))))
 }
 
 /// The comma-separated list of `REDIS_URL`, trimmed. Where it holds URLs, it is split only at a
@@ -115,7 +81,7 @@ fn split(list: &str) -> Vec<&str> {
 
 /// `REDIS_AUTH` (`password` or `user:password`, split at the first colon as the reference's
 /// `driver_impl.go` does), `REDIS_POOL_SIZE` and the TLS settings, for every address form.
-fn options(r: &Redis) -> Result<RedisOptions, String> {
+fn options(r: &Redis) -> Result<RedisOptions, SettingsError> {
     let mut options = RedisOptions::new().pool_size(r.pool_size);
     if !r.auth.is_empty() {
         options = match r.auth.split_once(':') {
@@ -124,7 +90,8 @@ fn options(r: &Redis) -> Result<RedisOptions, String> {
         };
     }
     let read = |name: &str, path: &str| {
-        std::fs::read(path).map_err(|e| format!("{name}={path:?}: cannot read it: {e}"))
+        let cannot = |e| SettingsError::invalid(name, path, format!("cannot read it: {e}"));
+        std::fs::read(path).map_err(cannot)
     };
     let mut tls = RedisTls::new().skip_hostname_verification(r.tls_skip_hostname);
     if !r.tls_cacert.is_empty() {
@@ -133,9 +100,13 @@ fn options(r: &Redis) -> Result<RedisOptions, String> {
     match (r.tls_client_cert.as_str(), r.tls_client_key.as_str()) {
         ("", "") => {}
         (cert, "") if !cert.is_empty() => {
-            return Err("REDIS_TLS_CLIENT_CERT is set without REDIS_TLS_CLIENT_KEY".into())
+            let rest = "is set without REDIS_TLS_CLIENT_KEY";
+            return Err(SettingsError::conflict("REDIS_TLS_CLIENT_CERT", rest));
         }
-        ("", _) => return Err("REDIS_TLS_CLIENT_KEY is set without REDIS_TLS_CLIENT_CERT".into()),
+        ("", _) => {
+            let rest = "is set without REDIS_TLS_CLIENT_CERT";
+            return Err(SettingsError::conflict("REDIS_TLS_CLIENT_KEY", rest));
+        }
         (cert, key) => {
             tls = tls.client_certificate(
                 read("REDIS_TLS_CLIENT_CERT", cert)?,
@@ -152,9 +123,8 @@ fn options(r: &Redis) -> Result<RedisOptions, String> {
         return Ok(options);
     };
     if !r.tls && !r.url.contains("rediss://") {
-        return Err(format!(
-            "{first} is set but Redis is not reached over TLS: set REDIS_TLS=true"
-        ));
+        let rest = "is set but Redis is not reached over TLS: set REDIS_TLS=true";
+        return Err(SettingsError::conflict(*first, rest));
     }
     Ok(options.tls(tls))
 }
@@ -196,43 +166,16 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// `REDIS_URL` as the log shows it: each URL's user information (up to the last `@` before the
-/// next URL, so a password holding a comma or an `@` goes whole) becomes `***`, and each query
-/// (`?password=…`) is left out; a bare `user:password@host` loses its credentials too.
+/// `REDIS_URL` as the log shows it, each URL of a list without its credentials (the library's
+/// redaction, one URL at a time so that each keeps its host). A list of bare addresses
+/// (`master,host:port`) is one text to the redaction.
 fn redacted(urls: &str) -> String {
-    let mut out = String::new();
-    let mut rest = urls;
-    while let Some(at) = rest.find("://") {
-        out.push_str(&bare(&rest[..at]));
-        out.push_str("://");
-        rest = &rest[at + 3..];
-        // This URL runs until the next scheme's name: from the comma before the next `://`.
-        let next = rest
-            .find("://")
-            .map_or(rest.len(), |n| rest[..n].rfind(',').unwrap_or(n));
-        let (this, after) = rest.split_at(next);
-        let this = this
-            .rsplit_once('@')
-            .map_or(this.to_owned(), |(_, host)| format!("***@{host}"));
-        match this.split_once('?') {
-            Some((before, _)) => out.push_str(before),
-            None => out.push_str(&this),
-        }
-        rest = after;
+    match urls.contains("://") {
+        true => (split(urls).into_iter().map(redacted_url))
+            .collect::<Vec<_>>()
+            .join(","),
+        false => redacted_url(urls.trim()),
     }
-    out.push_str(&bare(rest));
-    out
-}
-
-/// Addresses without a scheme (`host:port`, `master,host:port`) with any credentials left out.
-fn bare(list: &str) -> String {
-    (list.split(','))
-        .map(|a| match a.rsplit_once('@') {
-            Some((_, host)) => format!("***@{host}"),
-            None => a.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// How often the Redis pool's size is published.
@@ -269,8 +212,11 @@ mod tests {
             tls_client_cert: String::new(),
             tls_client_key: String::new(),
             pool_size: 10,
-            prefix: String::new(),
         }
+    }
+
+    fn built(r: &Redis) -> Result<(RedisStore, String), String> {
+        build(r, "").map_err(|e| e.to_string())
     }
 
     #[test]
@@ -303,57 +249,59 @@ mod tests {
     #[test]
     fn credentials_never_reach_the_log() {
         for (given, shown) in [
-            ("redis://u:p@h:1,h2:2", "redis://***@h:1,h2:2"),
-            ("redis://:pa,ss@h:1", "redis://***@h:1"),
+            ("redis://u:pw@h:1,h2:2", "redis://u:***@h:1,h2:2"),
+            ("redis://:pa,ss@h:1", "redis://:***@h:1"),
             (
                 "redis://:a,b@h1:1,redis://:c@d,e@h2:2",
-                "redis://***@h1:1,redis://***@h2:2",
+                "redis://:***@h1:1,redis://:***@h2:2",
             ),
-            ("redis://h:1/0?password=s3cret", "redis://h:1/0"),
-            ("redis://h:1?password=a,b", "redis://h:1"),
             (
-                "redis+unix:///tmp/r.sock?pass=x",
-                "redis+unix:///tmp/r.sock",
+                "redis://h:1/0?password=s3cret",
+                "redis://h:1/0?password=***",
             ),
-            ("m,u:pw@h:1", "m,***@h:1"),
+            ("redis://h:1?password=a,b", "redis://h:1?password=***"),
+            (
+                "redis+unix:///tmp/r.sock?pass=s3cret",
+                "redis+unix:///tmp/r.sock?pass=***",
+            ),
+            ("m,u:pw@h:1", "m,u:***@h:1"),
+            ("u:pa,ss@h:1", "u:***@h:1"),
             ("h:1", "h:1"),
         ] {
             assert_eq!(redacted(given), shown, "{given}");
         }
-        let (_, described) = from_settings(Some(&redis("redis://:secret@127.0.0.1:1"))).unwrap();
-        assert!(!described.contains("secret"), "{described}");
+        let (_, described) = built(&redis("redis://:secret@127.0.0.1:1")).unwrap();
+        assert_eq!(described, "redis (single, redis://:***@127.0.0.1:1)");
     }
 
     #[test]
     fn a_wrong_type_is_an_error() {
         let mut r = redis("h:1");
         r.kind = "ring".into();
-        assert!(from_settings(Some(&r))
-            .unwrap_err()
-            .starts_with("REDIS_TYPE="));
+        assert!(built(&r).unwrap_err().starts_with("REDIS_TYPE="));
         r.kind = "sentinel".into();
-        assert!(from_settings(Some(&r)).is_err());
+        assert!(built(&r).is_err());
     }
 
     #[test]
     fn tls_settings_without_tls_stop_the_start() {
         let mut r = redis("h:1");
         r.tls_skip_hostname = true;
-        let e = from_settings(Some(&r)).unwrap_err();
+        let e = built(&r).unwrap_err();
         assert!(
             e.starts_with("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is set"),
             "{e}"
         );
         r.tls = true;
         r.tls_client_cert = "/c.pem".into();
-        let e = from_settings(Some(&r)).unwrap_err();
+        let e = built(&r).unwrap_err();
         assert_eq!(
             e,
             "REDIS_TLS_CLIENT_CERT is set without REDIS_TLS_CLIENT_KEY"
         );
         r.tls_client_cert = String::new();
         r.tls_cacert = "/nonexistent/ca.pem".into();
-        let e = from_settings(Some(&r)).unwrap_err();
+        let e = built(&r).unwrap_err();
         assert!(
             e.starts_with("REDIS_TLS_CACERT=\"/nonexistent/ca.pem\": cannot read"),
             "{e}"
@@ -366,8 +314,8 @@ mod tests {
     fn the_pool_size_reaches_the_pool() {
         let mut r = redis("h:1");
         r.pool_size = 7;
-        let (store, _) = from_settings(Some(&r)).unwrap();
-        let debug = format!("{:?}", store.unwrap());
+        let (store, _) = built(&r).unwrap();
+        let debug = format!("{store:?}");
         assert!(debug.contains("max_size: 7"), "{debug}");
     }
 }

@@ -12,7 +12,7 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tollgate_rls::RateLimitService;
 
-use crate::health::Health;
+use super::health::Health;
 
 #[derive(Clone)]
 struct App {

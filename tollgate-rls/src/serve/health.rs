@@ -12,6 +12,7 @@ use tollgate::{Algorithm, Quota};
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use super::error::StartError;
 use crate::settings::StartupRetry;
 
 /// The gRPC service name whose status the reference sets.
@@ -96,10 +97,10 @@ pub(crate) async fn wait_for_store(
     store: &RedisStore,
     timeout: Duration,
     retry: StartupRetry,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let policy = Quota::per_second(1)
         .and_then(|q| Policy::new("tollgate-rls-health", q, Algorithm::FixedWindow))
-        .map_err(|e| e.to_string())?;
+        .map_err(StartError::Config)?;
     // A look, under a policy of its own: it changes nothing in the store.
     let started = Instant::now();
     let mut wait = retry.initial;
@@ -112,10 +113,10 @@ pub(crate) async fn wait_for_store(
         };
         let elapsed = started.elapsed();
         if !retry.max_elapsed.is_zero() && elapsed >= retry.max_elapsed {
-            return Err(format!(
-                "Redis did not answer within REDIS_STARTUP_MAX_ELAPSED_TIME ({:?}): {error}",
-                retry.max_elapsed
-            ));
+            return Err(StartError::StoreUnreachable {
+                waited: retry.max_elapsed,
+                last: error,
+            });
         }
         let jittered = wait.mul_f64(0.5 + jitter());
         tracing::warn!(

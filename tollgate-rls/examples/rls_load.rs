@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use tollgate::rls::proto::rate_limit_descriptor::Entry;
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest};
+use tollgate_rls::proto::rate_limit_descriptor::Entry;
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest};
 use tonic::transport::Channel;
 
 const WARM_UP: Duration = Duration::from_millis(500);

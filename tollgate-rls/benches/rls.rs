@@ -1,7 +1,7 @@
-//! Run with `cargo bench --bench rls` (it starts its own redis-server on a free port).
+//! Run with `cargo bench -p tollgate-rls --bench rls` (it starts its own redis-server on a free port).
 //!
 //! `ShouldRateLimit` over loopback, as Envoy calls it: 32 requests in flight on one HTTP/2
-//! connection for 3 s, against `tollgate::rls::RateLimitService` on the memory store and on
+//! connection for 3 s, against `tollgate_rls::RateLimitService` on the memory store and on
 //! Redis, and against a bare tonic service of the same protocol that decides nothing (the
 //! floor). Prints one Markdown table: decisions per second, p50/p99 latency, the share of the
 //! floor (measured again just before each row, so that a busy machine weighs on both alike),
@@ -16,14 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_redis::redis;
-use tollgate::rls::proto::rate_limit_descriptor::Entry;
-use tollgate::rls::proto::rate_limit_response::{Code, DescriptorStatus};
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::rate_limit_service_server::{
+use tollgate_rls::proto::rate_limit_descriptor::Entry;
+use tollgate_rls::proto::rate_limit_response::{Code, DescriptorStatus};
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::rate_limit_service_server::{
     RateLimitService as RlsTrait, RateLimitServiceServer,
 };
-use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use tollgate::rls::{RateLimitService, RlsConfig};
+use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tollgate_rls::{RateLimitService, RlsConfig};
 use tollgate::store::Store;
 use tollgate::store::{MemoryStore, RedisStore};
 use tonic::service::Routes;
@@ -204,7 +204,7 @@ fn runtime(name: &str) -> tokio::runtime::Runtime {
 fn build(store: impl Store) -> RateLimitService {
     let config = RlsConfig::from_yaml(
         [("bench.yaml", CONFIG)],
-        tollgate::rls::DuplicateDomains::Refuse,
+        tollgate_rls::DuplicateDomains::Refuse,
     )
     .expect("config");
     RateLimitService::builder()
