@@ -335,13 +335,7 @@ impl Way for Layered {
 
 /// The CPU time of this process, every thread.
 fn process_cpu() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for clock_gettime to write.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
-    assert_eq!(status, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
