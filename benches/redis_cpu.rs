@@ -68,11 +68,11 @@ fn quota() -> Quota {
 /// the prelude, the request reader, the algorithm. The benchmark checks that Redis knows its
 /// SHA once tollgate has run it, so a change to the assembly cannot go unnoticed.
 const GCRA_SCRIPT: &str = concat!(
-    include_str!("../lua/prelude.lua"),
+    include_str!("../src/store/redis/lua/prelude.lua"),
     "\n",
-    include_str!("../lua/request.lua"),
+    include_str!("../src/store/redis/lua/request.lua"),
     "\n",
-    include_str!("../lua/gcra.lua")
+    include_str!("../src/store/redis/lua/gcra.lua")
 );
 
 fn main() {
