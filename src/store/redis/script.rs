@@ -168,13 +168,13 @@ impl Scripts {
         &self,
         key: String,
         policy: &Policy,
-        action: Control,
+        action: ClientAction,
         now: &str,
     ) -> Call<'_> {
         let (op, amount) = match action {
-            Control::Reset => ("reset", 0),
-            Control::Block(micros) => ("block", micros),
-            Control::Refund(units) => ("refund", units),
+            ClientAction::Reset => ("reset", 0),
+            ClientAction::Block(micros) => ("block", micros),
+            ClientAction::Refund(units) => ("refund", units),
         };
         let p = policy.params();
         let numbers = [
@@ -193,7 +193,7 @@ impl Scripts {
 
 /// What [`Scripts::control`] does to one client.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Control {
+pub(crate) enum ClientAction {
     /// Forget the state and any block.
     Reset,
     /// Block for this many µs from now (0: reset).
@@ -202,7 +202,7 @@ pub(crate) enum Control {
     Refund(u64),
 }
 
-impl Control {
+impl ClientAction {
     /// A block of `duration`, in µs as the script takes it.
     pub(crate) fn block(duration: std::time::Duration) -> Self {
         Self::Block(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
