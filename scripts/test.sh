@@ -88,8 +88,10 @@ export TOLLGATE_MEMCACHED_URL="memcache://127.0.0.1:$memcached_port"
 echo "$(memcached -V) on $TOLLGATE_MEMCACHED_URL"
 
 cargo fmt --all -- --check
-# No import cycles between the top-level modules of src/, no non-test file over 500 lines.
+# The layout of every crate (no import circle, no non-test file over 500 lines, one public
+# path per item, no `#[path]`), and the check itself on a tree with faults planted.
 bash scripts/check_layout.sh
+bash scripts/check_layout.sh --self-test
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo check --no-default-features
 cargo check --no-default-features --features axum

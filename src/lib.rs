@@ -93,13 +93,6 @@
 //! which your own server or middleware can insert. `cargo build --no-default-features` builds
 //! neither axum, tonic nor the Redis client.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![forbid(unsafe_code)]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    rust_2018_idioms,
-    unreachable_pub
-)]
 
 mod algorithm;
 pub mod clock;

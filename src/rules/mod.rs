@@ -36,7 +36,7 @@ pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
 pub(crate) use route::{parse_methods, Route};
 pub(crate) use set::RuleSet;
-pub(crate) use skip::{Skip, SkipSpec};
+pub(crate) use skip::{CompiledSkip, SkipSpec};
 pub(crate) use source::{InForce, RuleSource};
 
 /// How a rule treats a request over its limit.

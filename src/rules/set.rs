@@ -5,14 +5,14 @@ use std::collections::HashSet;
 use http::request::Parts;
 
 use super::index::RouteIndex;
-use super::{CompiledRule, Cost, Skip};
+use super::{CompiledRule, CompiledSkip, Cost};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// Every rule of a layer and the routes it never limits; swapped whole on reload.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RuleSet {
     rules: Vec<CompiledRule>,
-    skips: Vec<Skip>,
+    skips: Vec<CompiledSkip>,
     rule_index: RouteIndex,
     skip_index: RouteIndex,
     /// Whether the set is one rule that every request meets as it is (see [`sole`](Self::sole)).
@@ -21,7 +21,10 @@ pub(crate) struct RuleSet {
 
 impl RuleSet {
     /// The rules and skips, in order; rule names must be unique (they name store keys).
-    pub(crate) fn new(rules: Vec<CompiledRule>, skips: Vec<Skip>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        rules: Vec<CompiledRule>,
+        skips: Vec<CompiledSkip>,
+    ) -> Result<Self, ConfigError> {
         let mut names = HashSet::with_capacity(rules.len());
         if let Some(twice) = rules.iter().find(|r| !names.insert(r.policy.name())) {
             return Err(ConfigError::with_kind(
@@ -41,7 +44,7 @@ impl RuleSet {
     }
 
     /// The set with its routes indexed.
-    fn indexed(rules: Vec<CompiledRule>, skips: Vec<Skip>) -> Self {
+    fn indexed(rules: Vec<CompiledRule>, skips: Vec<CompiledSkip>) -> Self {
         let rule_index = RouteIndex::new(rules.iter().map(|r| &r.route));
         let sole = match rules.as_slice() {
             [rule] => {
@@ -134,7 +137,7 @@ mod tests {
         posts.route = Route::new(vec![Method::POST], None).unwrap();
         assert!(RuleSet::one(posts).sole().is_none());
 
-        let health = Skip::route(Route::new(Vec::new(), Some("/health")).unwrap());
+        let health = CompiledSkip::route(Route::new(Vec::new(), Some("/health")).unwrap());
         let skipping = RuleSet::new(vec![rule("a")], vec![health]).unwrap();
         assert!(skipping.sole().is_none());
 

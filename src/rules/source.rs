@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
 
-use super::{parse_file, CompiledRule, Rule, RuleSet, Skip};
+use super::{parse_file, CompiledRule, CompiledSkip, Rule, RuleSet};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
@@ -22,7 +22,7 @@ use crate::telemetry;
 pub(crate) struct RuleSource {
     /// The code's rules, compiled once; they come before the file's.
     code_rules: Vec<CompiledRule>,
-    code_skips: Vec<Skip>,
+    code_skips: Vec<CompiledSkip>,
     /// For the file's rules: they set both, so these only matter to the code's rules.
     default_key: Arc<dyn KeyExtractor>,
     default_algorithm: Algorithm,
@@ -95,7 +95,7 @@ impl RuleSource {
     /// start-up.
     pub(crate) fn load(
         code_rules: &[Rule],
-        code_skips: Vec<Skip>,
+        code_skips: Vec<CompiledSkip>,
         default_key: Arc<dyn KeyExtractor>,
         default_algorithm: Algorithm,
         file: Option<PathBuf>,

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// What a subscriber wrote, one line per event (`<time> <LEVEL> <target>: <message>`).
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Log(Arc<Mutex<Vec<u8>>>);
 
 impl Log {

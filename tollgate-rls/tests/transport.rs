@@ -33,15 +33,10 @@ fn runtime(test: &str) -> Runtime {
 /// server's socket is borrowed from its process (`pidfd_getfd`; the test runs as the same
 /// user) and found by its peer address, the client's own.
 fn server_side_nodelay(pid: u32, client: &TcpStream) -> bool {
-    use std::os::fd::FromRawFd;
+    use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
     let ours = client.local_addr().unwrap();
-    // SAFETY: plain system calls on descriptors this function opens and owns.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    assert!(
-        pidfd >= 0,
-        "pidfd_open: {}",
-        std::io::Error::last_os_error()
-    );
+    let pid = Pid::from_raw(pid as i32).expect("a process id");
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).expect("pidfd_open");
     let mut found = None;
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
         let entry = entry.unwrap();
@@ -52,18 +47,14 @@ fn server_side_nodelay(pid: u32, client: &TcpStream) -> bool {
         let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
-        // SAFETY: as above; the new descriptor is owned by the TcpStream made from it.
-        let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) } as i32;
-        if copy < 0 {
+        let Ok(copy) = pidfd_getfd(&pidfd, fd, PidfdGetfdFlags::empty()) else {
             continue;
-        }
-        let socket = unsafe { std::net::TcpStream::from_raw_fd(copy) };
+        };
+        let socket = std::net::TcpStream::from(copy);
         if socket.peer_addr().ok() == Some(ours) {
             found = Some(socket.nodelay().unwrap());
         }
     }
-    // SAFETY: closes the pidfd opened above.
-    unsafe { libc::close(pidfd) };
     found.expect("the server's end of the connection")
 }
 

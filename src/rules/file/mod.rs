@@ -59,7 +59,7 @@ use serde::Deserialize;
 use toml::de::DeTable;
 use toml::Spanned;
 
-use super::{Mode, Route, Rule, Setting, Skip};
+use super::{CompiledSkip, Mode, Route, Rule, Setting};
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
@@ -79,7 +79,7 @@ pub(crate) struct RulesFile {
     /// The rules, in file order, each with its algorithm and key set.
     pub(crate) rules: Vec<Rule>,
     /// Requests never limited.
-    pub(crate) skips: Vec<Skip>,
+    pub(crate) skips: Vec<CompiledSkip>,
 }
 
 /// Parses and fully validates a rules file; `origin` (the path) starts every error message.
@@ -308,7 +308,7 @@ fn build_skip(
     index: usize,
     doc: Spanned<SkipDoc>,
     defaults: &Settings,
-) -> Result<Skip, ConfigError> {
+) -> Result<CompiledSkip, ConfigError> {
     let header = doc.span();
     let doc = doc.into_inner();
     let scope = Scope::Skip(index);
@@ -328,7 +328,7 @@ fn build_skip(
         let span = doc.path.as_ref().map_or(header.clone(), Spanned::span);
         fail(span, "path", &e)
     })?;
-    let mut skip = Skip::route(route);
+    let mut skip = CompiledSkip::route(route);
     let key = defaults
         .key
         .as_ref()

@@ -20,7 +20,7 @@ mod counters;
 mod servers;
 mod srv;
 
-use counters::Counters;
+use counters::FixedWindowCounters;
 use servers::{ServerList, Servers};
 pub use srv::MemcachedSrv;
 
@@ -60,7 +60,7 @@ pub use srv::MemcachedSrv;
 ///
 /// | key | what |
 /// | --- | --- |
-/// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::state), or for the aligned fixed window only its block, if it is blocked |
+/// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::StateBackedStore#the-states-bytes), or for the aligned fixed window only its block, if it is blocked |
 /// | `tollgate:api:fixed_window@<window start, µs since the epoch>:k` | the aligned fixed window's count in that window, in decimal, living until the window ends (and memcached's second more) |
 ///
 /// A key longer than 250 bytes, or with bytes memcached does not take, is `#` and its SHA-256
@@ -177,8 +177,8 @@ impl MemcachedStore {
     }
 
     /// The fixed-window decisions on counters, if `policy` is an aligned fixed window.
-    fn counters(&self, policy: &Policy) -> Option<Counters<'_>> {
-        (policy.algorithm() == Algorithm::FixedWindow).then_some(Counters {
+    fn counters(&self, policy: &Policy) -> Option<FixedWindowCounters<'_>> {
+        (policy.algorithm() == Algorithm::FixedWindow).then_some(FixedWindowCounters {
             servers: &self.servers,
             state: &self.state,
         })

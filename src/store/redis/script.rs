@@ -168,13 +168,13 @@ impl Scripts {
         &self,
         key: String,
         policy: &Policy,
-        action: Control,
+        action: ClientAction,
         now: &str,
     ) -> Call<'_> {
         let (op, amount) = match action {
-            Control::Reset => ("reset", 0),
-            Control::Block(micros) => ("block", micros),
-            Control::Refund(units) => ("refund", units),
+            ClientAction::Reset => ("reset", 0),
+            ClientAction::Block(micros) => ("block", micros),
+            ClientAction::Refund(units) => ("refund", units),
         };
         let p = policy.params();
         let numbers = [
@@ -193,7 +193,7 @@ impl Scripts {
 
 /// What [`Scripts::control`] does to one client.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Control {
+pub(crate) enum ClientAction {
     /// Forget the state and any block.
     Reset,
     /// Block for this many µs from now (0: reset).
@@ -202,7 +202,7 @@ pub(crate) enum Control {
     Refund(u64),
 }
 
-impl Control {
+impl ClientAction {
     /// A block of `duration`, in µs as the script takes it.
     pub(crate) fn block(duration: std::time::Duration) -> Self {
         Self::Block(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
@@ -385,16 +385,16 @@ pub(crate) fn decisions_from_reply(
 
 /// What every script shares (the helpers of its rare paths: blocks, state it cannot read),
 /// written once in `lua/prelude.lua` and put in front of each script.
-const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+const PRELUDE: &str = include_str!("lua/prelude.lua");
 
 /// How every algorithm's script reads its arguments and the clock, written once in
 /// `lua/request.lua` and put at the top of each (plain statements: a helper function would be
 /// one more closure built on every call).
-const REQUEST: &str = include_str!("../../../lua/request.lua");
+const REQUEST: &str = include_str!("lua/request.lua");
 
 /// `lua/control.lua` as it runs: the prelude in front.
 static CONTROL_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/control.lua")));
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/control.lua")));
 
 /// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
 /// `lua/request.lua` and `lua/<algorithm>.lua`. Assembled once per process.
@@ -426,13 +426,13 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
             ),
         };
     }
-    source.push_str(include_str!("../../../lua/stacked.lua"));
+    source.push_str(include_str!("lua/stacked.lua"));
     source
 });
 
 /// The lease script as it runs: the prelude, then `lua/lease.lua`.
 static LEASE_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/lease.lua")));
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/lease.lua")));
 
 /// An algorithm's place in `Algorithm::ALL` (0-based): the index of its script in
 /// `Scripts::single`, and one less than its number in the stacked script.
@@ -465,11 +465,11 @@ fn algorithm_body(algorithm: Algorithm) -> String {
 fn script_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         // The leaky bucket decides exactly as GCRA, and runs its engine: see src/algorithm/gcra.rs.
-        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("../../../lua/gcra.lua"),
-        Algorithm::TokenBucket => include_str!("../../../lua/token_bucket.lua"),
-        Algorithm::FixedWindow => include_str!("../../../lua/fixed_window.lua"),
-        Algorithm::FixedWindowFromFirst => include_str!("../../../lua/fixed_window_from_first.lua"),
-        Algorithm::SlidingWindowLog => include_str!("../../../lua/sliding_window_log.lua"),
-        Algorithm::SlidingWindow => include_str!("../../../lua/sliding_window.lua"),
+        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("lua/gcra.lua"),
+        Algorithm::TokenBucket => include_str!("lua/token_bucket.lua"),
+        Algorithm::FixedWindow => include_str!("lua/fixed_window.lua"),
+        Algorithm::FixedWindowFromFirst => include_str!("lua/fixed_window_from_first.lua"),
+        Algorithm::SlidingWindowLog => include_str!("lua/sliding_window_log.lua"),
+        Algorithm::SlidingWindow => include_str!("lua/sliding_window.lua"),
     }
 }

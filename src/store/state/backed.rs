@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::Backend;
+use super::access::StateAccess;
 use super::Update;
 use crate::algorithm::{self, Params, Saved, State};
 use crate::clock::Clock;
@@ -37,7 +37,7 @@ enum Live {
 /// this many turns by a hash).
 const TURNS: usize = 256;
 
-/// The algorithms over a state store of either form (a [`Backend`]), deciding by `clock`.
+/// The algorithms over a state store of either form (a [`StateAccess`]), deciding by `clock`.
 ///
 /// In one instance, the decisions of one key on a [`StateStore`](super::StateStore) take
 /// turns: each reads and writes the state in its turn, so they never overwrite each other's
@@ -54,7 +54,7 @@ pub(crate) struct StateBacked<S> {
     hasher: foldhash::fast::RandomState,
 }
 
-impl<S: Backend> StateBacked<S> {
+impl<S: StateAccess> StateBacked<S> {
     /// `backend` deciding by `clock`, its keys under `prefix`.
     pub(crate) fn new(backend: S, clock: Arc<dyn Clock>, prefix: Arc<str>) -> Self {
         Self {
@@ -95,7 +95,7 @@ impl<S: Backend> StateBacked<S> {
     }
 
     /// Lets `step` decide on `key`'s state at the time it is read, and has the backend store
-    /// what it asks for as one change of the key (see [`Backend`]).
+    /// what it asks for as one change of the key (see [`StateAccess`]).
     async fn update<T: Send>(
         &self,
         key: &str,

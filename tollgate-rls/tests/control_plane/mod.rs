@@ -27,15 +27,16 @@ use tokio_stream::Stream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
-pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+pub(crate) const TYPE_URL: &str =
+    "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 
 /// Certificates signed by one CA (and one by a CA nobody trusts), in a directory.
-pub struct Pki {
+pub(crate) struct Pki {
     pub dir: PathBuf,
 }
 
 impl Pki {
-    pub fn new(test: &str) -> Self {
+    pub(crate) fn new(test: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("tollgate-pki-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -64,11 +65,11 @@ impl Pki {
         pki
     }
 
-    pub fn path(&self, file: &str) -> String {
+    pub(crate) fn path(&self, file: &str) -> String {
         self.dir.join(file).to_string_lossy().into_owned()
     }
 
-    pub fn read(&self, file: &str) -> Vec<u8> {
+    pub(crate) fn read(&self, file: &str) -> Vec<u8> {
         std::fs::read(self.dir.join(file)).unwrap()
     }
 
@@ -85,7 +86,7 @@ impl Pki {
     }
 
     /// `name.crt` and `name.key`, signed by `ca`, for the names `san`.
-    pub fn leaf(&self, ca: &str, name: &str, cn: &str, san: &str, usage: &str) {
+    pub(crate) fn leaf(&self, ca: &str, name: &str, cn: &str, san: &str, usage: &str) {
         openssl(
             &self.dir,
             &format!(
@@ -129,7 +130,7 @@ fn openssl(dir: &Path, args: &str) {
 
 /// What tollgate-rls sent back for a response: the version it names and the error, if a NACK.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub nonce: String,
     pub version: String,
     pub error: Option<String>,
@@ -142,7 +143,7 @@ struct Log {
 }
 
 /// The control plane: its current set (a version and its resources), pushed to every stream.
-pub struct ControlPlane {
+pub(crate) struct ControlPlane {
     pub addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
     snapshot: watch::Sender<Option<(String, Vec<RateLimitConfig>)>>,
@@ -151,12 +152,12 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Serves on `addr` (mutual TLS: its certificate from `pki`, clients signed by its CA).
-    pub fn start(addr: SocketAddr, pki: &Pki) -> Self {
+    pub(crate) fn start(addr: SocketAddr, pki: &Pki) -> Self {
         Self::start_in(addr, &pki.dir)
     }
 
     /// [`start`](Self::start) with the certificates of the directory `pki`.
-    pub fn start_in(addr: SocketAddr, pki: &Path) -> Self {
+    pub(crate) fn start_in(addr: SocketAddr, pki: &Path) -> Self {
         let read = |file: &str| std::fs::read(pki.join(file)).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -198,21 +199,21 @@ impl ControlPlane {
     }
 
     /// Pushes a new set to every stream, and to streams opened from now on.
-    pub fn push(&self, version: &str, resources: Vec<RateLimitConfig>) {
+    pub(crate) fn push(&self, version: &str, resources: Vec<RateLimitConfig>) {
         self.snapshot
             .send_replace(Some((version.to_owned(), resources)));
     }
 
-    pub fn replies(&self) -> Vec<Reply> {
+    pub(crate) fn replies(&self) -> Vec<Reply> {
         self.log.replies.lock().unwrap().clone()
     }
 
-    pub fn nodes(&self) -> Vec<String> {
+    pub(crate) fn nodes(&self) -> Vec<String> {
         self.log.nodes.lock().unwrap().clone()
     }
 
     /// Stops at once, cutting every stream (its runtime goes, with its tasks).
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -302,7 +303,7 @@ impl AggregatedDiscoveryService for Ads {
 }
 
 /// A set of one domain whose only limit is `key` at `per_minute` requests a minute.
-pub fn limit(domain: &str, key: &str, per_minute: u32) -> RateLimitConfig {
+pub(crate) fn limit(domain: &str, key: &str, per_minute: u32) -> RateLimitConfig {
     RateLimitConfig {
         name: format!("{domain}-{key}"),
         domain: domain.into(),

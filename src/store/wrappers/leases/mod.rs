@@ -18,12 +18,12 @@
 //!   bucket is full again), and the store replies with it (the grant's `mark`).
 //! - **Giving back** `u` unused units at `now` takes back only what is still ahead of now: the
 //!   TAT moves back by `min(u·T, lease_end − now)`, by nothing if that is negative, and never
-//!   before `now` (`algorithm/lease.rs` is the reference `lua/lease.lua` matches). Units
-//!   whose slots have already drained were refilled by time itself; taking them back again
-//!   would erase other instances' later consumption and admit too much. For example, with
-//!   a lease of 10 at 0, 1 unit taken by another instance at 20T, and a return of 5 at 20T, the
-//!   TAT must end at 21T, not 20T (`a_return_on_redis_never_erases_later_consumption`
-//!   checks it on Redis).
+//!   before `now` (`algorithm/lease.rs` is the reference `store/redis/lua/lease.lua`
+//!   matches). Units whose slots have already drained were refilled by time itself; taking
+//!   them back again would erase other instances' later consumption and admit too much. For
+//!   example, with a lease of 10 at 0, 1 unit taken by another instance at 20T, and a return
+//!   of 5 at 20T, the TAT must end at 21T, not 20T
+//!   (`a_return_on_redis_never_erases_later_consumption` checks it on Redis).
 //! - **Fixed windows** (`FixedWindow`, `FixedWindowFromFirst`). A lease is an `INCRBY` of up
 //!   to `limit − count` in the current window (the `mark` is the window's start); unused units
 //!   are given back only within the same window: a later window starts whole anyway.

@@ -1,4 +1,4 @@
-//! [`Backend`]: how one decision reads and writes a key's state on either form of state store,
+//! [`StateAccess`]: how one decision reads and writes a key's state on either form of state store,
 //! a [`StateStore`] by compare-and-set tries, an [`AtomicStateStore`] in one update.
 
 use std::future::Future;
@@ -8,9 +8,9 @@ use tokio::sync::Mutex;
 use super::{AtomicStateStore, StateStore, Update, MAX_ATTEMPTS};
 use crate::error::StoreError;
 
-/// A backend the algorithms run on: the state-store forms behind one seam, so that
+/// The state a decision reads and writes, on either form of state store behind one seam, so that
 /// [`StateBacked`](super::StateBacked) has one decision loop for both.
-pub(crate) trait Backend: Send + Sync + 'static {
+pub(crate) trait StateAccess: Send + Sync + 'static {
     /// Lets `decide` read `key`'s state (`None`: none) and stores the update it returns as one
     /// change of the key, with nothing written in between; returns `decide`'s answer. `turn` is
     /// the key's turn in this instance, for a form that needs one.
@@ -27,7 +27,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
 /// Read, decide, write if unchanged; else again on the newer state, [`MAX_ATTEMPTS`] in all.
 /// Decisions of one key take their turn, so that they never write over each other's reads.
-impl<S: StateStore> Backend for S {
+impl<S: StateStore> StateAccess for S {
     async fn apply<T: Send>(
         &self,
         key: &str,
@@ -58,12 +58,12 @@ impl<S: StateStore> Backend for S {
     }
 }
 
-/// An [`AtomicStateStore`] as a [`Backend`]: each decision is made inside one update, on the
+/// An [`AtomicStateStore`] as a [`StateAccess`]: each decision is made inside one update, on the
 /// state the backend holds for it, so there is nothing to retry and no turn to take.
 #[derive(Clone)]
 pub(crate) struct Atomic<A>(pub(crate) A);
 
-impl<A: AtomicStateStore> Backend for Atomic<A> {
+impl<A: AtomicStateStore> StateAccess for Atomic<A> {
     async fn apply<T: Send>(
         &self,
         key: &str,

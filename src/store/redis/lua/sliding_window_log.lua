@@ -12,11 +12,11 @@
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          by stacked.lua to decide stacked limits before consuming any); absent: writes;
 --          "c": writes, and a denial is charged (src/algorithm/sliding_window_log.rs, `record`).
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
---          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
+--          block's; the key holds a block marker (see prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
 -- Calls, each O(log n) for n members (O(n) on the small sets Redis keeps as a listpack, by
@@ -30,11 +30,11 @@
 -- cost expires. A deny writes nothing but that trim (which decides nothing: trimmed members no
 -- longer count).
 -- By hand:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/sliding_window_log.lua)" 1 rl:api:swl:{alice} 10 60000000 10 6000000 1 ""
---   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/request.lua lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
+--   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/sliding_window_log.lua)" 1 rl:api:swl:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli SCRIPT LOAD "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/sliding_window_log.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/sliding_window_log.rs.
 
--- Kept lean on purpose (see lua/prelude.lua): no local functions, numbers sent to Redis as
+-- Kept lean on purpose (see prelude.lua): no local functions, numbers sent to Redis as
 -- strings (Redis formats a Lua number with '%.17g', slower than Lua's own '%d').
 
 local dry = ARGV[7] == '1'
@@ -51,7 +51,7 @@ if newest_member then
   if total then
     newest, newest_end, newest_cost = m[2] + 0, total + 0, c + 0
   elseif newest_member == 'b' then
-    -- A block (see lua/prelude.lua): the only member, scored with its end.
+    -- A block (see prelude.lua): the only member, scored with its end.
     local until_us = m[2] + 0
     if until_us > now then
       return rare().blocked_reply(until_us, now, limit, cost)

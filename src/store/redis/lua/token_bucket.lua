@@ -12,11 +12,11 @@
 -- ARGV[5]  cost in tokens, >= 1
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          by stacked.lua to decide stacked limits before consuming any); absent: writes;
 --          "c": writes, and a denial is charged (src/algorithm/token_bucket.rs, `record`).
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
---          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
+--          block's; the key holds a block marker (see prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
@@ -25,12 +25,12 @@
 -- A denial writes nothing unless charged. The TTL is ceil(time until the bucket is full /
 -- 1000) ms.
 --
--- By hand (after lua/prelude.lua, the rare paths' helpers, and lua/request.lua, which reads
+-- By hand (after prelude.lua, the rare paths' helpers, and request.lua, which reads
 -- ARGV and the clock), 10/s with burst 20
 -- (T = 100000 µs), cost 1, server time:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/token_bucket.lua)" 1 'tollgate:api:tb:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/token_bucket.lua)" 1 'tollgate:api:tb:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
--- Kept lean on purpose: see lua/prelude.lua.
+-- Kept lean on purpose: see prelude.lua.
 
 local capacity = burst * t
 -- pending: how far now lies before updated_at (a clock that went back); refill starts then.
@@ -53,7 +53,7 @@ if value then
       updated_at = at
     end
   else
-    -- Not a bucket: a block (see lua/prelude.lua), or data that is not ours.
+    -- Not a bucket: a block (see prelude.lua), or data that is not ours.
     local r = rare()
     local until_us = r.block_at(KEYS[1], value, now)
     if until_us then

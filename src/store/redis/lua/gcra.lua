@@ -12,12 +12,12 @@
 -- ARGV[5]  cost, >= 1
 -- ARGV[6]  now, µs since the Unix epoch, or "" to use the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          by stacked.lua to decide stacked limits before consuming any); absent: writes;
 --          "c": writes, and a denial is charged (src/algorithm/gcra.rs, `record`): the TAT
 --          moves on by cost * T into debt, to at most 2 * B * T ahead of now.
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
---          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
+--          block's; the key holds a block marker (see prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --          retry_after is -1 when allowed, and when cost > B (never allowed).
 --
@@ -26,14 +26,14 @@
 -- A denial writes nothing unless charged. The TTL is ceil((TAT - now) / 1000) ms: the key
 -- lives exactly as long as it decides differently from a new one.
 --
--- By hand (after lua/prelude.lua, the rare paths' helpers, and lua/request.lua, which reads
+-- By hand (after prelude.lua, the rare paths' helpers, and request.lua, which reads
 -- ARGV and the clock), 10/s with burst 20
 -- (T = 100000 µs), cost 1, server time:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/gcra.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
---   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/request.lua lua/gcra.lua)"    # prints the sha, then:
+--   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/gcra.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli SCRIPT LOAD "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/gcra.lua)"    # prints the sha, then:
 --   redis-cli EVALSHA <sha> 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
 
--- Kept lean on purpose (see lua/prelude.lua): Redis runs scripts one at a time, so this
+-- Kept lean on purpose (see prelude.lua): Redis runs scripts one at a time, so this
 -- script's server time is the limiter's ceiling.
 
 local capacity = burst * t
@@ -42,7 +42,7 @@ local tat = 0
 if value then
   tat = tonumber(value)
   if not tat or tat < 0 or tat % 1 ~= 0 then
-    -- Not a TAT (a non-negative integer): a block (see lua/prelude.lua), or data that is not
+    -- Not a TAT (a non-negative integer): a block (see prelude.lua), or data that is not
     -- ours.
     local r = rare()
     local until_us = r.block_at(KEYS[1], value, now)

@@ -16,8 +16,8 @@
 -- its newest n units. A blocked client, or one with no state, is left as it is. State that
 -- decides like none afterwards is deleted; the rest keeps the TTL its algorithm gives it.
 --
--- By hand (after lua/prelude.lua), give 2 back to a 10/s GCRA client:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/control.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' refund 1 10 1000000 10 100000 2 ''
+-- By hand (after prelude.lua), give 2 back to a 10/s GCRA client:
+--   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/control.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' refund 1 10 1000000 10 100000 2 ''
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -86,7 +86,7 @@ if zset then
     if ms < 1 then
       redis.call('DEL', key)
     else
-      -- At least 2 ms: see the PEXPIRE in lua/sliding_window_log.lua.
+      -- At least 2 ms: see the PEXPIRE in sliding_window_log.lua.
       redis.call('PEXPIRE', key, string.format('%d', math.max(ms, 2)))
     end
   end

@@ -24,8 +24,8 @@
 -- Calls: the server's clock (only when ARGV[9] is ""), one GET, and at most one SET or DEL.
 -- A client blocked under the policy (a marker in its key) gets no lease until the block ends.
 --
--- By hand (after lua/prelude.lua), a lease of 1 to 100 units of 20000/s by GCRA:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/lease.lua)" 1 'tollgate:global:gcra:{global}' 1 20000 1000000 20000 50 acquire 1 100 ''
+-- By hand (after prelude.lua), a lease of 1 to 100 units of 20000/s by GCRA:
+--   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/lease.lua)" 1 'tollgate:global:gcra:{global}' 1 20000 1000000 20000 50 acquire 1 100 ''
 
 local key = KEYS[1]
 local algorithm = tonumber(ARGV[1])
@@ -40,7 +40,7 @@ local r = rare()
 local now = r.now(ARGV[9])
 local raw = redis.call('GET', key)
 
--- A blocked client (see lua/prelude.lua) is leased nothing and given nothing back: the block
+-- A blocked client (see prelude.lua) is leased nothing and given nothing back: the block
 -- replaced the state the lease came from. A marker whose time has come is no state.
 local blocked_until = raw and r.block_until(raw)
 if blocked_until then

@@ -1,9 +1,9 @@
 -- tollgate: the prelude. RedisStore puts this file in front of every script it runs (each
--- lua/<algorithm>.lua, once in front of the stacked script, lua/control.lua and lua/lease.lua),
+-- <algorithm>.lua, once in front of the stacked script, control.lua and lease.lua),
 -- so the helpers every script shares are written once.
 --
 -- A script alone is not runnable: run it with the prelude in front, e.g.
---   redis-cli EVAL "$(cat lua/prelude.lua lua/gcra.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
+--   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/gcra.lua)" 1 'tollgate:api:gcra:{10.0.0.1}' 10 1000000 20 100000 1 ''
 --
 -- Numbers are Lua doubles: exact for integers up to 2^53, which covers every µs timestamp and
 -- now + B*T for any quota a Policy accepts (src/quota.rs bounds B*T to 100 years). So for
@@ -25,7 +25,7 @@
 --   s + 0 (a numeric string to a number), a + b     0.07 µs / a few ns
 -- So the common path of each algorithm's script (allowed, or denied with no block) builds no
 -- closure and calls no helper: it reads ARGV with `+ 0` (the store sends plain decimals) and
--- the clock in plain statements (lua/request.lua, put in front of each), and sends every value
+-- the clock in plain statements (request.lua, put in front of each), and sends every value
 -- and TTL to Redis as one string.format('%d...') (Redis's Lua formats %d through a 64-bit
 -- long: exact below 2^53, where '%.0f' costs twice as much and tostring keeps 14 digits). This
 -- file builds exactly one closure per call, `rare`, which builds the helpers of the rare paths
@@ -49,7 +49,7 @@ local function rare()
   end
 
   -- The time in µs of a `now` argument: µs since the Unix epoch, or "" for the server's clock
-  -- (for lua/control.lua and lua/lease.lua; lua/request.lua reads it for the algorithms).
+  -- (for control.lua and lease.lua; request.lua reads it for the algorithms).
   function r.now(arg)
     if arg == '' then
       local time = redis.call('TIME')
@@ -101,7 +101,7 @@ local function rare()
     if zset then
       redis.call('DEL', key)
       redis.call('ZADD', key, string.format('%d', until_us), 'b')
-      -- At least 2 ms: see the PEXPIRE in lua/sliding_window_log.lua.
+      -- At least 2 ms: see the PEXPIRE in sliding_window_log.lua.
       redis.call('PEXPIRE', key, string.format('%d', math.max(ms, 2)))
     else
       redis.call('SET', key, string.format('b%d', until_us), 'PX',

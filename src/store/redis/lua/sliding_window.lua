@@ -8,22 +8,22 @@
 -- ARGV[3]  B, burst (unused here)           ARGV[4]  T, interval in µs (unused here)
 -- ARGV[5]  cost, >= 1                       ARGV[6]  now in µs, or "" for the server's clock
 -- ARGV[7]  optional: "1" for a dry run that decides exactly as usual but writes nothing (used
---          by lua/stacked.lua to decide stacked limits before consuming any); absent: writes;
+--          by stacked.lua to decide stacked limits before consuming any); absent: writes;
 --          "c": writes, and a denial is charged (src/algorithm/sliding_window.rs, `record`).
 -- ARGV[8]  optional: block_for, µs. When above 0, a denial that a wait could turn into an allow
 --          (not in a dry run) blocks the client for block_for from now, and the reply is the
---          block's; the key holds a block marker (see lua/prelude.lua) until it ends.
+--          block's; the key holds a block marker (see prelude.lua) until it ends.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
 -- Calls: the server's clock (only when ARGV[6] is ""), GET, and SET ... PX on allow (not in a dry run);
 -- nothing is written on deny.
 -- By hand:
---   redis-cli EVAL "$(cat lua/prelude.lua lua/request.lua lua/sliding_window.lua)" 1 rl:api:sw:{alice} 10 60000000 10 6000000 1 ""
---   redis-cli SCRIPT LOAD "$(cat lua/prelude.lua lua/request.lua lua/sliding_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
+--   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/sliding_window.lua)" 1 rl:api:sw:{alice} 10 60000000 10 6000000 1 ""
+--   redis-cli SCRIPT LOAD "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/sliding_window.lua)"   # then EVALSHA <sha> 1 <key> <argv...>
 -- Must decide exactly like src/algorithm/sliding_window.rs: the estimate is computed with the
 -- same double operations in the same order, so both agree bit for bit.
 
--- Kept lean on purpose (see lua/prelude.lua): the common path calls no local function, so the
+-- Kept lean on purpose (see prelude.lua): the common path calls no local function, so the
 -- window's view and the estimate are written out where they are needed.
 
 local start, prev, curr = 0, 0, 0
@@ -33,7 +33,7 @@ if raw then
   if s then
     start, prev, curr = s + 0, p + 0, c + 0
   else
-    -- Not a window: a block (see lua/prelude.lua), or data that is not ours.
+    -- Not a window: a block (see prelude.lua), or data that is not ours.
     local r = rare()
     local until_us = r.block_at(key, raw, now)
     if until_us then

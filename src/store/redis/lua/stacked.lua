@@ -2,9 +2,9 @@
 --
 -- This file alone is not runnable: RedisStore assembles the script that EVALSHA runs, at
 -- construction, as
---   <lua/prelude.lua>
+--   <prelude.lua>
 --   local ALGORITHMS = {}
---   ALGORITHMS[1] = function(KEYS, ARGV) <lua/request.lua> <lua/gcra.lua> end
+--   ALGORITHMS[1] = function(KEYS, ARGV) <request.lua> <gcra.lua> end
 --   ... one per algorithm, 1-based in Algorithm::ALL order: gcra, token_bucket, leaky_bucket,
 --   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window (leaky_bucket
 --   runs GCRA's engine: ALGORITHMS[3] = ALGORITHMS[1]) ...
@@ -31,7 +31,7 @@
 -- the same and stores it; denied checks (shadow ones) write nothing anyway.
 -- When the request is blocked (and not dry), each blocking check that denied it, whose block_for
 -- is above 0 and whose denial a wait could turn into an allow, blocks its own key for block_for
--- (see lua/prelude.lua) unless a block is running there already, and replies as the block does.
+-- (see prelude.lua) unless a block is running there already, and replies as the block does.
 -- A key named by two checks (the same limit twice) is decided the way two single calls would
 -- decide it, the second seeing what the first consumed: its checks run for real in the first
 -- pass, and if the request is blocked the key is put back as it was (DUMP, then RESTORE or DEL).

@@ -1,4 +1,4 @@
--- tollgate: one decision's arguments. RedisStore puts this file after lua/prelude.lua in front
+-- tollgate: one decision's arguments. RedisStore puts this file after prelude.lua in front
 -- of each algorithm's script (and at the top of each algorithm's function in the stacked
 -- script), so every algorithm reads its ARGV, and the clock, the same way, written once. Plain
 -- statements, not a function: Lua would build a function anew on every call.
@@ -9,7 +9,7 @@
 -- ARGV[5]  cost, >= 0 (0: a look, in a dry run)  ARGV[6]  now in µs since the Unix epoch, or "" to
 --                                                    read the server's clock
 -- Each algorithm reads the ones it needs. ARGV is read with `+ 0` (the store sends plain
--- decimals), which is cheaper than tonumber; see lua/prelude.lua for what things cost.
+-- decimals), which is cheaper than tonumber; see prelude.lua for what things cost.
 
 local key = KEYS[1]
 local limit = ARGV[1] + 0
