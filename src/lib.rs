@@ -106,10 +106,9 @@ pub mod key;
 mod layer;
 mod lease;
 mod limiter;
-mod poll;
 mod quiet_log;
 mod quota;
-mod read;
+pub mod reload;
 mod response;
 #[cfg(feature = "rls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rls")))]
