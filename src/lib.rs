@@ -104,17 +104,14 @@ pub mod key;
 mod layer;
 mod lease;
 mod limiter;
-mod poll;
 mod quiet_log;
 mod quota;
-mod read;
+pub mod reload;
 mod response;
 pub mod rules;
 mod service;
 pub mod store;
 mod telemetry;
-#[cfg(test)]
-mod tests;
 
 pub use algorithm::Algorithm;
 pub use error::{ConfigError, ConfigErrorKind, ControlError};

@@ -82,11 +82,7 @@ impl Quota {
     /// assert_eq!(quota.limit(), 2_000_000);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn any_rate(
-        limit: u32,
-        period: Duration,
-        burst: Option<u32>,
-    ) -> Result<Self, ConfigError> {
+    pub fn any_rate(limit: u32, period: Duration, burst: Option<u32>) -> Result<Self, ConfigError> {
         let quota = Self {
             limit,
             period,
@@ -426,6 +422,22 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// Any `u32` per any unit is a quota (as Envoy's YAML writes them): a window counts it
+    /// exactly, and the buckets space requests 1 µs apart at least, their burst kept.
+    #[test]
+    fn any_rate_takes_any_u32_per_any_unit() {
+        for secs in [1, 60, 3_600, 86_400, 604_800, 2_592_000, 31_536_000] {
+            for n in [1_000_000_000, u32::MAX] {
+                let quota = Quota::any_rate(n, Duration::from_secs(secs), None).unwrap();
+                let params = quota.params(Algorithm::FixedWindow);
+                assert_eq!(params.limit, u64::from(n), "{n} per {secs} s");
+            }
+        }
+        let quota = Quota::any_rate(u32::MAX, Duration::from_secs(1), Some(7)).unwrap();
+        let params = quota.params(Algorithm::Gcra);
+        assert_eq!((params.interval, params.burst), (1, 7));
+    }
 
     proptest! {
         #[test]

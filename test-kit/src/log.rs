@@ -51,3 +51,16 @@ impl Write for Log {
         Ok(())
     }
 }
+
+/// The lines `tracing` wrote while `f` ran on this thread (a subscriber for this thread only,
+/// with `tracing_subscriber::fmt`'s defaults): for unit tests that log from the calling thread.
+pub fn logged(f: impl FnOnce()) -> String {
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    log.text()
+}

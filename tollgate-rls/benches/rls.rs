@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_redis::redis;
+use tollgate::store::Store;
+use tollgate::store::{MemoryStore, RedisStore};
 use tollgate_rls::proto::rate_limit_descriptor::Entry;
 use tollgate_rls::proto::rate_limit_response::{Code, DescriptorStatus};
 use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
@@ -24,8 +26,6 @@ use tollgate_rls::proto::rate_limit_service_server::{
 };
 use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tollgate_rls::{RateLimitService, RlsConfig};
-use tollgate::store::Store;
-use tollgate::store::{MemoryStore, RedisStore};
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};

@@ -10,11 +10,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 
 use super::counters::Counters;
 use super::yaml::{self, YamlDescriptor, YamlRateLimit, YamlRoot};
-use tollgate::Algorithm;
-use tollgate::{ConfigError, ConfigErrorKind};
 use tollgate::rules::Lease;
 use tollgate::store::Policy;
+use tollgate::Algorithm;
 use tollgate::Quota;
+use tollgate::{ConfigError, ConfigErrorKind};
 
 /// What [`RlsConfig::from_yaml`] does with a domain found in more than one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

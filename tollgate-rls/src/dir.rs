@@ -8,8 +8,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use tollgate::reload::{read_file, FileKind};
+use tollgate::rules::MAX_FILE_BYTES;
 use tollgate::{ConfigError, ConfigErrorKind};
-use crate::read::{read_config_file, FileKind, MAX_FILE_BYTES};
 
 /// The most files read from the directory, its subdirectories included.
 pub(crate) const MAX_FILES: usize = 1000;
@@ -19,11 +20,8 @@ pub(crate) const MAX_FILES: usize = 1000;
 pub(crate) const MAX_DIR_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A file of the configuration directory.
-const CONFIG_FILE: FileKind = FileKind {
-    name: "configuration file",
-    max_bytes: MAX_FILE_BYTES,
-    over_the_limit: "(4 MiB per file); a configuration file is a few kilobytes",
-};
+const CONFIG_FILE: FileKind = FileKind::new("configuration file", MAX_FILE_BYTES)
+    .with_note("(4 MiB per file); a configuration file is a few kilobytes");
 
 /// A directory of configuration files and how to read it.
 #[derive(Debug, Clone)]
@@ -143,7 +141,7 @@ impl Walk {
                 path.display()
             )));
         }
-        let bytes = read_config_file(&path, &CONFIG_FILE)?;
+        let bytes = read_file(&path, &CONFIG_FILE)?;
         self.bytes += bytes.len() as u64;
         if self.bytes > MAX_DIR_BYTES {
             return Err(over(format!(

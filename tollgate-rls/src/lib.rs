@@ -2,7 +2,7 @@
 //! tollgate store, configured by the reference implementation's YAML files
 //! (envoyproxy/ratelimit): [`RateLimitService`], built from an [`RlsConfig`] or a directory
 //! of files, for your own tonic server; the `tollgate-rls` binary of this crate serves it as a
-//! drop-in for the reference. The [guide](crate::guide) shows how to run it and how it
+//! drop-in for the reference. The [`guide`] shows how to run it and how it
 //! compares with the reference.
 //!
 //! It is a front end of tollgate's [engine](tollgate::engine): it plans (which limit each
@@ -16,7 +16,12 @@
 //! at once, and `response.rs` writes the answer (`json.rs` in JSON, for `/json`;
 //! `metadata.rs` the dynamic metadata); `stats.rs` counts it (`stat_name.rs` names its
 //! series, `series.rs` bounds those that request values make). Limits may instead come from
-//! an xDS control plane (`xds.rs`).
+//! an xDS control plane (`xds.rs`). `dir_check.rs` is `tollgate-rls check DIR`'s reading.
+//!
+//! The binary's own files share this folder: `main.rs` and its folders (`settings/` reads the
+//! reference's environment, `store/` builds the store, `listen/` and `serve/` open the ports
+//! and serve them, `statsd/` pushes statistics, `config_check/` runs `check`). They use this
+//! library as any other program would.
 //!
 //! # Limits
 //!
@@ -32,10 +37,10 @@
 //! worst request accepted is cheap, and on Redis it is one script call of at most
 //! [`MAX_DESCRIPTORS`] checks.
 
-mod dir_check;
 mod config;
 mod counters;
 mod dir;
+mod dir_check;
 mod json;
 mod limits;
 mod matching;
@@ -50,8 +55,8 @@ mod stats;
 mod xds;
 mod yaml;
 
-pub use dir_check::{DirCheck, DotFiles};
 pub use config::{DuplicateDomains, RlsConfig};
+pub use dir_check::{DirCheck, DotFiles};
 pub use json::JsonAnswer;
 pub use limits::{
     MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES, MAX_REQUEST_BYTES,

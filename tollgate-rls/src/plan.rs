@@ -13,10 +13,10 @@ use smallvec::SmallVec;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::counters::Counters;
 use super::matching::{client_key, override_key, LimitRef, Matched};
-use tollgate::Algorithm;
 use tollgate::engine::{Ask, Charging};
 use tollgate::key::sanitize;
 use tollgate::store::Policy;
+use tollgate::Algorithm;
 use tollgate::Quota;
 
 /// One value per descriptor of a request: most requests have a few, kept without an allocation.

@@ -12,8 +12,8 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 
 use super::config::unit_seconds;
 use super::plan::{Item, Limited, Modes, PerDescriptor, Plan};
-use tollgate::store::Decision;
 use tollgate::engine::Charging;
+use tollgate::store::Decision;
 
 /// What the store said about a request's limits.
 #[derive(Debug)]

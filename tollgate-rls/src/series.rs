@@ -94,11 +94,9 @@ descriptors:
                 .build()
                 .unwrap();
             runtime.block_on(async {
-                let config = RlsConfig::from_yaml(
-                    [("edge.yaml", YAML)],
-                    crate::DuplicateDomains::Refuse,
-                )
-                .unwrap();
+                let config =
+                    RlsConfig::from_yaml([("edge.yaml", YAML)], crate::DuplicateDomains::Refuse)
+                        .unwrap();
                 let service = RateLimitService::builder()
                     .config(config)
                     .stats_max_series(max)

@@ -22,8 +22,8 @@ use super::stats;
 use super::xds::{self, XdsSource, XdsTask};
 use tollgate::engine::Stats;
 use tollgate::engine::{Charging, Engine, EngineBuilder};
-use tollgate::ConfigError;
 use tollgate::store::{OnStoreError, Store, StoreFailure};
+use tollgate::ConfigError;
 
 /// Envoy's rate limit service (`envoy.service.ratelimit.v3.RateLimitService`), answering
 /// `ShouldRateLimit` as the reference implementation does, from its YAML configuration, over

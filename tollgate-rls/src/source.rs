@@ -1,7 +1,8 @@
-//! Where the configuration in force comes from: given once, or a directory of YAML files read
-//! at start (any problem is an error then) and again whenever its files change. A change that
-//! does not load is logged once at WARN with its file and why, and counted
-//! (`ratelimit_service_config_load_error`); the last good configuration keeps serving.
+//! Where the configuration in force comes from: given once, fed from outside (xDS), or a
+//! directory of YAML files read at start (any problem is an error then) and again whenever its
+//! files change. The directory is a [`reload::Source`](crate::reload::Source), read by
+//! [`Reloaded`]: a change that does not load is logged once at WARN with its file and why, and
+//! counted (`ratelimit_service_config_load_error`); the last good configuration keeps serving.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -12,93 +13,95 @@ use arc_swap::ArcSwap;
 use super::config::{DuplicateDomains, RlsConfig};
 use super::dir::Skipped;
 use super::stats;
+use tollgate::reload::{Event, Reloaded, Source};
 use tollgate::{ConfigError, ConfigErrorKind};
-use crate::poll;
 
 /// How the directory is read, named here for the service that builds a source.
 pub(crate) use super::dir::ConfigDir;
 
 /// The configuration in force.
 pub(crate) struct ConfigSource {
-    current: ArcSwap<RlsConfig>,
-    dir: Option<ConfigDir>,
-    /// What was last read and reported. Held while files are read and applied, so reloads
-    /// run one at a time.
-    seen: Mutex<Seen>,
-    /// Whether a configuration has been loaded; false only for a source fed from outside
-    /// ([`ConfigSource::fed`]) until its first configuration.
-    loaded: tokio::sync::watch::Sender<bool>,
+    config: Config,
 }
 
-/// What the watcher has seen, so that it acts on changes and reports each failure once.
-#[derive(Default)]
-struct Seen {
-    /// The files as last read.
-    files: Vec<(PathBuf, Vec<u8>)>,
-    /// Why those files do not load, if they do not.
-    files_failure: Option<ConfigError>,
+/// Where the configuration in force is kept.
+enum Config {
+    /// Given once, or fed from outside through [`ConfigSource::set`].
+    Given {
+        current: ArcSwap<RlsConfig>,
+        /// Whether a configuration has been given; false only for a source fed from outside
+        /// ([`ConfigSource::fed`]) until its first configuration.
+        loaded: tokio::sync::watch::Sender<bool>,
+    },
+    /// Read from a directory.
+    Dir(Arc<Reloaded<YamlDir>>),
+}
+
+/// The configuration directory as a source that reloads: its files, compiled together.
+struct YamlDir {
+    dir: ConfigDir,
     /// The entries skipped at the last read, each warned about once.
-    skipped: Vec<Skipped>,
-    /// The failure logged last, until a read succeeds.
-    reported: Option<ConfigError>,
+    skipped: Mutex<Vec<Skipped>>,
+    /// Whether its files have loaded; false only when they did not at start
+    /// ([`ConfigSource::dir_or_unloaded`]), until they do.
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 impl ConfigSource {
     /// A configuration that never changes.
     pub(crate) fn fixed(config: RlsConfig) -> Arc<Self> {
-        Arc::new(Self {
-            current: ArcSwap::from_pointee(config),
-            dir: None,
-            seen: Mutex::default(),
-            loaded: tokio::sync::watch::Sender::new(true),
-        })
+        Self::given(config, true)
     }
 
     /// A source fed from outside (an xDS control plane) through [`set`](Self::set): nothing
     /// is loaded until the first configuration arrives.
     pub(crate) fn fed() -> Arc<Self> {
+        Self::given(RlsConfig::default(), false)
+    }
+
+    fn given(config: RlsConfig, loaded: bool) -> Arc<Self> {
         Arc::new(Self {
-            current: ArcSwap::from_pointee(RlsConfig::default()),
-            dir: None,
-            seen: Mutex::default(),
-            loaded: tokio::sync::watch::Sender::new(false),
+            config: Config::Given {
+                current: ArcSwap::from_pointee(config),
+                loaded: tokio::sync::watch::Sender::new(loaded),
+            },
         })
     }
 
-    /// Puts `config` in force (a source fed from outside).
+    /// Puts `config` in force (a source fed from outside; one read from a directory takes
+    /// nothing from outside).
     pub(crate) fn set(&self, config: RlsConfig) {
-        self.current.store(Arc::new(config));
-        self.loaded.send_replace(true);
+        if let Config::Given { current, loaded } = &self.config {
+            current.store(Arc::new(config));
+            loaded.send_replace(true);
+        }
     }
 
-    /// Whether a configuration is loaded (always, but for a fed source before its first).
+    fn loaded_flag(&self) -> &tokio::sync::watch::Sender<bool> {
+        match &self.config {
+            Config::Given { loaded, .. } => loaded,
+            Config::Dir(dir) => &dir.source().loaded,
+        }
+    }
+
+    /// Whether a configuration is loaded (always, but for a fed source before its first, and
+    /// a directory whose files have not loaded yet).
     pub(crate) fn loaded(&self) -> bool {
-        *self.loaded.borrow()
+        *self.loaded_flag().borrow()
     }
 
     /// Resolves once a configuration is loaded.
     pub(crate) async fn wait_loaded(&self) {
-        let mut loaded = self.loaded.subscribe();
+        let mut loaded = self.loaded_flag().subscribe();
         let _ = loaded.wait_for(|loaded| *loaded).await;
     }
 
     /// The files of `dir`, loaded now: an error names the file and what is wrong with it.
     /// Entries that are not read (see [`ConfigDir::read`]) are logged, once each.
     pub(crate) fn dir(dir: ConfigDir) -> Result<Arc<Self>, ConfigError> {
-        let read = dir.read()?;
-        let config = compile(&read.files, dir.merge_domains)?;
+        let reloaded = Reloaded::new(YamlDir::new(dir, true))?;
         stats::config_load(true);
-        let mut seen = Seen {
-            files: read.files,
-            ..Seen::default()
-        };
-        warn_skipped(&mut seen, read.skipped);
-        Ok(Arc::new(Self {
-            current: ArcSwap::from_pointee(config),
-            dir: Some(dir),
-            seen: Mutex::new(seen),
-            loaded: tokio::sync::watch::Sender::new(true),
-        }))
+        Ok(Self::reloaded(reloaded))
     }
 
     /// [`dir`](Self::dir), or with `unloaded_ok` [`dir_or_unloaded`](Self::dir_or_unloaded).
@@ -112,160 +115,141 @@ impl ConfigSource {
     /// As [`dir`](Self::dir), but files that do not load leave the source without a
     /// configuration (logged and counted) until they do.
     pub(crate) fn dir_or_unloaded(dir: ConfigDir) -> Arc<Self> {
-        let mut seen = Seen::default();
-        let loaded = dir.read().and_then(|read| {
-            warn_skipped(&mut seen, read.skipped);
-            seen.files = read.files;
-            compile(&seen.files, dir.merge_domains)
-        });
+        let (reloaded, loaded) = Reloaded::new_or(YamlDir::new(dir, false), RlsConfig::default());
         stats::config_load(loaded.is_ok());
         if let Err(e) = &loaded {
             tracing::error!(
                 target: "tollgate::rls",
                 "{e}; serving without a configuration until the files load"
             );
-            seen.files_failure = Some(e.clone());
-            seen.reported = Some(e.clone());
         }
+        reloaded.source().loaded.send_replace(loaded.is_ok());
+        Self::reloaded(reloaded)
+    }
+
+    fn reloaded(reloaded: Reloaded<YamlDir>) -> Arc<Self> {
         Arc::new(Self {
-            loaded: tokio::sync::watch::Sender::new(loaded.is_ok()),
-            current: ArcSwap::from_pointee(loaded.unwrap_or_default()),
-            dir: Some(dir),
-            seen: Mutex::new(seen),
+            config: Config::Dir(Arc::new(reloaded)),
         })
     }
 
     /// Watches the directory, if any, on a thread of its own until the source is dropped.
     /// Polling, not filesystem events: it sees editors that replace files and Kubernetes
     /// ConfigMap symlink swaps alike.
-    pub(crate) fn watch(self: &Arc<Self>) {
-        if self.dir.is_none() {
+    pub(crate) fn watch(&self) {
+        let Config::Dir(dir) = &self.config else {
             return;
-        }
-        if let Err(e) = poll::poll_until_dropped(self, "tollgate-rls-config", Self::poll) {
+        };
+        if let Err(e) = dir.watch("tollgate-rls-config") {
             tracing::error!(target: "tollgate::rls", "cannot watch the configuration for changes: {e}");
         }
     }
 
     /// The configuration in force.
     pub(crate) fn current(&self) -> Arc<RlsConfig> {
-        self.current.load_full()
+        match &self.config {
+            Config::Given { current, .. } => current.load_full(),
+            Config::Dir(dir) => dir.current(),
+        }
     }
 
     /// Reads the directory now and swaps in its configuration; on error the one in force
     /// stays (and the failure is reported as the watcher's are). Without a directory there is
     /// nothing to read.
     pub(crate) fn reload(&self) -> Result<(), ConfigError> {
-        let Some(dir) = &self.dir else {
-            return Ok(());
-        };
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let outcome = match dir.read() {
-            Ok(read) => {
-                warn_skipped(&mut seen, read.skipped);
-                self.replace(dir, read.files, &mut seen)
-            }
-            Err(e) => Err(e),
-        };
-        self.settle(dir, &mut seen, outcome.clone(), true);
-        outcome
+        match &self.config {
+            Config::Given { .. } => Ok(()),
+            Config::Dir(dir) => dir.reload(),
+        }
     }
 
     /// The watcher's look: a change is applied; a failure is logged and counted once.
+    #[cfg(test)]
     fn poll(&self) {
-        let Some(dir) = &self.dir else { return };
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        // A second look at once, should the first have met a ConfigMap mid-swap.
-        let (outcome, changed) = match dir.read().or_else(|_| dir.read()) {
-            Err(e) => (Err(e), false),
-            Ok(read) => {
-                warn_skipped(&mut seen, read.skipped);
-                if read.files == seen.files && (self.loaded() || seen.files_failure.is_some()) {
-                    // The same files again: what they gave the last time.
-                    (seen.files_failure.clone().map_or(Ok(()), Err), false)
-                } else {
-                    (self.replace(dir, read.files, &mut seen), true)
-                }
-            }
-        };
-        self.settle(dir, &mut seen, outcome, changed);
-    }
-
-    /// Compiles `files` and swaps them in; they become the last read either way, with their
-    /// failure if any, so that a broken file is compiled once, not at every look.
-    fn replace(
-        &self,
-        dir: &ConfigDir,
-        files: Vec<(PathBuf, Vec<u8>)>,
-        seen: &mut Seen,
-    ) -> Result<(), ConfigError> {
-        let loaded = compile(&files, dir.merge_domains);
-        seen.files = files;
-        seen.files_failure = loaded.as_ref().err().cloned();
-        self.current.store(Arc::new(loaded?));
-        self.loaded
-            .send_if_modified(|loaded| !std::mem::replace(loaded, true));
-        Ok(())
-    }
-
-    /// Reports what a read came to. A failure is logged at WARN and counted
-    /// (`config_load_error`) when it is a new one, or when it comes from changed files; a
-    /// change applied is counted (`config_load_success`) and logged, and so is the first
-    /// success after a failure.
-    fn settle(
-        &self,
-        dir: &ConfigDir,
-        seen: &mut Seen,
-        outcome: Result<(), ConfigError>,
-        changed: bool,
-    ) {
-        match outcome {
-            Ok(()) => {
-                let recovered = seen.reported.take().is_some();
-                if changed {
-                    stats::config_load(true);
-                    tracing::info!(
-                        target: "tollgate::rls",
-                        "configuration reloaded from {}: {} file(s)",
-                        dir.path.display(),
-                        seen.files.len()
-                    );
-                } else if recovered {
-                    tracing::info!(
-                        target: "tollgate::rls",
-                        "configuration directory {} can be read again; its configuration is in force",
-                        dir.path.display()
-                    );
-                }
-            }
-            Err(e) => {
-                if changed || seen.reported.as_ref() != Some(&e) {
-                    stats::config_load(false);
-                    tracing::warn!(
-                        target: "tollgate::rls",
-                        "{e}; keeping the configuration loaded before"
-                    );
-                    seen.reported = Some(e);
-                }
-            }
+        if let Config::Dir(dir) = &self.config {
+            dir.poll();
         }
     }
 }
 
-/// Logs each skipped entry not skipped at the last read; remembers these.
-fn warn_skipped(seen: &mut Seen, skipped: Vec<Skipped>) {
-    for entry in &skipped {
-        if !seen.skipped.contains(entry) {
-            tracing::warn!(target: "tollgate::rls", "configuration directory: {entry}");
+impl YamlDir {
+    fn new(dir: ConfigDir, loaded: bool) -> Self {
+        Self {
+            dir,
+            skipped: Mutex::default(),
+            loaded: tokio::sync::watch::Sender::new(loaded),
         }
     }
-    seen.skipped = skipped;
+
+    /// Logs each skipped entry not skipped at the last read; remembers these.
+    fn warn_skipped(&self, skipped: Vec<Skipped>) {
+        let mut seen = self.skipped.lock().unwrap_or_else(PoisonError::into_inner);
+        for entry in &skipped {
+            if !seen.contains(entry) {
+                tracing::warn!(target: "tollgate::rls", "configuration directory: {entry}");
+            }
+        }
+        *seen = skipped;
+    }
+}
+
+impl Source for YamlDir {
+    type Snapshot = Vec<(PathBuf, Vec<u8>)>;
+    type Config = RlsConfig;
+    type Error = ConfigError;
+
+    /// The directory's files; entries skipped are warned about here, once each.
+    fn read(&self) -> Result<Self::Snapshot, ConfigError> {
+        let read = self.dir.read()?;
+        self.warn_skipped(read.skipped);
+        Ok(read.files)
+    }
+
+    fn parse(&self, files: &Self::Snapshot) -> Result<RlsConfig, ConfigError> {
+        compile(files, self.dir.merge_domains)
+    }
+
+    /// A failure is logged at WARN and counted (`config_load_error`); a change applied is
+    /// counted (`config_load_success`) and logged, and so is the first success after a
+    /// failure.
+    fn report(&self, event: Event<'_, Self::Snapshot, ConfigError>) {
+        let path = self.dir.path.display();
+        match event {
+            Event::Failed(e) => {
+                stats::config_load(false);
+                tracing::warn!(
+                    target: "tollgate::rls",
+                    "{e}; keeping the configuration loaded before"
+                );
+            }
+            Event::Applied(files) => {
+                stats::config_load(true);
+                self.loaded
+                    .send_if_modified(|loaded| !std::mem::replace(loaded, true));
+                tracing::info!(
+                    target: "tollgate::rls",
+                    "configuration reloaded from {path}: {} file(s)",
+                    files.len()
+                );
+            }
+            Event::Recovered => tracing::info!(
+                target: "tollgate::rls",
+                "configuration directory {path} can be read again; its configuration is in force"
+            ),
+            // An event the reload machine may report one day: nothing to count for it.
+            _ => {}
+        }
+    }
 }
 
 impl fmt::Debug for ConfigSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dir = match &self.config {
+            Config::Given { .. } => None,
+            Config::Dir(dir) => Some(&dir.source().dir),
+        };
         f.debug_struct("ConfigSource")
-            .field("dir", &self.dir)
+            .field("dir", &dir)
             .field("domains", &self.current().domains().count())
             .finish()
     }
@@ -293,7 +277,7 @@ fn compile(files: &[(PathBuf, Vec<u8>)], merge: bool) -> Result<RlsConfig, Confi
 mod tests {
     use super::super::dir::tests::{config_map, TempDir, EDGE};
     use super::*;
-    use crate::tests::log::logged;
+    use tollgate_test_kit::log::logged;
 
     fn limit_of(source: &ConfigSource) -> String {
         source.current().dump()
@@ -346,7 +330,7 @@ mod tests {
         // Another failure (the file grows past the cap) is logged, once too.
         std::fs::File::create(&path)
             .unwrap()
-            .set_len(crate::read::MAX_FILE_BYTES + 1)
+            .set_len(tollgate::rules::MAX_FILE_BYTES + 1)
             .unwrap();
         let log = logged(|| (0..4).for_each(|_| source.poll()));
         assert_eq!(log.matches("WARN").count(), 1, "{log}");

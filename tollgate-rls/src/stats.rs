@@ -301,11 +301,8 @@ mod tests {
             runtime.block_on(async {
                 let service = RateLimitService::builder()
                     .config(
-                        RlsConfig::from_yaml(
-                            [("d.yaml", yaml)],
-                            crate::DuplicateDomains::Refuse,
-                        )
-                        .unwrap(),
+                        RlsConfig::from_yaml([("d.yaml", yaml)], crate::DuplicateDomains::Refuse)
+                            .unwrap(),
                     )
                     .build()
                     .unwrap();

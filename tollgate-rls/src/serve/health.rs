@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate_rls::RateLimitService;
 use tollgate::store::{Policy, RedisStore, Store};
 use tollgate::{Algorithm, Quota};
+use tollgate_rls::RateLimitService;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 

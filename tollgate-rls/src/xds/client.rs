@@ -19,10 +19,10 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::{convert, XdsSource, XdsTls};
-use tollgate::ConfigError;
 use crate::config::RlsConfig;
 use crate::source::ConfigSource;
 use crate::stats;
+use tollgate::ConfigError;
 
 /// The resource type subscribed to.
 pub(crate) const TYPE_URL: &str =
@@ -380,9 +380,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_configuration_loaded_is_the_references_error() {
-        use crate::proto::{
-            rate_limit_descriptor::Entry, RateLimitDescriptor, RateLimitRequest,
-        };
+        use crate::proto::{rate_limit_descriptor::Entry, RateLimitDescriptor, RateLimitRequest};
         use crate::RateLimitService;
 
         // Nothing listens there: the service answers without a configuration.

@@ -25,9 +25,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use tollgate::engine::Charging;
-use tollgate_rls::{DuplicateDomains, RateLimitService, RlsConfig};
 use tollgate::store::{MemoryStore, RedisStore, Store};
 use tollgate::Algorithm;
+use tollgate_rls::{DuplicateDomains, RateLimitService, RlsConfig};
 
 const OK: Code = Code::Ok;
 const OVER: Code = Code::OverLimit;

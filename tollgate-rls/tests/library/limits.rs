@@ -4,13 +4,13 @@
 //! a huge request refused at once by its size, and on Redis no script call for a refused request and one
 //! call of at most `MAX_DESCRIPTORS` checks for the largest accepted one.
 
-#![cfg(all(feature = "rls", feature = "redis"))]
-
 use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use tollgate::store::Store;
+use tollgate::store::{MemoryStore, RedisStore};
 use tollgate_rls::proto::rate_limit_descriptor::Entry;
 use tollgate_rls::proto::rate_limit_response::Code;
 use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
@@ -19,8 +19,6 @@ use tollgate_rls::{
     RateLimitService, RlsConfig, MAX_DESCRIPTORS, MAX_DOMAIN_BYTES, MAX_ENTRIES, MAX_KEY_BYTES,
     MAX_REQUEST_BYTES, MAX_VALUE_BYTES,
 };
-use tollgate::store::Store;
-use tollgate::store::{MemoryStore, RedisStore};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::Code as GrpcCode;

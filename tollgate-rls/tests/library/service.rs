@@ -4,8 +4,6 @@
 //! quota modes, `unlimited`, `replaces`, limits of zero, hits, headers, Envoy's own limits,
 //! the extensions' algorithms, and a store that is down.
 
-#![cfg(all(feature = "rls", feature = "redis"))]
-
 use crate::support;
 
 use std::net::SocketAddr;
@@ -14,6 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate::engine::Charging;
+use tollgate::store::{Decision, OnStoreError, Policy, Store, StoreError};
+use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
 use tollgate_rls::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate_rls::proto::rate_limit_response::{
     rate_limit::Unit, Code, DescriptorStatus, RateLimit,
@@ -21,8 +21,6 @@ use tollgate_rls::proto::rate_limit_response::{
 use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
 use tollgate_rls::{RateLimitService, ResponseHeaders, RlsConfig};
-use tollgate::store::{Decision, OnStoreError, Policy, Store, StoreError};
-use tollgate::store::{MemoryStore, RedisStore, StoreFailure};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 

@@ -1,16 +1,17 @@
-//! The thread that looks for changes to what configuration is read from (a rules file, the
-//! `rls` configuration directory). Polling, not filesystem events: it sees editors that replace
-//! files, network filesystems and Kubernetes ConfigMap symlink swaps alike.
+//! The thread that looks for changes to what a configuration is read from. Polling, not
+//! filesystem events: it sees editors that replace files, network filesystems and Kubernetes
+//! ConfigMap symlink swaps alike.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often a source is looked at: changes apply within this (plus the read).
-pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the watcher of [`Reloaded::watch`](super::Reloaded::watch) looks: a change
+/// applies within this (plus the read).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Calls `poll` with `source` every [`POLL_INTERVAL`], on a thread named `name`, until the
 /// source is dropped (the thread holds it weakly).
-pub(crate) fn poll_until_dropped<T: Send + Sync + 'static>(
+pub(super) fn poll_until_dropped<T: Send + Sync + 'static>(
     source: &Arc<T>,
     name: &str,
     poll: fn(&T),

@@ -1,6 +1,8 @@
-//! Reading a configuration file (the rules file, a file of the `rls` configuration directory)
-//! without trusting it: only a regular file is read, opening it never waits (a named pipe
-//! swapped in has no writer), and no more than its kind's limit is read.
+//! Reading a configuration file without trusting it: only a regular file is read, opening it
+//! never waits (a named pipe swapped in has no writer), and no more than its kind's limit is
+//! read. A [`Source`](super::Source) that reads files reads them with [`read_file`], so that a
+//! read is bounded and never waits: the watcher and every caller of
+//! [`reload`](super::Reloaded::reload) read on their own thread, without a lock.
 
 use std::fs::{File, FileType};
 use std::io::Read;
@@ -8,44 +10,57 @@ use std::path::Path;
 
 use crate::error::{ConfigError, ConfigErrorKind};
 
-/// The largest rules file tollgate reads, and the largest file of the `rls` configuration
-/// directory: 4 MiB.
-///
-/// A rules file is a few kilobytes, and the parser reads 2 MB in well under a second, so
-/// this only stops a mistake or an attack: a path pointed at `/dev/zero`, a log file, a file
-/// that keeps growing. The limit holds while reading (at most this many bytes plus one are
-/// read), whatever size the file reports. A larger file is refused with an error that names
-/// the file and the limit: a [`ConfigError`] at start-up, a logged failure on reload that
-/// keeps the rules in force.
-pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
-
 /// A kind of configuration file: what messages call it and how large it may be.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FileKind {
-    /// Its name in messages: `rules file`.
-    pub(crate) name: &'static str,
-    /// The most bytes read from one file.
-    pub(crate) max_bytes: u64,
-    /// Said after the limit when a file is over it: where the limit is written, what is usual.
-    pub(crate) over_the_limit: &'static str,
+///
+/// ```
+/// use tollgate::reload::FileKind;
+///
+/// const GREETING: FileKind =
+///     FileKind::new("greeting file", 4096).with_note("(4 KiB); a greeting is one line");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileKind {
+    name: &'static str,
+    max_bytes: u64,
+    note: &'static str,
 }
 
-/// The rules file of [`RateLimitLayer::from_rules_file`](crate::RateLimitLayer::from_rules_file).
-pub(crate) const RULES_FILE: FileKind = FileKind {
-    name: "rules file",
-    max_bytes: MAX_FILE_BYTES,
-    over_the_limit: "(4 MiB, tollgate::rules::MAX_FILE_BYTES); a rules file is a few kilobytes",
-};
+impl FileKind {
+    /// Files called `name` in messages (`rules file`), of at most `max_bytes` bytes each.
+    #[must_use]
+    pub const fn new(name: &'static str, max_bytes: u64) -> Self {
+        Self {
+            name,
+            max_bytes,
+            note: "",
+        }
+    }
 
-/// Reads the rules file at `path` (following symlinks): a regular file of at most
-/// [`MAX_FILE_BYTES`], or an error that names the file and says why not.
-pub(crate) fn read_rules_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
-    read_config_file(path, &RULES_FILE)
+    /// Says `note` after the limit when a file is over it: where the limit is written, what
+    /// size is usual.
+    #[must_use]
+    pub const fn with_note(mut self, note: &'static str) -> Self {
+        self.note = note;
+        self
+    }
+
+    /// The most bytes read from one file of this kind.
+    #[must_use]
+    pub const fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
 }
 
 /// Reads the file of this `kind` at `path` (following symlinks): a regular file of at most
-/// `kind.max_bytes`, or an error that names the file and says why not.
-pub(crate) fn read_config_file(path: &Path, kind: &FileKind) -> Result<Vec<u8>, ConfigError> {
+/// [`kind.max_bytes()`](FileKind::max_bytes), or a [`ConfigError`] (of kind
+/// [`RulesFile`](ConfigErrorKind::RulesFile)) that names the file and says why not.
+///
+/// It never waits on what the path leads to: a named pipe, a socket, a device or a directory
+/// is refused before it is opened, and again after (the path may have been swapped in
+/// between), and opening does not wait for a pipe's writer. At most `max_bytes` plus one bytes
+/// are read, whatever size the file reports, so `/dev/zero` or a file that keeps growing
+/// costs no more than the limit.
+pub fn read_file(path: &Path, kind: &FileKind) -> Result<Vec<u8>, ConfigError> {
     let fail = |why: String| {
         ConfigError::with_kind(
             ConfigErrorKind::RulesFile,
@@ -62,13 +77,16 @@ pub(crate) fn read_config_file(path: &Path, kind: &FileKind) -> Result<Vec<u8>, 
     let max = kind.max_bytes;
     let expected = metadata.len().min(max);
     let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
-    file.take(max + 1)
+    file.take(max.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(|e| fail(e.to_string()))?;
     if bytes.len() as u64 > max {
+        let note = match kind.note {
+            "" => String::new(),
+            note => format!(" {note}"),
+        };
         return Err(fail(format!(
-            "it is larger than the limit of {max} bytes {}",
-            kind.over_the_limit
+            "it is larger than the limit of {max} bytes{note}"
         )));
     }
     Ok(bytes)
