@@ -3,8 +3,10 @@
 //! this way). The service subscribes to `RateLimitConfig` resources over the aggregated
 //! discovery service (state of the world); each set it receives is compiled as a directory of
 //! YAML files is, then ACKed and put in force, or NACKed with the reason while the last good
-//! configuration keeps serving. A lost stream is opened again after a jittered exponential
-//! backoff.
+//! configuration keeps serving. The client waits as the reference does: while it dials, it
+//! tries again on gRPC's connection back-off (1 s, then ×1.6 up to 120 s, ±20 %), so a control
+//! plane that starts later is reached about a second after it listens; after an established
+//! stream breaks, it dials again after the [`XdsBackoff`] wait (10 s by default).
 
 mod backoff;
 mod client;
@@ -89,7 +91,9 @@ impl XdsSource {
         self
     }
 
-    /// How long to wait before connecting again after the stream is lost.
+    /// How long to wait before dialing again after an established stream breaks (the
+    /// reference's `XDS_CLIENT_BACKOFF_*`). Dialing itself, a first connection included, tries
+    /// again on gRPC's connection back-off, whatever this says.
     pub fn backoff(mut self, backoff: XdsBackoff) -> Self {
         self.backoff = backoff;
         self

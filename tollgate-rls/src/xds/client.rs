@@ -18,6 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use super::backoff::{connection_backoff, MIN_CONNECT_TIMEOUT};
 use super::{convert, XdsSource, XdsTls};
 use crate::config::RlsConfig;
 use crate::source::ConfigSource;
@@ -27,9 +28,6 @@ use tollgate::ConfigError;
 /// The resource type subscribed to.
 pub(crate) const TYPE_URL: &str =
     "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
-
-/// How long connecting to the control plane may take before the attempt counts as failed.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The client's task; it ends when this is dropped (with the service).
 #[derive(Debug)]
@@ -56,12 +54,14 @@ pub(crate) fn spawn(
     Ok(XdsTask(runtime.spawn(run(source, config, merge_domains))))
 }
 
-/// Streams until the service is gone, connecting again after each loss.
+/// Streams until the service is gone, dialing again after each loss, as the reference's
+/// `initXdsClient` (xds_grpc_sotw_provider.go:68-91): the first dial at once, each later one
+/// after the [`XdsBackoff`](super::XdsBackoff) wait, whose count of attempts is never reset.
 async fn run(source: XdsSource, config: Weak<ConfigSource>, merge_domains: bool) {
     let mut attempt = 0u32;
     loop {
         tracing::info!(target: "tollgate::rls", "connecting to the xDS control plane {}", source.server_url);
-        match stream(&source, &config, merge_domains, &mut attempt).await {
+        match stream(&source, &config, merge_domains).await {
             Ok(()) => tracing::warn!(
                 target: "tollgate::rls",
                 "the xDS control plane {} ended the stream", source.server_url
@@ -76,7 +76,7 @@ async fn run(source: XdsSource, config: Weak<ConfigSource>, merge_domains: bool)
         }
         let wait = source.backoff.delay(attempt);
         attempt = attempt.saturating_add(1);
-        tracing::info!(target: "tollgate::rls", "connecting to the xDS control plane again in {wait:?}");
+        tracing::info!(target: "tollgate::rls", "connecting to the xDS control plane again in {wait:.2?}");
         tokio::time::sleep(wait).await;
     }
 }
@@ -87,9 +87,8 @@ async fn stream(
     source: &XdsSource,
     config: &Weak<ConfigSource>,
     merge_domains: bool,
-    attempt: &mut u32,
 ) -> Result<(), String> {
-    let channel = connect(source).await?;
+    let channel = dial(source).await?;
     let mut client = AggregatedDiscoveryServiceClient::new(channel);
     if let Some(bytes) = source.max_message_size {
         client = client.max_decoding_message_size(bytes);
@@ -110,7 +109,6 @@ async fn stream(
             Ok(None) => return Ok(()),
             Err(s) => return Err(format!("the discovery stream failed: {}", s.message())),
         };
-        *attempt = 0;
         let Some(config) = config.upgrade() else {
             return Ok(());
         };
@@ -217,7 +215,7 @@ fn endpoint(source: &XdsSource) -> Result<Endpoint, ConfigError> {
     let endpoint = Endpoint::from_shared(uri)
         .map_err(|e| ConfigError::new(format!("xDS server URL {url:?}: {e}")))?;
     Ok(endpoint
-        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_timeout(MIN_CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10)))
@@ -235,20 +233,39 @@ fn headers(source: &XdsSource) -> Result<MetadataMap, ConfigError> {
     Ok(map)
 }
 
-async fn connect(source: &XdsSource) -> Result<Channel, String> {
-    let mut endpoint = endpoint(source).map_err(|e| e.to_string())?;
-    if let Some(tls) = &source.tls {
-        endpoint = endpoint
-            .tls_config(client_tls(tls)?)
-            .map_err(|e| format!("TLS: {}", chain(&e)))?;
+/// A connection, as the reference's `grpc.Dial(.., grpc.WithBlock())` waits for one
+/// (xds_grpc_sotw_provider.go:126-146): attempts until one succeeds, spaced by gRPC's
+/// connection back-off, each given at least 20 s and trying every address the name resolves
+/// to. An error only when no attempt can be made (the TLS files cannot be read).
+async fn dial(source: &XdsSource) -> Result<Channel, String> {
+    let mut retries = 0u32;
+    loop {
+        // Read at each attempt: certificates rotated in place are used from the next one.
+        let mut endpoint = endpoint(source).map_err(|e| e.to_string())?;
+        if let Some(tls) = &source.tls {
+            endpoint = endpoint
+                .tls_config(client_tls(tls)?)
+                .map_err(|e| format!("TLS: {}", chain(&e)))?;
+        }
+        let backoff = connection_backoff(retries);
+        let deadline = backoff.max(MIN_CONNECT_TIMEOUT);
+        let endpoint = endpoint.connect_timeout(deadline);
+        let error = match tokio::time::timeout(deadline, endpoint.connect()).await {
+            Ok(Ok(channel)) => return Ok(channel),
+            Ok(Err(e)) => chain(&e),
+            Err(_) => format!("no connection within {deadline:?}"),
+        };
+        tracing::warn!(
+            target: "tollgate::rls",
+            "xDS control plane {}: cannot connect: {error}; trying again in {backoff:.2?}",
+            source.server_url
+        );
+        tokio::time::sleep(backoff).await;
+        retries = retries.saturating_add(1);
     }
-    endpoint
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect: {}", chain(&e)))
 }
 
-/// The TLS settings, from files read now (rotated certificates are used on reconnection).
+/// The TLS settings, from files read now.
 fn client_tls(tls: &XdsTls) -> Result<ClientTlsConfig, String> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))

@@ -1,7 +1,8 @@
 //! Test helpers for Envoy Gateway's setting: a certificate authority made with openssl, and an
 //! xDS control plane (the aggregated discovery service, state of the world) over mutual TLS
-//! that pushes `RateLimitConfig` sets and records every ACK and NACK, on a runtime of its own
-//! so that stopping it cuts its streams as a killed process would.
+//! that pushes `RateLimitConfig` sets and records every ACK and NACK and when each stream was
+//! opened, on a runtime of its own so that stopping it cuts its streams as a killed process
+//! would; it can also end its streams while it keeps listening.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -140,6 +142,7 @@ pub(crate) struct Reply {
 struct Log {
     replies: Mutex<Vec<Reply>>,
     nodes: Mutex<Vec<String>>,
+    subscriptions: Mutex<Vec<Instant>>,
 }
 
 /// The control plane: its current set (a version and its resources), pushed to every stream.
@@ -147,6 +150,7 @@ pub(crate) struct ControlPlane {
     pub addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
     snapshot: watch::Sender<Option<(String, Vec<RateLimitConfig>)>>,
+    cuts: watch::Sender<u64>,
     log: Arc<Log>,
 }
 
@@ -165,9 +169,11 @@ impl ControlPlane {
             .build()
             .unwrap();
         let (snapshot, _) = watch::channel(None);
+        let (cuts, _) = watch::channel(0);
         let log = Arc::new(Log::default());
         let service = Ads {
             snapshot: snapshot.clone(),
+            cuts: cuts.clone(),
             log: Arc::clone(&log),
         };
         let tls = ServerTlsConfig::new()
@@ -194,6 +200,7 @@ impl ControlPlane {
             addr,
             runtime: Some(runtime),
             snapshot,
+            cuts,
             log,
         }
     }
@@ -210,6 +217,19 @@ impl ControlPlane {
 
     pub(crate) fn nodes(&self) -> Vec<String> {
         self.log.nodes.lock().unwrap().clone()
+    }
+
+    /// When each stream was opened (its first request came), in order.
+    pub(crate) fn subscriptions(&self) -> Vec<Instant> {
+        self.log.subscriptions.lock().unwrap().clone()
+    }
+
+    /// Ends every open stream with `UNAVAILABLE`, as a control plane that drops its clients
+    /// does, and keeps listening; the instant it did.
+    pub(crate) fn cut_streams(&self) -> Instant {
+        let now = Instant::now();
+        self.cuts.send_modify(|n| *n += 1);
+        now
     }
 
     /// Stops at once, cutting every stream (its runtime goes, with its tasks).
@@ -230,6 +250,7 @@ impl Drop for ControlPlane {
 
 struct Ads {
     snapshot: watch::Sender<Option<(String, Vec<RateLimitConfig>)>>,
+    cuts: watch::Sender<u64>,
     log: Arc<Log>,
 }
 
@@ -246,6 +267,7 @@ impl AggregatedDiscoveryService for Ads {
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let mut requests = request.into_inner();
         let mut snapshot = self.snapshot.subscribe();
+        let mut cuts = self.cuts.subscribe();
         let log = Arc::clone(&self.log);
         let (responses, outgoing) = mpsc::channel(8);
         tokio::spawn(async move {
@@ -259,6 +281,9 @@ impl AggregatedDiscoveryService for Ads {
                         if let Some(node) = &request.node {
                             log.nodes.lock().unwrap().push(node.id.clone());
                         }
+                        if !subscribed {
+                            log.subscriptions.lock().unwrap().push(Instant::now());
+                        }
                         if !request.response_nonce.is_empty() {
                             log.replies.lock().unwrap().push(Reply {
                                 nonce: request.response_nonce.clone(),
@@ -269,6 +294,10 @@ impl AggregatedDiscoveryService for Ads {
                         }
                         subscribed = true;
                         snapshot.mark_changed();
+                    }
+                    _ = cuts.changed() => {
+                        let _ = responses.send(Err(Status::unavailable("cut by the test"))).await;
+                        return;
                     }
                     changed = snapshot.changed(), if subscribed => {
                         if changed.is_err() { return }

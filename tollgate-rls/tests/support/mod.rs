@@ -92,15 +92,22 @@ pub struct Rls {
 }
 
 fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
-    let resolv_conf = env.iter().find(|(k, _)| *k == RESOLV_CONF).map(|(_, v)| *v);
-    let mut command = match resolv_conf {
-        None => Command::new(BIN),
-        // In a mount namespace of its own, with the file bound over /etc/resolv.conf.
-        Some(file) => {
+    let bound: Vec<(&str, &str)> = [(RESOLV_CONF, "/etc/resolv.conf"), (HOSTS, "/etc/hosts")]
+        .into_iter()
+        .filter_map(|(var, over)| env.iter().find(|(k, _)| *k == var).map(|(_, f)| (*f, over)))
+        .collect();
+    let mut command = match bound.is_empty() {
+        true => Command::new(BIN),
+        // In a mount namespace of its own, with each file bound over the system's.
+        false => {
             let mut command = Command::new("unshare");
             command.args(["--mount", "--", "sh", "-c"]);
-            command.arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$1""#);
-            command.args([file, BIN]);
+            let mut script = String::new();
+            for (i, (_, over)) in bound.iter().enumerate() {
+                script.push_str(&format!(r#"mount --bind "${}" {over} && "#, i + 1));
+            }
+            command.arg(script + r#"exec "$0""#).arg(BIN);
+            command.args(bound.iter().map(|(file, _)| file));
             command
         }
     };
@@ -116,7 +123,7 @@ fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
         .env("DEBUG_HOST", "127.0.0.1")
         .env("DEBUG_PORT", "0")
         .env("LOG_LEVEL", "info");
-    for (k, v) in env.iter().filter(|(k, _)| *k != RESOLV_CONF) {
+    for (k, v) in env.iter().filter(|(k, _)| *k != RESOLV_CONF && *k != HOSTS) {
         command.env(k, v);
     }
     command
@@ -125,6 +132,10 @@ fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
 /// Not a variable: in a test's `env`, starts the binary seeing this file as its
 /// `/etc/resolv.conf` (through `unshare --mount`, as root), to ask a test's name server.
 pub const RESOLV_CONF: &str = "(resolv.conf)";
+
+/// Not a variable: in a test's `env`, starts the binary seeing this file as its `/etc/hosts`
+/// (through `unshare --mount`, as root), to resolve a name to the addresses a test chooses.
+pub const HOSTS: &str = "(hosts)";
 
 impl Rls {
     /// Starts the binary on `runtime` and waits for its `listening on` line.
