@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use crate::limiter::count::{Counter, Counting};
 use crate::limiter::give_back::GiveBack;
+use crate::limiter::slots::Slots;
 use crate::limiter::Verdict;
 use crate::response::{Headers, Refusal, ResponseBody};
 
@@ -58,18 +59,21 @@ pin_project! {
             #[pin]
             future: Svc::Future,
         },
-        /// The inner service is answering; the headers are added to its response.
+        /// The inner service is answering; the headers are added to its response, and its
+        /// body holds the request's slots of requests in flight, if any.
         Inner {
             #[pin]
             future: Svc::Future,
             headers: Headers,
             count: Option<Counter>,
+            slots: Slots,
         },
         /// The response has a status a `count_status` rule lists: it is sent once the count
         /// (a task of its own, which a hang-up does not stop) is made. Boxed: a rare state.
         Counting {
             counting: Counting,
             response: Option<Box<Svc::Response>>,
+            slots: Slots,
         },
         /// The limiter answered (429, 400, 503). Boxed, as the verdict has it: every
         /// request's future would otherwise have room for a whole response.
@@ -89,6 +93,7 @@ pin_project! {
         headers: Headers,
         count: Option<Counter>,
         give_back: GiveBack,
+        slots: Slots,
     }
 }
 
@@ -113,7 +118,9 @@ where
         Svc: Clone,
     {
         let state = match verdict {
-            Verdict::Proceed(headers) => answering(ready.call(request), headers, None),
+            Verdict::Proceed(headers) => {
+                answering(ready.call(request), headers, None, Slots::default())
+            }
             Verdict::Refuse(refusal) => State::Respond {
                 response: Some(refusal.render(request.headers())),
             },
@@ -158,7 +165,8 @@ where
                     ready!(delayed.sleep.poll(cx));
                     delayed.give_back.keep();
                     let (headers, count) = (std::mem::take(delayed.headers), delayed.count.take());
-                    let next = call(delayed.inner.take(), headers, count);
+                    let slots = std::mem::take(delayed.slots);
+                    let next = call(delayed.inner.take(), headers, count, slots);
                     this.state.set(next);
                 }
                 StateProj::Passing { future } => {
@@ -170,26 +178,33 @@ where
                     future,
                     headers,
                     count,
+                    slots,
                 } => {
                     let mut response = ready!(future.poll(cx))?;
                     if !headers.is_empty() {
                         std::mem::take(headers).write_into(response.headers_mut());
                     }
+                    let slots = std::mem::take(slots);
                     // Started here, in the poll that has the response: nothing between the
                     // response and the count can be cancelled.
                     if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {
                         this.state.set(State::Counting {
                             counting,
                             response: Some(Box::new(response)),
+                            slots,
                         });
                         continue;
                     }
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    return Poll::Ready(Ok(with_body(response, slots)));
                 }
-                StateProj::Counting { counting, response } => {
+                StateProj::Counting {
+                    counting,
+                    response,
+                    slots,
+                } => {
                     ready!(counting.as_mut().poll(cx));
                     if let Some(response) = response.take() {
-                        return Poll::Ready(Ok((*response).map(ResponseBody::inner)));
+                        return Poll::Ready(Ok(with_body(*response, std::mem::take(slots))));
                     }
                     this.state.set(State::Respond { response: None });
                 }
@@ -219,8 +234,11 @@ where
     Svc: Service<Request<ReqBody>>,
 {
     match verdict {
-        Verdict::Proceed(headers) => call(inner, headers, None),
-        Verdict::Later(later) if later.wait.is_zero() => call(inner, later.headers, later.count),
+        Verdict::Proceed(headers) => call(inner, headers, None, Slots::default()),
+        Verdict::Later(later) if later.wait.is_zero() => {
+            let later = *later;
+            call(inner, later.headers, later.count, later.slots)
+        }
         Verdict::Later(later) => State::Waiting {
             delayed: Box::pin(Delayed {
                 sleep: tokio::time::sleep(later.wait),
@@ -228,6 +246,7 @@ where
                 headers: later.headers,
                 count: later.count,
                 give_back: later.give_back,
+                slots: later.slots,
             }),
         },
         Verdict::Refuse(refusal) => State::Respond {
@@ -241,12 +260,13 @@ fn call<Svc, ReqBody>(
     ready: Option<(Svc, Request<ReqBody>)>,
     headers: Headers,
     count: Option<Counter>,
+    slots: Slots,
 ) -> State<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,
 {
     match ready {
-        Some((mut svc, request)) => answering(svc.call(request), headers, count),
+        Some((mut svc, request)) => answering(svc.call(request), headers, count, slots),
         // Polled again after completion: answer with an empty 500 rather than panic
         // (futures must not be polled after completion anyway).
         None => State::Respond { response: None },
@@ -254,25 +274,36 @@ where
 }
 
 /// The state of the inner service answering: its response passed on as it is, or with
-/// headers added and counted.
+/// headers added, counted, and its body holding the request's slots.
 #[inline]
 fn answering<Svc, ReqBody>(
     future: Svc::Future,
     headers: Headers,
     count: Option<Counter>,
+    slots: Slots,
 ) -> State<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,
 {
-    if headers.is_empty() && count.is_none() {
+    if headers.is_empty() && count.is_none() && !slots.is_held() {
         State::Passing { future }
     } else {
         State::Inner {
             future,
             headers,
             count,
+            slots,
         }
     }
+}
+
+/// The inner service's `response`, its body holding `slots` until it ends.
+fn with_body<ResBody>(
+    response: Response<ResBody>,
+    slots: Slots,
+) -> Response<ResponseBody<ResBody>> {
+    let slots = slots.into_guard();
+    response.map(|body| ResponseBody::holding(body, slots))
 }
 
 /// Takes the service `poll_ready` made ready, for a call made later, and leaves a clone in its

@@ -8,7 +8,9 @@ use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
 use crate::telemetry::{Metered, RequestKeys};
 
+mod in_flight;
 mod parse;
+pub use in_flight::InFlight;
 pub(crate) use parse::parse_period;
 
 /// The shortest period a quota may have.
@@ -71,7 +73,6 @@ impl Quota {
     /// window algorithms count such a quota exactly; the bucket algorithms space requests
     /// `ceil(P / L)` µs apart, at least 1 µs, so past the burst they admit one per
     /// microsecond. Every other check of [`new`](Self::new) and [`burst`](Self::burst) holds.
-    #[cfg_attr(not(feature = "rls"), allow(dead_code))]
     pub(crate) fn any_rate(
         limit: u32,
         period: Duration,

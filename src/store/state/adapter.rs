@@ -12,10 +12,11 @@ use super::{AtomicStateStore, StateBacked, StateStore, Update, Versioned};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
+use crate::quota::{InFlight, Policy};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 /// Every algorithm on a [`StateStore`] or an [`AtomicStateStore`] of your own: pass it to the
@@ -159,6 +160,30 @@ impl Leasing for StateBackedStore {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         self.inner.release(key, policy, unused, grant).await
+    }
+}
+
+impl InFlightSlots for StateBackedStore {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        self.inner.take_slot(key, limit, id).await
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        self.inner.give_back_slot(key, limit, id).await
+    }
+
+    /// Never at once: the backend is asked.
+    fn give_back_slot_now(&self, _: &str, _: &InFlight, _: u64) -> bool {
+        false
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        self.inner.renew_slots(slots).await
     }
 }
 
