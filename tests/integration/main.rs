@@ -33,6 +33,7 @@ mod door;
 mod failover;
 mod grpc;
 mod http;
+mod in_flight;
 mod memcached_srv;
 mod memcached_store;
 mod metrics;

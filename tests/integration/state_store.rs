@@ -127,7 +127,7 @@ async fn the_example_store_decides_as_memory_on_every_algorithm() {
 /// The example's map as a compare-and-set store: each key's bytes, version and expiry, and
 /// the last version given out.
 #[derive(Clone, Default)]
-struct VersionedMap(Arc<Mutex<(Versions, u64)>>);
+pub(crate) struct VersionedMap(Arc<Mutex<(Versions, u64)>>);
 type Versions = HashMap<String, (Vec<u8>, u64, Instant)>;
 
 impl StateStore for VersionedMap {
