@@ -40,6 +40,7 @@ mod metrics;
 mod own_store;
 mod peek;
 mod quickstart;
+mod quickstart_in_flight;
 mod redis_cluster;
 mod redis_sentinel;
 mod redis_store;
