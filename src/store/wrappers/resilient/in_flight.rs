@@ -96,3 +96,45 @@ impl<S: InFlightSlots> Resilient<S> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::wrappers::tests::Remote;
+    use crate::store::wrappers::{Backend, OnStoreError, StoreFailure};
+
+    /// A user's store has no slots: its error is answered by the failure handling, here by a
+    /// limit per instance in the fallback, given back there.
+    #[tokio::test]
+    async fn slots_are_taken_and_given_back_in_the_fallback_while_the_store_cannot() {
+        let failure = StoreFailure::new(OnStoreError::FallbackToMemory)
+            .timeout(Duration::from_millis(20))
+            .open_after(100);
+        let store = Resilient::new(Backend::of(Remote::new())).failure(&failure);
+        let limit = InFlight::new("slow", 1).unwrap();
+        assert!(store.take_slot("k", &limit, 1).await.unwrap().allowed);
+        assert!(!store.take_slot("k", &limit, 2).await.unwrap().allowed);
+        // Taken in the fallback: given back there at once, and never renewed in the store.
+        store
+            .renew_slots(&[HeldSlot {
+                key: "k",
+                limit: &limit,
+                id: 1,
+            }])
+            .await
+            .unwrap();
+        assert!(store.give_back_slot_now("k", &limit, 1));
+        assert!(store.take_slot("k", &limit, 3).await.unwrap().allowed);
+        store.give_back_slot("k", &limit, 3).await.unwrap();
+        assert!(store.take_slot("k", &limit, 4).await.unwrap().allowed);
+        assert_eq!(store.errors(), 4);
+        // Failing open instead: the error, for the limiter to answer.
+        let open = Resilient::new(Backend::of(Remote::new())).failure(&StoreFailure::default());
+        assert!(matches!(
+            open.take_slot("k", &limit, 1).await,
+            Err(StoreError::Unsupported(_))
+        ));
+    }
+}
