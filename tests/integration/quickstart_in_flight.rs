@@ -109,11 +109,15 @@ fn assert_exact_and_busy(answered: Vec<(u64, u64)>) {
     );
 }
 
+/// The quickstart's variables: `IN_FLIGHT=3` alone, on `store`, with slots living `ttl`. The
+/// store may take its time on a busy machine: a call that timed out would let its request
+/// through without a slot (failing open), which is not what these tests are about.
 fn vars<'a>(store: &'a [(&'a str, &'a str)], ttl: &'a str) -> Vec<(&'a str, &'a str)> {
     let mut vars = vec![
         ("RATE_LIMIT", "off"),
         ("IN_FLIGHT", "3"),
         ("IN_FLIGHT_TTL", ttl),
+        ("STORE_TIMEOUT_MS", "2000"),
     ];
     vars.extend_from_slice(store);
     vars
