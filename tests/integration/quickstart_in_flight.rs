@@ -3,13 +3,37 @@
 //! their slots busy; a client that hangs up frees its slot at once; the slots of an instance
 //! killed with SIGKILL come back after `IN_FLIGHT_TTL`; one instance on memory does the same.
 
-use crate::quickstart::{quickstart, start, Running};
+use crate::quickstart::{quickstart, Running};
 use crate::support;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
+
+/// Starts the quickstart with `vars`, waits for its `listening on` line, and passes what it
+/// logs on to the test's output (prefixed with its port), so that a failure shows what the
+/// instances saw.
+fn start(vars: &[(&str, &str)]) -> Running {
+    let port = support::free_port();
+    let mut child = quickstart()
+        .env("PORT", port.to_string())
+        .env("RUST_LOG", "info")
+        .envs(vars.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("quickstart");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("a line").expect("a line");
+    assert_eq!(first, format!("listening on http://127.0.0.1:{port}"));
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("quickstart :{port}: {line}");
+        }
+    });
+    Running(child, port)
+}
 
 /// `IN_FLIGHT` in these tests.
 const MAX: usize = 3;
@@ -46,9 +70,14 @@ async fn slow(
     (status, Some((number("start_us"), number("end_us"))))
 }
 
+/// One load at a time: two would share the machine's cores, and each measures how busy it
+/// keeps its slots.
+static LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// 24 clients of one key call `/slow` on `instances` in turn for [`RUN`], each calling again
 /// 10 ms after a refusal: the handlers' (start, end) of every answered request.
 async fn load(instances: &[&Running], key: &str) -> Vec<(u64, u64)> {
+    let _alone = LOAD.lock().await;
     let client = support::client();
     let until = Instant::now() + RUN;
     let tasks: Vec<_> = (0..24)
@@ -118,18 +147,50 @@ fn vars<'a>(store: &'a [(&'a str, &'a str)], ttl: &'a str) -> Vec<(&'a str, &'a 
         ("IN_FLIGHT", "3"),
         ("IN_FLIGHT_TTL", ttl),
         ("STORE_TIMEOUT_MS", "2000"),
+        ("ON_STORE_ERROR", "deny"),
     ];
     vars.extend_from_slice(store);
     vars
 }
 
-/// Waits until `running` refuses `key` for lack of a slot.
-async fn until_refused(client: &reqwest::Client, running: &Running, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while slow(client, running.1, key, 0).await.0 != 429 {
+/// [`MAX`] clients of `key` whose requests to `through` hold every slot of `key` (checked
+/// on `seen_from`), and then hang up when the returned streams are dropped.
+///
+/// A request that checks takes a slot for a moment itself: a hanging request that reaches
+/// the server in that moment is refused. So the check is made once none of the hanging
+/// requests has been answered (they are all running), and made again otherwise.
+async fn hold_every_slot(
+    client: &reqwest::Client,
+    through: &Running,
+    seen_from: &Running,
+    key: &str,
+) -> Vec<std::net::TcpStream> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
         assert!(Instant::now() < deadline, "the slots were never all taken");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let hung: Vec<_> = (0..MAX).map(|_| hanging(through, key)).collect();
+        let refused = loop {
+            match slow(client, seen_from.1, key, 0).await.0 {
+                429 => break true,
+                _ if hung.iter().any(answered) || Instant::now() > deadline => break false,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        if refused && !hung.iter().any(answered) {
+            return hung;
+        }
+        // One of them was refused: hang up, and try again once every slot is back.
+        drop(hung);
+        admitted_after(client, seen_from, key, Instant::now()).await;
     }
+}
+
+/// Whether the server has answered the request on `stream` (a running one has not).
+fn answered(stream: &std::net::TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let peeked = stream.peek(&mut [0; 1]);
+    stream.set_nonblocking(false).unwrap();
+    !matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// How long after `since` `running` admits `key` again, asking every 5 ms.
@@ -163,8 +224,7 @@ fn hanging(running: &Running, key: &str) -> std::net::TcpStream {
 /// [`MAX`] clients that hang up: each slot is free again within 100 ms.
 async fn hang_ups_free_their_slots(running: &Running, key: &str) {
     let client = support::client();
-    let hung: Vec<_> = (0..MAX).map(|_| hanging(running, key)).collect();
-    until_refused(&client, running, key).await;
+    let hung = hold_every_slot(&client, running, running, key).await;
     let since = Instant::now();
     drop(hung);
     let after = admitted_after(&client, running, key, since).await;
@@ -197,8 +257,7 @@ async fn the_slots_of_an_instance_killed_come_back_within_in_flight_ttl() {
     let ttl = Duration::from_secs(2);
     let (mut a, b) = (start(&vars(&store, "2s")), start(&vars(&store, "2s")));
     let client = support::client();
-    let held: Vec<_> = (0..MAX).map(|_| hanging(&a, "crash")).collect();
-    until_refused(&client, &b, "crash").await;
+    let held = hold_every_slot(&client, &a, &b, "crash").await;
     // Held past a renewal or two: the leases of a living instance do not run out.
     tokio::time::sleep(ttl + Duration::from_millis(500)).await;
     assert_eq!(slow(&client, b.1, "crash", 0).await.0, 429);
