@@ -1,6 +1,6 @@
 //! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service (its
-//! response passed on, or given headers) → (counting, for a rule's `count_status`) | answering
-//! at once.
+//! response passed on, or given headers, or given the request's slots of requests in flight to
+//! hold until its body ends) → (counting, for a rule's `count_status`) | answering at once.
 
 use std::fmt;
 use std::future::Future;
@@ -59,21 +59,25 @@ pin_project! {
             #[pin]
             future: Svc::Future,
         },
-        /// The inner service is answering; the headers are added to its response, and its
-        /// body holds the request's slots of requests in flight, if any.
+        /// The inner service is answering; the headers are added to its response.
         Inner {
             #[pin]
             future: Svc::Future,
             headers: Headers,
             count: Option<Counter>,
-            slots: Slots,
+        },
+        /// The inner service is answering a request that holds slots of requests in flight:
+        /// its body will hold them until it ends. Boxed: a rare state, and every request's
+        /// future would otherwise have room for the slots.
+        Holding {
+            holding: Pin<Box<Holding<Svc, ReqBody>>>,
         },
         /// The response has a status a `count_status` rule lists: it is sent once the count
-        /// (a task of its own, which a hang-up does not stop) is made. Boxed: a rare state.
+        /// (a task of its own, which a hang-up does not stop) is made, its body holding the
+        /// request's slots, if any. Boxed: a rare state.
         Counting {
             counting: Counting,
-            response: Option<Box<Svc::Response>>,
-            slots: Slots,
+            response: Option<Box<(Svc::Response, Slots)>>,
         },
         /// The limiter answered (429, 400, 503). Boxed, as the verdict has it: every
         /// request's future would otherwise have room for a whole response.
@@ -93,6 +97,20 @@ pin_project! {
         headers: Headers,
         count: Option<Counter>,
         give_back: GiveBack,
+        slots: Slots,
+    }
+}
+
+pin_project! {
+    /// A request holding slots of requests in flight, its inner service answering.
+    struct Holding<Svc, ReqBody>
+    where
+        Svc: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        future: Svc::Future,
+        headers: Headers,
+        count: Option<Counter>,
         slots: Slots,
     }
 }
@@ -118,9 +136,7 @@ where
         Svc: Clone,
     {
         let state = match verdict {
-            Verdict::Proceed(headers) => {
-                answering(ready.call(request), headers, None, Slots::default())
-            }
+            Verdict::Proceed(headers) => answering(ready.call(request), headers, None),
             Verdict::Refuse(refusal) => State::Respond {
                 response: Some(refusal.render(request.headers())),
             },
@@ -178,33 +194,44 @@ where
                     future,
                     headers,
                     count,
-                    slots,
                 } => {
                     let mut response = ready!(future.poll(cx))?;
                     if !headers.is_empty() {
                         std::mem::take(headers).write_into(response.headers_mut());
                     }
-                    let slots = std::mem::take(slots);
                     // Started here, in the poll that has the response: nothing between the
                     // response and the count can be cancelled.
                     if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {
                         this.state.set(State::Counting {
                             counting,
-                            response: Some(Box::new(response)),
-                            slots,
+                            response: Some(Box::new((response, Slots::default()))),
+                        });
+                        continue;
+                    }
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                StateProj::Holding { holding } => {
+                    let holding = holding.as_mut().project();
+                    let mut response = ready!(holding.future.poll(cx))?;
+                    if !holding.headers.is_empty() {
+                        std::mem::take(holding.headers).write_into(response.headers_mut());
+                    }
+                    let slots = std::mem::take(holding.slots);
+                    let count = holding.count.take();
+                    if let Some(counting) = count.and_then(|c| c.start(response.status())) {
+                        this.state.set(State::Counting {
+                            counting,
+                            response: Some(Box::new((response, slots))),
                         });
                         continue;
                     }
                     return Poll::Ready(Ok(with_body(response, slots)));
                 }
-                StateProj::Counting {
-                    counting,
-                    response,
-                    slots,
-                } => {
+                StateProj::Counting { counting, response } => {
                     ready!(counting.as_mut().poll(cx));
-                    if let Some(response) = response.take() {
-                        return Poll::Ready(Ok(with_body(*response, std::mem::take(slots))));
+                    if let Some(answer) = response.take() {
+                        let (response, slots) = *answer;
+                        return Poll::Ready(Ok(with_body(response, slots)));
                     }
                     this.state.set(State::Respond { response: None });
                 }
@@ -255,7 +282,7 @@ where
     }
 }
 
-/// The state that calls the ready inner service with the request.
+/// The state that calls the ready inner service with the request (its body to hold `slots`).
 fn call<Svc, ReqBody>(
     ready: Option<(Svc, Request<ReqBody>)>,
     headers: Headers,
@@ -266,7 +293,15 @@ where
     Svc: Service<Request<ReqBody>>,
 {
     match ready {
-        Some((mut svc, request)) => answering(svc.call(request), headers, count, slots),
+        Some((mut svc, request)) if slots.is_held() => State::Holding {
+            holding: Box::pin(Holding {
+                future: svc.call(request),
+                headers,
+                count,
+                slots,
+            }),
+        },
+        Some((mut svc, request)) => answering(svc.call(request), headers, count),
         // Polled again after completion: answer with an empty 500 rather than panic
         // (futures must not be polled after completion anyway).
         None => State::Respond { response: None },
@@ -274,25 +309,23 @@ where
 }
 
 /// The state of the inner service answering: its response passed on as it is, or with
-/// headers added, counted, and its body holding the request's slots.
+/// headers added and counted.
 #[inline]
 fn answering<Svc, ReqBody>(
     future: Svc::Future,
     headers: Headers,
     count: Option<Counter>,
-    slots: Slots,
 ) -> State<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,
 {
-    if headers.is_empty() && count.is_none() && !slots.is_held() {
+    if headers.is_empty() && count.is_none() {
         State::Passing { future }
     } else {
         State::Inner {
             future,
             headers,
             count,
-            slots,
         }
     }
 }

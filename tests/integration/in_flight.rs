@@ -445,3 +445,21 @@ async fn the_memory_store_counts_slots_without_leases() {
             .unwrap();
     assert!(store.check("k", &rate, 1).await.unwrap().allowed);
 }
+
+#[tokio::test]
+async fn a_response_counted_by_its_status_still_holds_its_slot_until_its_body_ends() {
+    let layer = builder()
+        .rule(Rule::in_flight("slow", 1))
+        .rule(Rule::new("ok", Quota::per_minute(5).unwrap()).count_status([200]))
+        .build()
+        .unwrap();
+    let control = layer.control();
+    let handler = Handler::default();
+    let first = call(&layer, &handler, "/", "ann").await;
+    assert_eq!(first.status(), 200);
+    // Counted once its status was known, before it was sent.
+    assert_eq!(control.peek("ok", "ann").await.unwrap().remaining, 3);
+    assert_eq!(call(&layer, &handler, "/", "ann").await.status(), 429);
+    drop(first);
+    assert_eq!(call(&layer, &handler, "/", "ann").await.status(), 200);
+}
