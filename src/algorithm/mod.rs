@@ -18,6 +18,7 @@ mod gcra;
 mod lease;
 mod sliding_window;
 mod sliding_window_log;
+pub(crate) mod slots;
 mod token_bucket;
 mod window;
 

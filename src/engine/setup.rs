@@ -104,6 +104,7 @@ impl EngineBuilder {
             store: wrappers::wrap(self.backend, &self.failure, self.denial_cache),
             on_error: self.failure.on_error,
             shadow_denials: Default::default(),
+            slots: Default::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::count::Counter;
 use super::give_back::GiveBack;
+use super::slots::Slots;
 use super::{Limiter, Pending};
 use crate::decision::Decision;
 use crate::engine::{Ask, Charging};
@@ -45,6 +46,8 @@ pub(crate) struct Later {
     /// The places the request holds in delay queues, given back if it is dropped while it
     /// waits.
     pub(crate) give_back: GiveBack,
+    /// The slots of requests in flight it holds, given back once its response is done.
+    pub(crate) slots: Slots,
 }
 
 impl Limiter {
@@ -54,7 +57,7 @@ impl Limiter {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
-        if pending.counts_later() {
+        if pending.counts_later() || pending.holds_slots() {
             return None;
         }
         let span = decision_span(pending);
@@ -69,7 +72,10 @@ impl Limiter {
     }
 
     /// The verdict of a request that waits for the store.
-    pub(crate) async fn decide(self: Arc<Self>, pending: Pending<'static>) -> Verdict {
+    pub(crate) async fn decide(self: Arc<Self>, mut pending: Pending<'static>) -> Verdict {
+        if pending.rules.has_in_flight() {
+            pending.slots_first();
+        }
         let span = decision_span(&pending);
         let counts_later = pending.counts_later();
         let asked = self.ask_store(&pending);
@@ -91,6 +97,7 @@ impl Limiter {
                 wait: Duration::ZERO,
                 count: count(),
                 give_back: GiveBack::default(),
+                slots: Slots::default(),
             })),
             Verdict::Later(mut later) => {
                 later.count = count();
@@ -104,6 +111,10 @@ impl Limiter {
     /// with `count_status` are looks (the request is counted once its response is known),
     /// so a request they refuse consumes nothing from its other rules.
     async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
+        if pending.holds_slots() {
+            // Boxed: a rare way, and every request's decision would carry room for it.
+            return Box::pin(self.decide_in_flight(pending)).await;
+        }
         let decided = match pending.checks.as_slice() {
             // One limit, the common case: no list of asks to build. The engine's future is
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
@@ -203,6 +214,7 @@ impl Limiter {
                 wait,
                 count: None,
                 give_back: GiveBack::new(Arc::clone(self), pending.delay_places()),
+                slots: Slots::default(),
             })),
         }
     }

@@ -8,7 +8,9 @@ use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
 use crate::telemetry::{Metered, RequestKeys};
 
+mod in_flight;
 mod parse;
+pub use in_flight::InFlight;
 pub(crate) use parse::parse_period;
 
 /// The shortest period a quota may have.

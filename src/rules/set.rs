@@ -17,6 +17,8 @@ pub(crate) struct RuleSet {
     skip_index: RouteIndex,
     /// Whether the set is one rule that every request meets as it is (see [`sole`](Self::sole)).
     sole: bool,
+    /// Whether a rule limits requests in flight.
+    in_flight: bool,
 }
 
 impl RuleSet {
@@ -52,20 +54,30 @@ impl RuleSet {
                     && rule_index.takes_all()
                     && matches!(rule.cost, Cost::One)
                     && rule.quota_for.is_none()
+                    && rule.in_flight.is_none()
             }
             _ => false,
         };
+        let in_flight = rules.iter().any(|r| r.in_flight.is_some());
         Self {
             rule_index,
             skip_index: RouteIndex::new(skips.iter().map(|s| &s.route)),
             rules,
             skips,
             sole,
+            in_flight,
         }
     }
 
+    /// Whether a rule limits requests in flight: requests it may match take the way that
+    /// holds slots; the others never look.
+    #[inline]
+    pub(crate) fn has_in_flight(&self) -> bool {
+        self.in_flight
+    }
+
     /// The rule, when the set is one rule for every request (any path and method, no skips)
-    /// at cost 1 and without tiers: the usual setup of a layer, whose requests need no
+    /// at cost 1, without tiers, limiting a rate: the usual setup of a layer, whose requests need no
     /// route matched, tier looked up or cost read.
     #[inline]
     pub(crate) fn sole(&self) -> Option<&CompiledRule> {

@@ -41,12 +41,13 @@ use std::time::Duration;
 
 pub use crate::decision::Decision;
 pub use crate::error::StoreError;
-pub use crate::quota::Policy;
+pub use crate::quota::{InFlight, Policy};
 
 pub(crate) mod check;
 pub(crate) mod contract;
 pub(crate) mod grant;
 mod memory;
+pub(crate) mod slot;
 pub(crate) mod state;
 pub(crate) mod wrappers;
 pub(crate) use memory::block_after;

@@ -106,7 +106,7 @@ pub(crate) async fn decides_as_memory<S: Store>(steps: usize, make: impl Fn(Manu
 /// A map as a compare-and-set store: each key's bytes, version and expiry, and
 /// the last version given out.
 #[derive(Clone, Default)]
-struct VersionedMap(Arc<Mutex<(Versions, u64)>>);
+pub(crate) struct VersionedMap(Arc<Mutex<(Versions, u64)>>);
 type Versions = HashMap<String, (Vec<u8>, u64, Instant)>;
 
 impl StateStore for VersionedMap {

@@ -33,12 +33,22 @@
 //! quota = "20000/s"
 //! key = "global"
 //! lease = "auto"                  # or a number of tokens: hot keys, see Lease
+//!
+//! [[rule]]
+//! name = "inference"
+//! path = "/v1/*"
+//! in_flight = 4                   # at most 4 requests of one client at once, no quota
+//! in_flight_ttl = "30s"           # how long a crashed instance's slots stay taken
 //! ```
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
 //! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `lease`, `trusted_proxies` (networks whose forwarding headers
 //! `client_ip` believes). A rule also has `name` (required), `methods`, `path` and
-//! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes); a skip has
+//! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes), or
+//! instead of a quota `in_flight` (a limit on requests in flight, with `in_flight_ttl`, which
+//! `[defaults]` may set too; the rate settings `quota`, `algorithm`, `cost_header`,
+//! `max_cost`, `block_for`, `count_status` and `lease` are refused on such a rule, and those
+//! of `[defaults]` do not apply to it); a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
 //! peer's networks, or the client's when `[defaults] key` reads `client_ip`), at least one of
 //! `path`, `keys` and `cidrs`, and takes a request when all it sets hold. A `max_delay` or
@@ -71,7 +81,9 @@ mod tests;
 mod value;
 
 use report::{Scope, Source};
-use value::{Cidr, Header, KeySpec, LeaseSetting, MaxCost, MaxDelay, Method, StatusList, Text};
+use value::{
+    Cidr, Header, InFlightMax, KeySpec, LeaseSetting, MaxCost, MaxDelay, Method, StatusList, Text,
+};
 
 /// What a rules file says.
 #[derive(Debug, Clone)]
@@ -133,6 +145,7 @@ struct Settings {
     trusted_proxies: Option<List<Cidr>>,
     block_for: Option<Spanned<Text<MaxDelay>>>,
     lease: Option<Spanned<LeaseSetting>>,
+    in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
 }
 
 /// A `[[rule]]`: the settings written out again, because serde's `flatten` ignores
@@ -155,6 +168,9 @@ struct RuleDoc {
     /// Only responses with these statuses are counted: a rule's own, never a default.
     count_status: Option<Spanned<StatusList>>,
     lease: Option<Spanned<LeaseSetting>>,
+    /// A limit on requests in flight instead of a quota: a rule's own, never a default.
+    in_flight: Option<Spanned<InFlightMax>>,
+    in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
 }
 
 /// A `[[skip]]`.
@@ -217,12 +233,14 @@ fn build_rule(
             ),
         ));
     }
-    let Some(quota) = pick(&doc.quota, &defaults.quota) else {
-        return Err(fail(
-            header,
-            "quota",
-            &"missing: set quota in the rule or in [defaults], e.g. quota = \"100/min\"",
-        ));
+    let in_flight = doc.in_flight.as_ref().map(|max| max.get_ref().0);
+    // A limit on requests in flight, or a rate (and its quota).
+    let limit = match in_flight {
+        Some(max) => {
+            refuse_rate_settings(&doc, &fail)?;
+            Err(max)
+        }
+        None => Ok(rate_of(&doc, defaults, header.clone(), &fail)?),
     };
     let algorithm =
         pick(&doc.algorithm, &defaults.algorithm).map_or(Algorithm::Gcra, |a| a.get_ref().0);
@@ -241,33 +259,52 @@ fn build_rule(
         .map(|list| list.get_ref().iter().map(|c| c.0 .0).collect())
         .unwrap_or_default();
 
-    let mut rule = Rule::new(name.get_ref().as_str(), quota.get_ref().0)
-        .algorithm(algorithm)
+    let mut rule = match limit {
+        Ok(quota) => Rule::new(name.get_ref().as_str(), quota).algorithm(algorithm),
+        Err(max) => {
+            let rule = Rule::in_flight(name.get_ref().as_str(), max);
+            match pick(&doc.in_flight_ttl, &defaults.in_flight_ttl) {
+                Some(ttl) => rule.in_flight_ttl(ttl.get_ref().0 .0),
+                None => rule,
+            }
+        }
+    };
+    rule = rule
         .key(key.extractor(&proxies))
         .methods(method_list(doc.methods.as_ref(), &fail)?)
         .mode(mode);
     if let Some(path) = &doc.path {
         rule = rule.path(path.get_ref().as_str());
     }
-    if let Some(header) = pick(&doc.cost_header, &defaults.cost_header) {
-        rule = rule.cost_header(header.0 .0.as_str());
-    }
-    if let Some(max) = pick(&doc.max_cost, &defaults.max_cost) {
-        rule = rule.max_cost(max.0);
-    }
-    if let Some(statuses) = &doc.count_status {
-        rule = rule.count_status(statuses.get_ref().0.iter().copied());
+    if in_flight.is_none() {
+        if let Some(header) = pick(&doc.cost_header, &defaults.cost_header) {
+            rule = rule.cost_header(header.0 .0.as_str());
+        }
+        if let Some(max) = pick(&doc.max_cost, &defaults.max_cost) {
+            rule = rule.max_cost(max.0);
+        }
+        if let Some(statuses) = &doc.count_status {
+            rule = rule.count_status(statuses.get_ref().0.iter().copied());
+        }
+        if let Some(ttl) = &doc.in_flight_ttl {
+            return Err(fail(
+                ttl.span(),
+                "in_flight_ttl",
+                &"in_flight_ttl applies only to a limit on requests in flight: set in_flight, \
+                  or remove in_flight_ttl",
+            ));
+        }
     }
     // Outside delay mode max_delay is ignored, so a rule switches modes by its mode alone.
     if let (Mode::Delay, Some(delay)) = (mode, pick(&doc.max_delay, &defaults.max_delay)) {
         rule = rule.max_delay(delay.0 .0);
     }
-    let block_for = pick(&doc.block_for, &defaults.block_for);
+    let block_for = pick(&doc.block_for, &defaults.block_for).filter(|_| in_flight.is_none());
     if let Some(block_for) = block_for {
         rule = rule.block_for(block_for.get_ref().0 .0);
     }
 
-    if let Some(lease) = pick(&doc.lease, &defaults.lease) {
+    if let Some(lease) = pick(&doc.lease, &defaults.lease).filter(|_| in_flight.is_none()) {
         rule = rule.lease(lease.get_ref().0);
     }
 
@@ -293,10 +330,67 @@ fn build_rule(
                 "count_status",
             ),
             Setting::Lease => (at(doc.lease.as_ref().map(Spanned::span)), "lease"),
+            Setting::InFlight => (at(doc.in_flight.as_ref().map(Spanned::span)), "in_flight"),
+            Setting::InFlightTtl => {
+                let own = doc
+                    .in_flight_ttl
+                    .as_ref()
+                    .or(defaults.in_flight_ttl.as_ref());
+                (at(own.map(Spanned::span)), "in_flight_ttl")
+            }
         };
         fail(span, field, &e)
     })?;
     Ok(rule)
+}
+
+/// The quota of a rate rule (its own, else `[defaults]`'s).
+fn rate_of(
+    doc: &RuleDoc,
+    defaults: &Settings,
+    header: Range<usize>,
+    fail: &Fail<'_>,
+) -> Result<Quota, ConfigError> {
+    match pick(&doc.quota, &defaults.quota) {
+        Some(quota) => Ok(quota.get_ref().0),
+        None => Err(fail(
+            header,
+            "quota",
+            &"missing: set quota in the rule or in [defaults], e.g. quota = \"100/min\" (or \
+              in_flight = 4 for a limit on requests in flight)",
+        )),
+    }
+}
+
+/// Refuses the rate settings a limit on requests in flight cannot have, where the rule itself
+/// sets them (those of `[defaults]` do not apply to it).
+fn refuse_rate_settings(doc: &RuleDoc, fail: &Fail<'_>) -> Result<(), ConfigError> {
+    let span = |v: Option<Range<usize>>, field: &'static str| v.map(|span| (span, field));
+    let set = [
+        span(doc.quota.as_ref().map(Spanned::span), "quota"),
+        span(doc.algorithm.as_ref().map(Spanned::span), "algorithm"),
+        span(doc.cost_header.as_ref().map(|_| 0..0), "cost_header"),
+        span(doc.max_cost.as_ref().map(|_| 0..0), "max_cost"),
+        span(doc.block_for.as_ref().map(Spanned::span), "block_for"),
+        span(doc.count_status.as_ref().map(Spanned::span), "count_status"),
+        span(doc.lease.as_ref().map(Spanned::span), "lease"),
+    ];
+    let Some((span, field)) = set.into_iter().flatten().next() else {
+        return Ok(());
+    };
+    let span = match span {
+        // Read without a span: point at in_flight, which makes them wrong.
+        span if span == (0..0) => doc.in_flight.as_ref().map_or(span, Spanned::span),
+        span => span,
+    };
+    Err(fail(
+        span,
+        field,
+        &format!(
+            "{field} applies to a rate, and this rule limits requests in flight (in_flight): \
+             write the rate as a rule of its own"
+        ),
+    ))
 }
 
 /// Checks one `[[skip]]` and builds it: its route (any path when it has `keys` or `cidrs`

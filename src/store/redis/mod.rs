@@ -13,6 +13,7 @@ mod calls;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
+mod in_flight;
 mod options;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod pools;

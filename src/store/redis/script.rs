@@ -30,6 +30,8 @@ pub(crate) struct Scripts {
     control: LuaScript,
     /// The prelude and `lua/lease.lua`: leases for hot keys.
     lease: LuaScript,
+    /// The prelude and `src/store/redis/lua/in_flight.lua`: slots of requests in flight.
+    pub(super) in_flight: LuaScript,
 }
 
 impl Scripts {
@@ -41,6 +43,7 @@ impl Scripts {
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
             lease: LuaScript::new(LEASE_SOURCE.as_str()),
+            in_flight: LuaScript::new(IN_FLIGHT_SOURCE.as_str()),
         }
     }
 
@@ -218,7 +221,7 @@ pub(crate) struct Call<'a> {
 }
 
 /// The start of a call of `script` on `keys`: `EVALSHA <sha> <number of keys> <keys…>`.
-fn evalsha(script: &LuaScript, keys: &[String]) -> redis::Cmd {
+pub(super) fn evalsha(script: &LuaScript, keys: &[String]) -> redis::Cmd {
     let mut command = redis::cmd("EVALSHA");
     command.arg(&script.sha).arg(keys.len());
     for key in keys {
@@ -228,7 +231,7 @@ fn evalsha(script: &LuaScript, keys: &[String]) -> redis::Cmd {
 }
 
 impl<'a> Call<'a> {
-    fn new(script: &'a LuaScript, command: redis::Cmd) -> Self {
+    pub(super) fn new(script: &'a LuaScript, command: redis::Cmd) -> Self {
         Self { script, command }
     }
 
@@ -263,7 +266,7 @@ impl<'a> Call<'a> {
 }
 
 /// A script's source and SHA-1.
-struct LuaScript {
+pub(super) struct LuaScript {
     source: &'static str,
     sha: String,
 }
@@ -429,6 +432,10 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
     source.push_str(include_str!("lua/stacked.lua"));
     source
 });
+
+/// The in-flight script as it runs: the prelude, then `src/store/redis/lua/in_flight.lua`.
+static IN_FLIGHT_SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/in_flight.lua")));
 
 /// The lease script as it runs: the prelude, then `lua/lease.lua`.
 static LEASE_SOURCE: LazyLock<String> =

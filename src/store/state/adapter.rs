@@ -12,10 +12,11 @@ use super::{AtomicStateStore, StateBacked, StateStore, Update, Versioned};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
+use crate::quota::{InFlight, Policy};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 /// Every algorithm on a [`StateStore`] or an [`AtomicStateStore`] of your own: pass it to the
@@ -58,19 +59,21 @@ use crate::store::Store;
 /// # The state's bytes
 ///
 /// Keys are `<prefix>:<policy name>:<algorithm>:<client key>` (the prefix is `tollgate` by
-/// default, client keys already sanitized: at most 64 printable ASCII bytes, or a digest).
-/// Values are one format, versioned by their first byte, every number an unsigned 64-bit
+/// default, client keys already sanitized: at most 64 printable ASCII bytes, or a digest), and
+/// for the slots of requests in flight ([`InFlight`](crate::store::InFlight))
+/// `<prefix>:<limit name>:slots:<client key>`. Values are one format, versioned by their first byte, every number an unsigned 64-bit
 /// big-endian integer (µs since the Unix epoch for times):
 ///
 /// | bytes | what |
 /// | --- | --- |
 /// | 0 | the format's version: 1 |
-/// | 1 | what follows: 0 a block, 1 GCRA, 2 token bucket, 3 leaky bucket, 4 fixed window, 5 fixed window from first, 6 sliding window log, 7 sliding window |
-/// | 2.. | a block: the time it ends; GCRA and leaky bucket: the theoretical arrival time; token bucket: nothing (a full bucket) or its credit (µs) and when it was computed; both fixed windows: the window's start and its count; sliding window log: the running total before its oldest entry, then each entry's time and running total, oldest first; sliding window: the current window's start, the previous window's count, the current one's |
+/// | 1 | what follows: 0 a block, 1 GCRA, 2 token bucket, 3 leaky bucket, 4 fixed window, 5 fixed window from first, 6 sliding window log, 7 sliding window, 8 slots of requests in flight |
+/// | 2.. | a block: the time it ends; GCRA and leaky bucket: the theoretical arrival time; token bucket: nothing (a full bucket) or its credit (µs) and when it was computed; both fixed windows: the window's start and its count; sliding window log: the running total before its oldest entry, then each entry's time and running total, oldest first; sliding window: the current window's start, the previous window's count, the current one's; slots: each slot's id and the end of its lease, in the order they were taken |
 ///
 /// A state of another format version is refused (a [`StoreError::KeyState`]), never misread.
-/// Each write's time to live is the time until the state decides like a new one, so nothing
-/// lives longer than its algorithm needs.
+/// Each write's time to live is the time until the state decides like a new one (for slots,
+/// until the last lease ends), so nothing lives longer than its algorithm needs. A slot is
+/// taken, given back, and renewed with its client's other slots, as one change of the key each.
 ///
 /// # A compare-and-set backend
 ///
@@ -259,6 +262,30 @@ impl Leasing for StateBackedStore {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         self.inner.release(key, policy, unused, grant).await
+    }
+}
+
+impl InFlightSlots for StateBackedStore {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        self.inner.take_slot(key, limit, id).await
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        self.inner.give_back_slot(key, limit, id).await
+    }
+
+    /// Never at once: the backend is asked.
+    fn give_back_slot_now(&self, _: &str, _: &InFlight, _: u64) -> bool {
+        false
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        self.inner.renew_slots(slots).await
     }
 }
 

@@ -15,15 +15,16 @@ use super::user_store::{BoxedStore, UserStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
+use crate::quota::{InFlight, Policy};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
 use crate::store::grant::Grant;
 #[cfg(feature = "memcached")]
 use crate::store::memcached::MemcachedStore;
 use crate::store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 use crate::store::redis::RedisStore;
+use crate::store::slot::HeldSlot;
 use crate::store::state::StateBackedStore;
 use crate::store::Store;
 
@@ -64,7 +65,7 @@ impl Backend {
     /// A store that implements the contract itself, e.g. a test's store with a lease of its
     /// own making.
     #[cfg(test)]
-    pub(crate) fn custom<S: Leasing>(store: S) -> Self {
+    pub(crate) fn custom<S: Leasing + InFlightSlots>(store: S) -> Self {
         Self::User(Box::new(Native(store)))
     }
 
@@ -163,6 +164,29 @@ impl Leasing for Backend {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         dispatch!(self, store => store.release(key, policy, unused, grant).await)
+    }
+}
+
+impl InFlightSlots for Backend {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        dispatch!(self, store => store.take_slot(key, limit, id).await)
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        dispatch!(self, store => store.give_back_slot(key, limit, id).await)
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        dispatch!(self, store => store.give_back_slot_now(key, limit, id))
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        dispatch!(self, store => store.renew_slots(slots).await)
     }
 }
 

@@ -9,16 +9,17 @@ use super::user_store::{BoxFuture, DynStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
+use crate::quota::{InFlight, Policy};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 /// A store of the contract's own as a boxed store.
 pub(crate) struct Native<S>(pub(crate) S);
 
-impl<S: Leasing> DynStore for Native<S> {
+impl<S: Leasing + InFlightSlots> DynStore for Native<S> {
     fn check<'a>(
         &'a self,
         key: &'a str,
@@ -88,6 +89,35 @@ impl<S: Leasing> DynStore for Native<S> {
         grant: &'a Grant,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
         Box::pin(Leasing::release(&self.0, key, policy, unused, grant))
+    }
+
+    fn take_slot<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a InFlight,
+        id: u64,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(InFlightSlots::take_slot(&self.0, key, limit, id))
+    }
+
+    fn give_back_slot<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a InFlight,
+        id: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(InFlightSlots::give_back_slot(&self.0, key, limit, id))
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        InFlightSlots::give_back_slot_now(&self.0, key, limit, id)
+    }
+
+    fn renew_slots<'a>(
+        &'a self,
+        slots: &'a [HeldSlot<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(InFlightSlots::renew_slots(&self.0, slots))
     }
 
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {

@@ -37,10 +37,11 @@ use super::on_drop::OnDrop;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
+use crate::quota::{InFlight, Policy};
 use crate::store::check::Check;
-use crate::store::contract::{now_us, Leasing, StoreExt};
+use crate::store::contract::{now_us, InFlightSlots, Leasing, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 use crate::telemetry;
 
@@ -417,6 +418,30 @@ impl<S: Leasing> StoreExt for Leases<S> {
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
         let _forget = OnDrop(|| self.forget(key, policy, true));
         self.shared.inner.refund(key, policy, n).await
+    }
+}
+
+/// Slots are not leased units: passed on.
+impl<S: Leasing + InFlightSlots> InFlightSlots for Leases<S> {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        self.shared.inner.take_slot(key, limit, id).await
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        self.shared.inner.give_back_slot(key, limit, id).await
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        self.shared.inner.give_back_slot_now(key, limit, id)
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        self.shared.inner.renew_slots(slots).await
     }
 }
 

@@ -1,16 +1,19 @@
 //! [`Resilient`]: a store around a store that may fail, with a timeout, a circuit breaker, a
 //! local fallback and quiet logs.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
 use super::breaker::{Attempt, Breaker, BreakerSettings, Change};
 use super::failure::{ErrorHook, OnStoreError, StoreFailure};
+
+mod in_flight;
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
@@ -46,6 +49,9 @@ pub(crate) struct Resilient<S> {
     breaker: Breaker,
     /// Only with [`OnStoreError::FallbackToMemory`].
     fallback: Option<MemoryStore>,
+    /// The ids of the slots of requests in flight taken in the fallback while the store was
+    /// away: given back there, never renewed in the store.
+    fallback_slots: Mutex<HashSet<u64>>,
     errors: AtomicU64,
     /// `errors` when the circuit last opened, to say how many failed while it was open.
     errors_at_open: AtomicU64,
@@ -72,6 +78,7 @@ impl<S: StoreExt> Resilient<S> {
             on_error: OnStoreError::Allow,
             breaker: Breaker::new(BreakerSettings::default(), Arc::new(SystemClock)),
             fallback: None,
+            fallback_slots: Mutex::default(),
             errors: AtomicU64::new(0),
             errors_at_open: AtomicU64::new(0),
             error_log: QuietLog::new(Duration::from_secs(10)),
