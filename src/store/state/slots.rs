@@ -10,7 +10,7 @@ use crate::error::StoreError;
 use crate::quota::InFlight;
 use crate::store::slot::HeldSlot;
 
-impl<S: Backend> StateBacked<S> {
+impl<S: StateAccess> StateBacked<S> {
     /// Takes slot `id` of `key` under `limit` if fewer than its `max` slots are held (see
     /// `InFlightSlots::take_slot`); a refusal writes nothing.
     pub(crate) async fn take_slot(
