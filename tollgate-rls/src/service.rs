@@ -96,7 +96,7 @@ impl RateLimitService {
     /// an error, as in the reference; so is a request past one of the [bounds](crate#limits)
     /// ([`MAX_DESCRIPTORS`](crate::MAX_DESCRIPTORS) and the others): `INVALID_ARGUMENT`, naming
     /// the bound and what was sent, before anything is matched or counted. So is a store that
-    /// fails (an error, a timeout, an open circuit breaker): `UNAVAILABLE`, for Envoy's
+    /// fails (an error, a timeout, an open circuit breaker): `UNKNOWN`, as the reference's, for Envoy's
     /// `failure_mode_deny` to decide, unless an [`OnStoreError`] policy was chosen with
     /// [`on_store_error`](RateLimitServiceBuilder::on_store_error).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
@@ -114,12 +114,14 @@ impl RateLimitService {
         let inner = &self.inner;
         if !inner.config.loaded() {
             // The reference's service.go `checkServiceErr(snappedConfig != nil, ..)`: a
-            // plain Go error, which gRPC sends as UNKNOWN.
+            // serviceError, counted as one and sent by gRPC as UNKNOWN (a plain Go error).
+            stats::service_error();
             return Err(Status::unknown("no rate limit configuration loaded"));
         }
         let config = inner.config.current();
         if !config.has_domain(&request.domain) {
-            stats::domain_not_found();
+            // Once per descriptor, as the reference's `GetLimit` counts it.
+            stats::domain_not_found(request.descriptors.len());
         }
         let plan = Plan::new(&config, request, inner.modes);
         let asks = plan.asks();
@@ -137,7 +139,9 @@ impl RateLimitService {
             Err(error) => {
                 stats::store_error();
                 match inner.on_error {
-                    None => return Err(Status::unavailable(format!("rate limit store: {error}"))),
+                    // The reference's RedisError is a plain Go error: gRPC sends it as
+                    // UNKNOWN (src/service/ratelimit.go, lines 425-428).
+                    None => return Err(Status::unknown(format!("rate limit store: {error}"))),
                     Some(OnStoreError::Deny) => Outcome::FailedClosed,
                     Some(_) => Outcome::FailedOpen,
                 }
@@ -325,7 +329,7 @@ impl RateLimitServiceBuilder {
     }
 
     /// What to answer while the store fails (an error, a timeout, an open circuit breaker).
-    /// By default (not called) the reference's answer: the gRPC error `UNAVAILABLE` (on `/json`,
+    /// By default (not called) the reference's answer: the gRPC error `UNKNOWN` (on `/json`,
     /// 400), so Envoy's `failure_mode_deny` decides: it lets the request through and counts
     /// `ratelimit.error`, or with `failure_mode_deny: true` refuses it. A policy answers
     /// instead: [`OnStoreError::Allow`] OK without numbers, [`OnStoreError::Deny`]

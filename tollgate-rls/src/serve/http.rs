@@ -1,4 +1,4 @@
-//! The reference's HTTP endpoints: `GET /healthcheck`, `/json` (any method) and `GET /metrics` on
+//! The reference's HTTP endpoints: `/healthcheck` and `/json` (any method) and `GET /metrics` on
 //! `HOST:PORT`; `GET /rlconfig` on the debug port.
 
 use std::sync::Arc;
@@ -28,7 +28,8 @@ pub(crate) fn main_router(
     metrics: PrometheusHandle,
 ) -> Router {
     Router::new()
-        .route("/healthcheck", get(healthcheck))
+        // Any method, as the reference's `router.Path("/healthcheck")` (server_impl.go).
+        .route("/healthcheck", any(healthcheck))
         // Any method, as the reference's `HandleFunc("/json", …)` (src/server/server_impl.go).
         .route("/json", any(json))
         .route("/metrics", get(render_metrics))
@@ -86,7 +87,7 @@ pub(crate) fn prometheus_router(metrics: PrometheusHandle, path: String) -> Rout
 fn metrics_text(metrics: &PrometheusHandle) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics.render(),
+        super::metrics::render(metrics),
     )
         .into_response()
 }

@@ -1,7 +1,7 @@
 //! Starting and running the server, in steps: the settings are read (`crate::settings`), the
 //! store they name is built (`crate::store`), then the service (`service.rs`), then the
-//! listeners (`crate::listen`); once the server says it listens, it serves until a stop
-//! signal (`servers.rs`). Around them: logging, the runtime's threads, the metrics recorder,
+//! listeners (`crate::listen`), once Redis answers; once the server says it listens, it serves
+//! until a stop signal (`servers.rs`). Around them: logging, the runtime's threads, the metrics recorder,
 //! health, and the HTTP endpoints.
 
 mod error;
@@ -35,7 +35,12 @@ async fn run(settings: Settings) -> Result<ExitCode, StartError> {
     for (name, why) in &settings.ignored {
         tracing::warn!("{name} is ignored: {why}");
     }
-    let metrics = metrics::install().map_err(StartError::Metrics)?;
+    let mapping = settings
+        .stats
+        .prometheus
+        .as_ref()
+        .and_then(|p| p.mapping.as_deref());
+    let metrics = metrics::install(mapping).map_err(StartError::Metrics)?;
     let store = store::build(&settings.store).await?;
     let service = service::build(&settings, &store).map_err(StartError::Config)?;
     if let Some(redis) = store.redis() {
@@ -46,6 +51,15 @@ async fn run(settings: Settings) -> Result<ExitCode, StartError> {
     }
     // Before the `listening` line: a SIGTERM right after it must find the handler in place.
     let mut signal = Box::pin(signal::stop_signal());
+    // Nothing listens before Redis answers, as in the reference (its runner.go creates the
+    // limiter, which waits for Redis, before `srv.Start`).
+    if let Some(redis) = store.redis() {
+        let (timeout, retry) = (settings.store.timeout, settings.store.startup);
+        tokio::select! {
+            waited = health::wait_for_store(redis, store.described(), timeout, retry) => waited?,
+            () = &mut signal => return Ok(ExitCode::SUCCESS),
+        }
+    }
     if !service::wait_for_first_config(&settings.config, &service, &mut signal).await {
         return Ok(ExitCode::SUCCESS);
     }
