@@ -1,5 +1,5 @@
 //! The reference's HTTP endpoints: `/healthcheck` and `/json` (any method) and `GET /metrics` on
-//! `HOST:PORT`; `GET /rlconfig` on the debug port.
+//! `HOST:PORT` (the debug port's are in `debug.rs`).
 
 use std::sync::Arc;
 
@@ -38,14 +38,6 @@ pub(crate) fn main_router(
             health,
             metrics,
         })
-}
-
-/// `DEBUG_HOST:DEBUG_PORT`: the configuration in force.
-pub(crate) fn debug_router(service: RateLimitService) -> Router {
-    Router::new()
-        .route("/", get(debug_index))
-        .route("/rlconfig", get(rlconfig))
-        .with_state(service)
 }
 
 async fn healthcheck(State(app): State<App>) -> Response {
@@ -90,12 +82,4 @@ fn metrics_text(metrics: &PrometheusHandle) -> Response {
         super::metrics::render(metrics),
     )
         .into_response()
-}
-
-async fn rlconfig(State(service): State<RateLimitService>) -> String {
-    service.config().dump()
-}
-
-async fn debug_index() -> &'static str {
-    "/rlconfig: print out the currently loaded configuration for debugging\n"
 }

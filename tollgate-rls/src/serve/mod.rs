@@ -4,9 +4,11 @@
 //! until a stop signal (`servers.rs`). Around them: logging, the runtime's threads, the metrics recorder,
 //! health, and the HTTP endpoints.
 
+mod debug;
 mod error;
 mod health;
 mod http;
+mod json_log;
 mod logging;
 mod metrics;
 mod runtime;

@@ -19,7 +19,7 @@ use tonic_health::pb::health_server::{Health as HealthService, HealthServer};
 
 use super::error::StartError;
 use super::health::Health;
-use super::http;
+use super::{debug, http};
 use crate::listen::{self, GrpcListener, Listeners};
 use crate::settings::{Server as ServerSettings, Settings};
 
@@ -178,9 +178,10 @@ impl HttpPorts {
             let app = http::prometheus_router(metrics.clone(), path);
             listen::serve_http(listener, app, stopped.wait())
         });
-        let main_app = http::main_router(service.clone(), health, metrics);
+        let main_app = http::main_router(service.clone(), health, metrics.clone());
         let main = listen::serve_http(self.main, main_app, stopped.wait());
-        let debug = listen::serve_http(self.debug, http::debug_router(service), stopped.wait());
+        let debug_app = debug::router(service, metrics);
+        let debug = listen::serve_http(self.debug, debug_app, stopped.wait());
         async {
             let prometheus = async {
                 match prometheus {
