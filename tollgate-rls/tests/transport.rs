@@ -392,3 +392,41 @@ async fn sighup_stops_gracefully() {
     let status = rls.stop_with("-HUP");
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
+
+/// A gRPC C-core client (python grpcio) on `GRPC_UDS`, with the default authority it gives a
+/// `unix:` target (the socket's path, percent-encoded, which h2 alone refuses with
+/// RST_STREAM PROTOCOL_ERROR), gets the reference's answers, as from the reference's grpc-go
+/// server, which takes any authority.
+#[test]
+fn a_c_core_client_on_the_unix_socket_gets_ok() {
+    let runtime = Runtime::with(
+        "uds-python",
+        &[
+            "runtime/current/ratelimit/config/basic.yaml",
+            "runtime/current/ratelimit/config/another.yaml",
+        ],
+    );
+    let socket = runtime.root.join("rls.sock").display().to_string();
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("GRPC_UDS", socket.as_str()),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ],
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/envoy_client.py");
+    for target in [format!("unix:{socket}"), format!("unix://{socket}")] {
+        let out = std::process::Command::new("python3")
+            .args([script, &target])
+            .output()
+            .expect("python3 must be installed");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("No module named 'grpc'"),
+            "the Python client needs grpcio: pip install grpcio (scripts/test.sh does)"
+        );
+        assert!(out.status.success(), "{target}: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("all checks passed"));
+    }
+    drop(rls);
+}

@@ -20,7 +20,9 @@ use tonic_health::pb::health_server::{Health as HealthService, HealthServer};
 use super::error::StartError;
 use super::health::Health;
 use super::{debug, http};
-use crate::listen::{self, GrpcListener, Listeners};
+use tokio_stream::StreamExt as _;
+
+use crate::listen::{self, AuthorityFix, GrpcListener, Listeners};
 use crate::settings::{Server as ServerSettings, Settings};
 
 /// How long requests in flight may take to finish once a signal asks the server to stop.
@@ -144,12 +146,15 @@ async fn serve_grpc(
             let incoming = listen::grpc_incoming(listener);
             grpc.serve_with_incoming_shutdown(incoming, stopped).await
         }
+        // C-core clients send the socket's path as `:authority` (listen/authority.rs).
         (GrpcListener::Unix(listener, _), Some(config)) => {
-            let incoming = listen::grpc_tls_incoming(listener, config);
+            let incoming = listen::grpc_tls_incoming(listener, config)
+                .map(|accepted| accepted.map(AuthorityFix::new));
             grpc.serve_with_incoming_shutdown(incoming, stopped).await
         }
         (GrpcListener::Unix(listener, _), None) => {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
+                .map(|accepted| accepted.map(AuthorityFix::new));
             grpc.serve_with_incoming_shutdown(incoming, stopped).await
         }
     }
