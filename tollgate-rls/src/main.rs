@@ -10,6 +10,7 @@
 //! - `settings/`: the reference's environment, one file per group of variables, and
 //!   `SettingsError`, which names the variable;
 //! - `store/`: the store the settings name (Redis, memcached or memory), built in one place;
+//! - `traces/`: spans exported over OTLP with `TRACING_ENABLED`;
 //! - `listen/`: gRPC on `GRPC_HOST:GRPC_PORT` (over TLS) or `GRPC_UDS`, HTTP on `HOST:PORT`,
 //!   `DEBUG_HOST:DEBUG_PORT` and `PROMETHEUS_ADDR`, and what every connection gets;
 //! - `serve/`: the steps from the settings to serving (logging, the runtime's threads, the
@@ -31,6 +32,7 @@ mod serve;
 mod settings;
 mod statsd;
 mod store;
+mod traces;
 
 use std::process::ExitCode;
 

@@ -19,6 +19,8 @@ pub(crate) enum StartError {
     Runtime(std::io::Error),
     /// The metrics recorder cannot be installed.
     Metrics(String),
+    /// The OTLP exporter cannot be set up (`TRACING_ENABLED`).
+    Traces(String),
     /// The statsd push's thread cannot be started.
     Statsd(std::io::Error),
     /// The configuration does not load (a file, or the service's own settings).
@@ -51,6 +53,7 @@ impl fmt::Display for StartError {
             Self::Logging(e) => write!(f, "cannot set up logging: {e}"),
             Self::Runtime(e) => write!(f, "cannot start the async runtime: {e}"),
             Self::Metrics(e) => write!(f, "cannot set up metrics: {e}"),
+            Self::Traces(e) => write!(f, "TRACING_ENABLED: {e}"),
             Self::Statsd(e) => write!(f, "cannot start the statsd push: {e}"),
             Self::Config(e) => write!(f, "{e}"),
             Self::Listen(e) => write!(f, "{e}"),
@@ -72,7 +75,7 @@ impl std::error::Error for StartError {
             Self::Settings(e) => Some(e),
             Self::Logging(e) => Some(e.as_ref()),
             Self::Runtime(e) | Self::Statsd(e) => Some(e),
-            Self::Metrics(_) => None,
+            Self::Metrics(_) | Self::Traces(_) => None,
             Self::Config(e) => Some(e),
             Self::Listen(e) => Some(e),
             Self::StoreUnreachable { .. } => None,

@@ -43,6 +43,10 @@ async fn run(settings: Settings) -> Result<ExitCode, StartError> {
         .as_ref()
         .and_then(|p| p.mapping.as_deref());
     let metrics = metrics::install(mapping).map_err(StartError::Metrics)?;
+    let traces = (settings.traces.as_ref())
+        .map(crate::traces::install)
+        .transpose()
+        .map_err(StartError::Traces)?;
     let store = store::build(&settings.store).await?;
     let service = service::build(&settings, &store).map_err(StartError::Config)?;
     if let Some(redis) = store.redis() {
@@ -70,7 +74,11 @@ async fn run(settings: Settings) -> Result<ExitCode, StartError> {
     announce(&listeners, &store);
     service::log_config(&settings.config, &service);
     let redis = store.redis().cloned();
-    servers::until_stopped(&settings, service, redis, listeners, metrics, signal).await
+    let ended = servers::until_stopped(&settings, service, redis, listeners, metrics, signal).await;
+    if let Some(provider) = traces {
+        crate::traces::shut_down(provider).await;
+    }
+    ended
 }
 
 /// The one line on stdout: `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR

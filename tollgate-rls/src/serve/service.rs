@@ -30,7 +30,8 @@ pub(crate) fn build(
         .quota_mode(answers.quota_mode)
         .response_dynamic_metadata(answers.dynamic_metadata)
         .stats_max_series(stats.max_series)
-        .near_limit_ratio(stats.near_limit_ratio);
+        .near_limit_ratio(stats.near_limit_ratio)
+        .trace_requests(settings.traces.is_some());
     if let Some(policy) = settings.store.on_error {
         // Unset: the reference's answer, a gRPC error.
         builder = builder.on_store_error(policy);

@@ -49,12 +49,6 @@ const IGNORED: &[(&str, &str)] = &[
         "the configuration directory is always watched, symlink swaps included (read for an \
          empty RUNTIME_SUBDIRECTORY, as the reference reads it)",
     ),
-    ("TRACING_ENABLED", "traces are not exported"),
-    ("TRACING_SERVICE_NAME", "traces are not exported"),
-    ("TRACING_SERVICE_NAMESPACE", "traces are not exported"),
-    ("TRACING_SERVICE_INSTANCE_ID", "traces are not exported"),
-    ("TRACING_EXPORTER_PROTOCOL", "traces are not exported"),
-    ("TRACING_SAMPLING_RATE", "traces are not exported"),
     (
         "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
         "the reference never uses it either: its stream retry is built without a retry count",
@@ -74,8 +68,6 @@ enum Kind {
     Bool,
     /// Go's `time.ParseDuration`.
     Duration,
-    /// Go's `strconv.ParseFloat(v, 64)`.
-    Float,
 }
 
 /// The reference's types of the variables it reads that tollgate-rls does not use
@@ -90,8 +82,6 @@ const KINDS: &[(&str, Kind)] = &[
     ("RUNTIME_WATCH_ROOT", Kind::Bool),
     ("MEMCACHE_TLS", Kind::Bool),
     ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", Kind::Bool),
-    ("TRACING_ENABLED", Kind::Bool),
-    ("TRACING_SAMPLING_RATE", Kind::Float),
 ];
 
 /// Variables the reference reads only when another setting asks for them, and why they are
@@ -176,7 +166,6 @@ pub(crate) fn refuse_unreadable(vars: &Vars<'_>) -> Result<(), SettingsError> {
                 parse_duration(&v).is_some(),
                 "expected a duration such as 500us or 1s",
             ),
-            Kind::Float => (v.trim().parse::<f64>().is_ok(), "expected a number"),
         };
         // envconfig reads an empty value as the type's zero, except for booleans.
         let empty_zero = v.is_empty() && !matches!(kind, Kind::Bool);

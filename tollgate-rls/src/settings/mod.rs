@@ -6,7 +6,7 @@
 //! One file per group of variables, each read by one function: `process.rs` (logs, threads),
 //! `server.rs` and `tls.rs` (listeners), `config.rs` and `xds.rs` (where the limits come from),
 //! `store.rs` with `redis.rs` and `memcached.rs` (the store), `answers.rs` (what an answer
-//! says and a hit charges), `stats.rs` and `statsd.rs` (statistics), `ignored.rs`. `vars.rs`
+//! says and a hit charges), `stats.rs` and `statsd.rs` (statistics), `traces.rs`, `ignored.rs`. `vars.rs`
 //! reads the values' forms (Go's booleans and durations).
 
 mod answers;
@@ -21,6 +21,7 @@ mod stats;
 mod statsd;
 mod store;
 mod tls;
+mod traces;
 mod vars;
 mod xds;
 
@@ -34,6 +35,7 @@ pub(crate) use server::Server;
 pub(crate) use stats::{Prometheus, Stats};
 pub(crate) use store::{Backend, StoreSettings};
 pub(crate) use tls::GrpcTls;
+pub(crate) use traces::Traces;
 
 use vars::Vars;
 
@@ -46,6 +48,8 @@ pub(crate) struct Settings {
     pub(crate) store: StoreSettings,
     pub(crate) answers: Answers,
     pub(crate) stats: Stats,
+    /// `TRACING_ENABLED`: how spans are exported.
+    pub(crate) traces: Option<Traces>,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -68,6 +72,7 @@ impl Settings {
             stats: stats::read(&vars)?,
             process: process::read(&vars)?,
             server: server::read(&vars)?,
+            traces: traces::read(&vars)?,
             ignored: ignored::read(&vars),
         })
     }
