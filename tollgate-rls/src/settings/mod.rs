@@ -172,6 +172,7 @@ mod tests {
                 ("GRPC_SERVER_TLS_CERT", "/c.pem"),
                 ("GRPC_SERVER_TLS_KEY", "/k.pem"),
                 ("REDIS_TLS", "true"),
+                ("TRACING_ENABLED", "true"),
             ],
             &[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true")],
             &[
