@@ -430,3 +430,93 @@ fn a_c_core_client_on_the_unix_socket_gets_ok() {
     }
     drop(rls);
 }
+
+/// `GRPC_UDS` with `GRPC_SERVER_USE_TLS`: TLS on the Unix socket, as the reference's grpc-go
+/// serves its credentials on whichever listener it has (`src/server/server_impl.go`, lines
+/// 261-283 and 202-219).
+#[tokio::test]
+async fn tls_on_the_unix_socket() {
+    let runtime = runtime("uds-tls");
+    let dir = &runtime.root;
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output();
+        assert!(out.expect("openssl").status.success(), "openssl {args:?}");
+    };
+    // A CA and a certificate it signed for 127.0.0.1.
+    let new_key = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "1"];
+    openssl(
+        &[
+            &new_key[..],
+            &[
+                "-x509", "-subj", "/CN=ca", "-keyout", "ca.key", "-out", "ca.pem",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &new_key[..],
+            &["-subj", "/CN=rls", "-keyout", "key.pem", "-out", "rls.csr"],
+        ]
+        .concat(),
+    );
+    let ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n";
+    std::fs::write(dir.join("ext"), ext).unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "rls.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let socket = runtime.root.join("rls.sock");
+    let (cert_env, key_env, socket_env) = (
+        cert.display().to_string(),
+        key.display().to_string(),
+        socket.display().to_string(),
+    );
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("GRPC_UDS", socket_env.as_str()),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", cert_env.as_str()),
+            ("GRPC_SERVER_TLS_KEY", key_env.as_str()),
+        ],
+    );
+    let ca = tonic::transport::Certificate::from_pem(std::fs::read(dir.join("ca.pem")).unwrap());
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(ca)
+        .domain_name("127.0.0.1");
+    let path = socket.clone();
+    let channel = tonic::transport::Endpoint::from_static("https://127.0.0.1")
+        .tls_config(tls)
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let r = ask(&mut client, request("edge", &[&[("user", "a")]])).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert!(rls.line.contains(" grpc=unix:"), "{}", rls.line);
+}
