@@ -52,8 +52,8 @@ impl fmt::Display for Skipped {
 }
 
 impl ConfigDir {
-    /// Every file under the directory (its subdirectories too, but not hidden ones such as
-    /// Kubernetes' `..data`), following symlinks; hidden files too unless `ignore_dot_files`.
+    /// Every file under the directory and its subdirectories, following symlinks; hidden files
+    /// and directories (Kubernetes' `..data`) too unless `ignore_dot_files`.
     /// An error names the file or the limit that stops the whole read.
     pub(crate) fn read(&self) -> Result<DirRead, ConfigError> {
         let mut walk = Walk {
@@ -117,9 +117,9 @@ impl Walk {
                 Err(e) => return Err(fail(e)),
             };
             if meta.is_dir() {
-                if !hidden {
-                    self.dir(&path)?;
-                }
+                // Hidden directories too, unless `ignore_dot_files`, as goruntime's walk
+                // reads them (`walkDirectoryCallback`).
+                self.dir(&path)?;
             } else if meta.is_file() {
                 self.file(path)?;
             } else {
@@ -369,11 +369,20 @@ pub(super) mod tests {
         }
     }
 
+    /// goruntime's walk (`loader.go`, `walkDirectoryCallback`) skips hidden directories with
+    /// `RUNTIME_IGNOREDOTFILES` only: a ConfigMap's `..data` is read without it, and its files
+    /// through their links only with it.
     #[test]
-    fn a_config_map_is_read_through_its_links_and_its_hidden_directories_are_not() {
+    fn a_config_map_is_read_through_its_links_and_its_hidden_directories_with_dot_files() {
         let dir = TempDir::new("configmap");
         config_map(&dir, "a", EDGE);
         let read = dir.dir().read().unwrap();
+        assert_eq!(names(&read, &dir.0), ["..data/edge.yaml", "edge.yaml"]);
+        let ignoring = ConfigDir {
+            ignore_dot_files: true,
+            ..dir.dir()
+        };
+        let read = ignoring.read().unwrap();
         assert_eq!(names(&read, &dir.0), ["edge.yaml"]);
         assert_eq!(
             (read.files[0].1.as_slice(), read.skipped.len()),
@@ -382,7 +391,7 @@ pub(super) mod tests {
         let changed = EDGE.replace("5 }", "6 }");
         config_map(&dir, "b", &changed);
         std::fs::remove_dir_all(dir.0.join("..2024_a")).unwrap();
-        let read = dir.dir().read().unwrap();
+        let read = ignoring.read().unwrap();
         assert_eq!(read.files[0].1, changed.as_bytes());
     }
 }

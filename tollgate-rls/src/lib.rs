@@ -46,6 +46,7 @@ mod limits;
 mod matching;
 mod metadata;
 mod plan;
+mod request_span;
 mod response;
 mod series;
 mod service;

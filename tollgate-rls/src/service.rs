@@ -15,6 +15,7 @@ use super::config::RlsConfig;
 use super::limits;
 use super::metadata;
 use super::plan::{Item, Modes, Plan};
+use super::request_span::RequestSpan;
 use super::response::{respond, Outcome, ResponseHeaders};
 use super::series::{Series, DEFAULT_MAX_SERIES};
 use super::source::{ConfigDir, ConfigSource};
@@ -61,6 +62,7 @@ struct Inner {
     modes: Modes,
     headers: Option<ResponseHeaders>,
     stats: stats::Statistics,
+    trace_requests: bool,
     /// The xDS client feeding `config`, if it comes from a control plane; stops with the
     /// service.
     _xds: Option<XdsTask>,
@@ -82,6 +84,7 @@ impl RateLimitService {
             headers: None,
             max_series: DEFAULT_MAX_SERIES,
             near_limit_ratio: stats::DEFAULT_NEAR_LIMIT_RATIO,
+            trace_requests: false,
         }
     }
 
@@ -96,9 +99,9 @@ impl RateLimitService {
     /// an error, as in the reference; so is a request past one of the [bounds](crate#limits)
     /// ([`MAX_DESCRIPTORS`](crate::MAX_DESCRIPTORS) and the others): `INVALID_ARGUMENT`, naming
     /// the bound and what was sent, before anything is matched or counted. So is a store that
-    /// fails (an error, a timeout, an open circuit breaker): `UNAVAILABLE`, for Envoy's
-    /// `failure_mode_deny` to decide, unless an [`OnStoreError`] policy was chosen with
-    /// [`on_store_error`](RateLimitServiceBuilder::on_store_error).
+    /// fails (an error, a timeout, an open circuit breaker): `UNKNOWN`, as the reference's,
+    /// for Envoy's `failure_mode_deny` to decide, unless an [`OnStoreError`] policy was
+    /// chosen with [`on_store_error`](RateLimitServiceBuilder::on_store_error).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
             stats::service_error();
@@ -113,13 +116,15 @@ impl RateLimitService {
         limits::check(request)?;
         let inner = &self.inner;
         if !inner.config.loaded() {
-            // The reference's service.go `checkServiceErr(snappedConfig != nil, ..)`: a
-            // plain Go error, which gRPC sends as UNKNOWN.
+            // The reference's `checkServiceErr(snappedConfig != nil, ..)`: a serviceError,
+            // counted, which gRPC sends as UNKNOWN.
+            stats::service_error();
             return Err(Status::unknown("no rate limit configuration loaded"));
         }
         let config = inner.config.current();
         if !config.has_domain(&request.domain) {
-            stats::domain_not_found();
+            // Once per descriptor, as the reference's `GetLimit` counts it.
+            stats::domain_not_found(request.descriptors.len());
         }
         let plan = Plan::new(&config, request, inner.modes);
         let asks = plan.asks();
@@ -137,7 +142,8 @@ impl RateLimitService {
             Err(error) => {
                 stats::store_error();
                 match inner.on_error {
-                    None => return Err(Status::unavailable(format!("rate limit store: {error}"))),
+                    // A plain Go error in the reference: UNKNOWN (ratelimit.go:425-428).
+                    None => return Err(Status::unknown(format!("rate limit store: {error}"))),
                     Some(OnStoreError::Deny) => Outcome::FailedClosed,
                     Some(_) => Outcome::FailedOpen,
                 }
@@ -205,6 +211,7 @@ impl RateLimitServiceTrait for RateLimitService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let timer = stats::CallTimer::start(&self.inner.stats.calls);
+        let _span = RequestSpan::start_if(self.inner.trace_requests, &request);
         let answer = self.decide(request.get_ref()).await;
         timer.finish();
         answer.map(Response::new)
@@ -245,9 +252,17 @@ pub struct RateLimitServiceBuilder {
     headers: Option<ResponseHeaders>,
     max_series: usize,
     near_limit_ratio: f32,
+    trace_requests: bool,
 }
 
 impl RateLimitServiceBuilder {
+    /// One OpenTelemetry span per `ShouldRateLimit` (default false), as the reference's
+    /// `TRACING_ENABLED`, under the trace in the request (`opentelemetry::global`'s provider).
+    pub fn trace_requests(mut self, trace: bool) -> Self {
+        self.trace_requests = trace;
+        self
+    }
+
     /// A configuration that never changes.
     pub fn config(mut self, config: RlsConfig) -> Self {
         self.config = Some(ConfigChoice::Fixed(config));
@@ -325,7 +340,7 @@ impl RateLimitServiceBuilder {
     }
 
     /// What to answer while the store fails (an error, a timeout, an open circuit breaker).
-    /// By default (not called) the reference's answer: the gRPC error `UNAVAILABLE` (on `/json`,
+    /// By default (not called) the reference's answer: the gRPC error `UNKNOWN` (on `/json`,
     /// 400), so Envoy's `failure_mode_deny` decides: it lets the request through and counts
     /// `ratelimit.error`, or with `failure_mode_deny: true` refuses it. A policy answers
     /// instead: [`OnStoreError::Allow`] OK without numbers, [`OnStoreError::Deny`]
@@ -467,6 +482,7 @@ impl RateLimitServiceBuilder {
                     near_limit_ratio: self.near_limit_ratio,
                     calls: stats::CallMetrics::default(),
                 },
+                trace_requests: self.trace_requests,
                 _xds: xds_task,
             }),
         })

@@ -105,7 +105,23 @@ impl ConfigSource {
     }
 
     /// [`dir`](Self::dir), or with `unloaded_ok` [`dir_or_unloaded`](Self::dir_or_unloaded).
+    /// A directory that does not exist is an empty configuration until it does, as the
+    /// reference's runtime loader reads one (goruntime's walk of a missing directory finds no
+    /// file).
     pub(crate) fn open(dir: ConfigDir, unloaded_ok: bool) -> Result<Arc<Self>, ConfigError> {
+        if std::fs::symlink_metadata(&dir.path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            tracing::warn!(
+                target: "tollgate::rls",
+                "the configuration directory {} does not exist: serving an empty \
+                 configuration until it does",
+                dir.path.display()
+            );
+            let (reloaded, _) = Reloaded::new_or(YamlDir::new(dir, true), RlsConfig::default());
+            stats::config_load(true);
+            return Ok(Self::reloaded(reloaded));
+        }
         match unloaded_ok {
             true => Ok(Self::dir_or_unloaded(dir)),
             false => Self::dir(dir),
@@ -363,11 +379,15 @@ mod tests {
         assert!(limit_of(&source).contains("requests_per_unit=7"));
     }
 
+    /// A ConfigMap read as Kubernetes deployments of the reference read it, with
+    /// `RUNTIME_IGNOREDOTFILES` (its `..data` holds the same files again).
     #[test]
     fn a_config_map_swap_is_applied() {
         let dir = TempDir::new("swap");
         config_map(&dir, "a", EDGE);
-        let source = ConfigSource::dir(dir.dir()).unwrap();
+        let mut config = dir.dir();
+        config.ignore_dot_files = true;
+        let source = ConfigSource::dir(config).unwrap();
         config_map(&dir, "b", &EDGE.replace("5 }", "9 }"));
         std::fs::remove_dir_all(dir.0.join("..2024_a")).unwrap();
         let log = logged(|| source.poll());

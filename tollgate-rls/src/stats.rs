@@ -157,10 +157,12 @@ fn record(
     }
 }
 
-/// Counts a request whose domain is not configured. The domain is not a label: a client
-/// can send any number of them, of any length.
-pub(crate) fn domain_not_found() {
-    metrics::counter!("ratelimit_service_rate_limit_domain_not_found").increment(1);
+/// Counts the `descriptors` of a request whose domain is not configured (the reference counts
+/// each descriptor looked up: `src/config/config_impl.go`, `GetLimit`). The domain is not a
+/// label: a client can send any number of them, of any length.
+pub(crate) fn domain_not_found(descriptors: usize) {
+    metrics::counter!("ratelimit_service_rate_limit_domain_not_found")
+        .increment(descriptors as u64);
 }
 
 /// Counts a configuration load, good or bad.
@@ -179,7 +181,8 @@ pub(crate) fn store_error() {
         .increment(1);
 }
 
-/// Counts a request refused as malformed (no domain, no descriptor): the reference's
+/// Counts a request refused as malformed (no domain, no descriptor) or answered before a
+/// configuration is loaded: the reference's
 /// `service_error`, as `ratelimit_service_should_rate_limit_error{err_type="service_error"}`.
 pub(crate) fn service_error() {
     metrics::counter!("ratelimit_service_should_rate_limit_error", "err_type" => "service_error")

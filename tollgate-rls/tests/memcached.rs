@@ -68,6 +68,10 @@ async fn two_instances_on_one_memcached_admit_exactly_the_limit() {
     let a = Rls::start(&runtime, &env);
     let b = Rls::start(&runtime, &env);
     assert!(a.line.contains("store=memcached (127.0.0.1:"), "{}", a.line);
+    // Healthy: the reference's memcached deployment never is (`src/server/health.go` starts
+    // its Redis part unhealthy and only the Redis client heals it), a defect not kept.
+    let health = support::get_text(format!("http://{}/healthcheck", a.http)).await;
+    assert_eq!(health, "OK");
     let clients = [a.client().await, b.client().await];
     assert_eq!(asks(&clients, "all-at-once", 300).await, (100, 200));
     assert_eq!(asks(&clients, "64-in-flight", 64).await, (100, 200));

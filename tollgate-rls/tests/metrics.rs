@@ -232,9 +232,11 @@ async fn use_prometheus_serves_the_metrics_on_prometheus_addr() {
 async fn calls_and_errors_are_counted_as_the_reference_names_them() {
     let runtime = Runtime::new("call-stats");
     runtime.write("values.yaml", VALUES);
-    // A Redis that is not there: every decision fails, answered with a gRPC error as the
-    // reference answers (src/service/ratelimit.go, ShouldRateLimit's recover).
-    let url = format!("127.0.0.1:{}", support::free_port());
+    // A Redis that stops answering after the start: every decision fails, answered with a
+    // gRPC error as the reference answers (src/service/ratelimit.go, ShouldRateLimit's
+    // recover).
+    let redis = support::RedisServer::start();
+    let url = format!("127.0.0.1:{}", redis.port);
     let rls = Rls::start(
         &runtime,
         &[
@@ -245,10 +247,11 @@ async fn calls_and_errors_are_counted_as_the_reference_names_them() {
         ],
     );
     let mut client = rls.client().await;
+    redis.pause();
     let failed = client
         .should_rate_limit(request("values", &[&[("remote_address", "a")]]))
         .await;
-    assert_eq!(failed.unwrap_err().code(), tonic::Code::Unavailable);
+    assert_eq!(failed.unwrap_err().code(), tonic::Code::Unknown);
     let malformed = client
         .should_rate_limit(request("", &[&[("user", "a")]]))
         .await;

@@ -572,8 +572,9 @@ fn dead_redis() -> RedisStore {
 /// panic of its Redis client and returns it as the call's error (envoyproxy/ratelimit
 /// `src/service/ratelimit.go` lines 415-443, `case redis.RedisError: ... finalError = t`), and
 /// `POST /json` answers any such error with 400 (`src/server/server_impl.go` lines 103-107).
-/// Envoy's `failure_mode_deny` then decides. tollgate-rls answers `UNAVAILABLE`, within the
-/// store timeout, before and after its circuit breaker opens.
+/// Envoy's `failure_mode_deny` then decides. The error is a plain Go error, which grpc-go sends
+/// as `UNKNOWN` (lines 425-428); tollgate-rls answers `UNKNOWN` too, within the store timeout,
+/// before and after its circuit breaker opens.
 #[tokio::test]
 async fn a_store_that_is_down_is_a_grpc_error_by_default_before_and_after_the_breaker_opens() {
     let service = RateLimitService::builder()
@@ -594,7 +595,7 @@ async fn a_store_that_is_down_is_a_grpc_error_by_default_before_and_after_the_br
             "answer {i} took {took:?}"
         );
         let status = answer.expect_err("a store error is an error");
-        assert_eq!(status.code(), tonic::Code::Unavailable, "answer {i}");
+        assert_eq!(status.code(), tonic::Code::Unknown, "answer {i}");
         assert!(
             status.message().starts_with("rate limit store"),
             "{status:?}"

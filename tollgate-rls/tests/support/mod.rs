@@ -126,6 +126,14 @@ fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
     for (k, v) in env.iter().filter(|(k, _)| *k != RESOLV_CONF && *k != HOSTS) {
         command.env(k, v);
     }
+    // Without a store named, the memory store (tollgate's `BACKEND_TYPE=memory`): unset,
+    // `BACKEND_TYPE` is the reference's `redis`, at its default socket.
+    if !env
+        .iter()
+        .any(|(k, _)| *k == "REDIS_URL" || *k == "BACKEND_TYPE")
+    {
+        command.env("BACKEND_TYPE", "memory");
+    }
     command
 }
 
@@ -137,9 +145,77 @@ pub const RESOLV_CONF: &str = "(resolv.conf)";
 /// (through `unshare --mount`, as root), to resolve a name to the addresses a test chooses.
 pub const HOSTS: &str = "(hosts)";
 
+/// A started binary whose `listening on` line may not have come yet.
+pub struct Starting {
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+    lines: std::sync::mpsc::Receiver<String>,
+    line: Option<String>,
+}
+
+impl Starting {
+    /// Whether the `listening on` line comes within `within`.
+    pub fn listens_within(&mut self, within: Duration) -> bool {
+        if self.line.is_none() {
+            self.line = self.lines.recv_timeout(within).ok();
+        }
+        self.line.is_some()
+    }
+
+    /// What it logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits up to `within` for the `listening on` line; the running server.
+    pub fn listening(mut self, within: Duration) -> Rls {
+        self.listens_within(within);
+        let line = self.line.take().unwrap_or_default();
+        let stderr = Arc::clone(&self.stderr);
+        let addr = |name: &str| -> SocketAddr {
+            let found = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| {
+                    panic!("no {name}= in {line:?}; stderr: {}", stderr.lock().unwrap())
+                });
+            found.parse().unwrap()
+        };
+        // gRPC on a Unix socket (`grpc=unix:PATH`) has no address.
+        let grpc = match line.contains(" grpc=unix:") {
+            true => SocketAddr::from(([0, 0, 0, 0], 0)),
+            false => addr("grpc"),
+        };
+        let (http, debug) = (addr("http"), addr("debug"));
+        let child = self.child.take().expect("a started child");
+        Rls {
+            child,
+            grpc,
+            http,
+            debug,
+            line,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Rls {
     /// Starts the binary on `runtime` and waits for its `listening on` line.
     pub fn start(runtime: &Runtime, env: &[(&str, &str)]) -> Self {
+        Self::spawn(runtime, env).listening(Duration::from_secs(20))
+    }
+
+    /// Starts the binary on `runtime` without waiting for it to listen.
+    pub fn spawn(runtime: &Runtime, env: &[(&str, &str)]) -> Starting {
         let mut child = command(&runtime.root, env)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -160,35 +236,18 @@ impl Rls {
             }
         });
         let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
+            if BufReader::new(stdout).read_line(&mut line).is_ok() && !line.is_empty() {
+                let _ = tx.send(line);
+            }
         });
-        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-        let addr = |name: &str| -> SocketAddr {
-            let found = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| {
-                    panic!("no {name}= in {line:?}; stderr: {}", stderr.lock().unwrap())
-                });
-            found.parse().unwrap()
-        };
-        // gRPC on a Unix socket (`grpc=unix:PATH`) has no address.
-        let grpc = match line.contains(" grpc=unix:") {
-            true => SocketAddr::from(([0, 0, 0, 0], 0)),
-            false => addr("grpc"),
-        };
-        let (http, debug) = (addr("http"), addr("debug"));
-        Self {
-            child,
-            grpc,
-            http,
-            debug,
-            line,
+        Starting {
+            child: Some(child),
             stderr,
+            lines,
+            line: None,
         }
     }
 
@@ -220,9 +279,18 @@ impl Rls {
         self.terminate()
     }
 
+    /// Stops it with `signal` (`-HUP`, `-INT`, …) and waits; its exit status.
+    pub fn stop_with(mut self, signal: &str) -> ExitStatus {
+        self.signal_and_wait(signal)
+    }
+
     fn terminate(&mut self) -> ExitStatus {
+        self.signal_and_wait("-TERM")
+    }
+
+    fn signal_and_wait(&mut self, signal: &str) -> ExitStatus {
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([signal, &self.child.id().to_string()])
             .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
