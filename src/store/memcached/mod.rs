@@ -63,7 +63,7 @@ pub use srv::MemcachedSrv;
 /// | --- | --- |
 /// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::StateBackedStore#the-states-bytes), or for the aligned fixed window only its block, if it is blocked |
 /// | `tollgate:api:fixed_window@<window start, µs since the epoch>:k` | the aligned fixed window's count in that window, in decimal, living until the window ends (and memcached's second more) |
-/// | `tollgate:api:slots:k` | under an in-flight limit `api`, the client's slots of requests in flight in the [state format](super::state), living until the last lease ends |
+/// | `tollgate:api:slots:k` | under an in-flight limit `api`, the client's slots of requests in flight in the [state format](super::StateBackedStore), living until the last lease ends |
 ///
 /// A key longer than 250 bytes, or with bytes memcached does not take, is `#` and its SHA-256
 /// in hex. Blocks (after a breach, or [`block`](Store::block)) forget the window's count, as
