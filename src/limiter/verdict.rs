@@ -121,7 +121,7 @@ impl Limiter {
             // allocations small enough for the allocator's fast path cost less than one that
             // is not.
             [one] if !pending.counts_status(one) => {
-                Box::pin(self.engine.decide_one(&pending.ask(one)))
+                Box::pin(self.engine.decide_one_waiting(&pending.ask(one)))
                     .await
                     .map(|decision| self.verdict(pending, std::slice::from_ref(&decision)))
             }

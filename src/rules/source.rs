@@ -87,13 +87,8 @@ impl RuleSource {
         Ok(Arc::new(Self { current }))
     }
 
-    /// Rules from code only, compiled already: nothing to read, so it cannot fail. (The key
-    /// and algorithm are those a file's rules would default to, and there is no file.)
-    pub(crate) fn fixed(
-        rules: RuleSet,
-        _default_key: Arc<dyn KeyExtractor>,
-        _default_algorithm: Algorithm,
-    ) -> Arc<Self> {
+    /// Rules from code only, compiled already: nothing to read, so it cannot fail.
+    pub(crate) fn fixed(rules: RuleSet) -> Arc<Self> {
         Arc::new(Self {
             current: Current::Fixed(Arc::new(rules)),
         })
