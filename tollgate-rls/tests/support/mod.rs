@@ -36,9 +36,10 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// Unique per call: tests of one binary run side by side in one process, and a shared
+    /// directory would be removed under another test's feet.
     pub fn new(test: &str) -> Self {
-        let root = std::env::temp_dir().join(format!("tollgate-rls-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = temp_dir(&format!("rls-{test}"));
         std::fs::create_dir_all(root.join("ratelimit/config")).unwrap();
         Self { root }
     }
