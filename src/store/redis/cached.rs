@@ -5,9 +5,23 @@ use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 
 use deadpool_redis::redis::aio::ConnectionLike;
+use deadpool_redis::redis::RedisResult;
 
-use super::script::{self, Call};
+use super::script;
 use crate::error::StoreError;
+
+/// What runs on a connection: a script call ([`Call`](super::script::Call)) or a pipeline of
+/// plain commands ([`Pipe`](super::counters::Pipe)).
+pub(crate) trait OnConnection {
+    /// What it returns.
+    type Output;
+
+    /// Runs it on `connection`.
+    fn run_on<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+    ) -> impl Future<Output = RedisResult<Self::Output>> + Send;
+}
 
 /// Taking a connection, its type erased.
 type Connecting<'a, C> = Pin<Box<dyn Future<Output = Result<C, StoreError>> + Send + 'a>>;
@@ -31,13 +45,10 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
         }
     }
 
-    /// Runs `call` on the kept connection, taking one by `connect` first if none is kept.
-    pub(crate) async fn run<F, Fut>(
-        &self,
-        call: Call<'_>,
-        connect: F,
-    ) -> Result<Vec<i64>, StoreError>
+    /// Runs `work` on the kept connection, taking one by `connect` first if none is kept.
+    pub(crate) async fn run<W, F, Fut>(&self, work: W, connect: F) -> Result<W::Output, StoreError>
     where
+        W: OnConnection,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<C, StoreError>> + Send,
     {
@@ -62,7 +73,7 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
                 }
             }
         };
-        call.run(&mut connection).await.map_err(|e| {
+        work.run_on(&mut connection).await.map_err(|e| {
             if script::breaks_connection(&e) {
                 self.forget();
             }

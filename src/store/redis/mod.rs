@@ -13,6 +13,7 @@ mod calls;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
+mod counters;
 mod options;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod pools;
@@ -77,6 +78,9 @@ pub struct RedisStore {
     prefix: Arc<str>,
     clock: Option<Arc<dyn Clock>>,
     shared: Arc<Shared>,
+    /// Where the plain counters of one-second policies live, if not here (see
+    /// [`per_second`](Self::per_second)).
+    per_second: Option<Arc<RedisStore>>,
 }
 
 /// What all clones of a store share: the scripts and the connection in use.
@@ -206,7 +210,32 @@ impl RedisStore {
                 scripts: Scripts::new(),
                 connection,
             }),
+            per_second: None,
         }
+    }
+
+    /// Keeps the [plain counters](Policy::with_plain_counter) of one-second policies in
+    /// `store` (a Redis of their own, as envoyproxy/ratelimit's `REDIS_PERSECOND` keeps its
+    /// per-second limits), and everything else here. A request whose plain counters are
+    /// charged every hit, or stop when over the limit among plain counters only, is one
+    /// pipeline on each Redis at once, as in the reference. One that needs an atomic step
+    /// across both (a refused request consuming nothing) is one script call on each: the
+    /// all-or-nothing holds within each Redis, and each limit stays exact. The decisions are
+    /// made at this store's clock's time.
+    #[must_use]
+    pub fn per_second(mut self, store: RedisStore) -> Self {
+        let store = RedisStore {
+            clock: self.clock.clone(),
+            per_second: None,
+            ..store
+        };
+        self.per_second = Some(Arc::new(store));
+        self
+    }
+
+    /// The store of [`per_second`](Self::per_second), if one was given.
+    pub fn per_second_store(&self) -> Option<&RedisStore> {
+        self.per_second.as_deref()
     }
 
     /// Sets the key prefix (default `"tollgate"`), e.g. to keep two apps apart on one Redis.
@@ -223,7 +252,11 @@ impl RedisStore {
     /// deployments that trust their app servers' clocks more than Redis's.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Arc::new(clock));
+        let clock: Arc<dyn Clock> = Arc::new(clock);
+        if let Some(per_second) = &mut self.per_second {
+            Arc::make_mut(per_second).clock = Some(Arc::clone(&clock));
+        }
+        self.clock = Some(clock);
         self
     }
 
@@ -254,6 +287,7 @@ impl fmt::Debug for RedisStore {
             .field("connection", &self.shared.connection)
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
+            .field("per_second", &self.per_second)
             .finish_non_exhaustive()
     }
 }

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::aio::ConnectionLike;
 use deadpool_redis::redis::{self, Script};
 
+use super::cached::OnConnection;
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::StoreError;
@@ -24,6 +25,8 @@ pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
 pub(crate) struct Scripts {
     /// One per algorithm, in `Algorithm::ALL` order.
     single: [LuaScript; 7],
+    /// `lua/plain_counter.lua`: a plain counter's decisions that need one atomic step.
+    plain: LuaScript,
     /// Every algorithm's script and `lua/stacked.lua` in one: see [`STACKED_SOURCE`].
     stacked: LuaScript,
     /// `lua/control.lua`: reset, block and refund one client.
@@ -38,6 +41,7 @@ impl Scripts {
             single: ALGORITHM_SOURCES
                 .each_ref()
                 .map(|s| LuaScript::new(s.as_str())),
+            plain: LuaScript::new(PLAIN_SOURCE.as_str()),
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
             lease: LuaScript::new(LEASE_SOURCE.as_str()),
@@ -118,7 +122,10 @@ impl Scripts {
             u64::from(if dry { cost } else { cost.max(1) }),
         ];
         // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
-        let script = &self.single[algorithm_index(policy.algorithm())];
+        let script = match policy.plain_counter() {
+            true => &self.plain,
+            false => &self.single[algorithm_index(policy.algorithm())],
+        };
         let mut command = evalsha(script, &[key]);
         command.arg(&numbers[..]).arg(now);
         if dry {
@@ -144,7 +151,7 @@ impl Scripts {
         for c in checks {
             let p = c.policy.params();
             numbers.extend([
-                algorithm_index(c.policy.algorithm()) as u64 + 1,
+                script_number(c.policy),
                 p.limit,
                 p.period,
                 p.burst,
@@ -188,6 +195,24 @@ impl Scripts {
         let mut command = evalsha(&self.control, &[key]);
         command.arg(op).arg(&numbers[..]).arg(now);
         Call::new(&self.control, command)
+    }
+}
+
+impl Scripts {
+    /// The call that gives `units` back to the plain counter at `key` (see
+    /// `lua/plain_counter.lua`, `ARGV[7] = "r"`).
+    pub(crate) fn plain_refund(
+        &self,
+        key: String,
+        policy: &Policy,
+        units: u32,
+        now: &str,
+    ) -> Call<'_> {
+        let p = policy.params();
+        let numbers = [p.limit, p.period, p.burst, p.interval, u64::from(units)];
+        let mut command = evalsha(&self.plain, &[key]);
+        command.arg(&numbers[..]).arg(now).arg("r");
+        Call::new(&self.plain, command)
     }
 }
 
@@ -236,7 +261,7 @@ impl<'a> Call<'a> {
     /// cache of the node that holds the keys), `EVAL` with the source, which runs it and caches
     /// it again in one round trip and, unlike `SCRIPT LOAD` + `EVALSHA`, cannot race with
     /// another flush. On a cluster both go to the node of the first key.
-    pub(crate) async fn run<C: ConnectionLike + Send>(
+    async fn run<C: ConnectionLike + Send>(
         &self,
         connection: &mut C,
     ) -> redis::RedisResult<Vec<i64>> {
@@ -259,6 +284,17 @@ impl<'a> Call<'a> {
             }
         }
         command
+    }
+}
+
+impl OnConnection for Call<'_> {
+    type Output = Vec<i64>;
+
+    fn run_on<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+    ) -> impl std::future::Future<Output = redis::RedisResult<Vec<i64>>> + Send {
+        self.run(connection)
     }
 }
 
@@ -426,9 +462,33 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
             ),
         };
     }
+    // A plain counter is the stacked script's function number 8 (`script_number`).
+    let _ = write!(
+        source,
+        "ALGORITHMS[{PLAIN_NUMBER}] = function(KEYS, ARGV)\n{REQUEST}\n{PLAIN}\nend\n"
+    );
     source.push_str(include_str!("lua/stacked.lua"));
     source
 });
+
+/// `lua/plain_counter.lua`, a plain counter's own file.
+const PLAIN: &str = include_str!("lua/plain_counter.lua");
+
+/// A plain counter's script as it runs: the prelude, `lua/request.lua`, then
+/// `lua/plain_counter.lua`.
+static PLAIN_SOURCE: LazyLock<String> = LazyLock::new(|| format!("{PRELUDE}\n{REQUEST}\n{PLAIN}"));
+
+/// The stacked script's number of a plain counter's function: after the seven algorithms'.
+const PLAIN_NUMBER: u64 = 8;
+
+/// The number of `policy`'s function in the stacked script (1-based, `Algorithm::ALL` order,
+/// then [`PLAIN_NUMBER`]).
+fn script_number(policy: &Policy) -> u64 {
+    match policy.plain_counter() {
+        true => PLAIN_NUMBER,
+        false => algorithm_index(policy.algorithm()) as u64 + 1,
+    }
+}
 
 /// The lease script as it runs: the prelude, then `lua/lease.lua`.
 static LEASE_SOURCE: LazyLock<String> =
