@@ -37,6 +37,7 @@
 //! worst request accepted is cheap, and on Redis it is one script call of at most
 //! [`MAX_DESCRIPTORS`] checks.
 
+mod cache_key;
 mod config;
 mod counters;
 mod dir;
@@ -52,6 +53,7 @@ mod service;
 mod source;
 mod stat_name;
 mod stats;
+mod swap_check;
 mod xds;
 mod yaml;
 

@@ -59,6 +59,8 @@ struct Inner {
     /// How a failing store is answered: `None` is a gRPC error, as the reference answers.
     on_error: Option<OnStoreError>,
     modes: Modes,
+    /// The reference's `CACHE_KEY_PREFIX`, before every key in the reference's layout.
+    cache_key_prefix: String,
     headers: Option<ResponseHeaders>,
     stats: stats::Statistics,
     /// The xDS client feeding `config`, if it comes from a control plane; stops with the
@@ -79,6 +81,7 @@ impl RateLimitService {
             store: Engine::builder(),
             on_error: None,
             modes: Modes::default(),
+            cache_key_prefix: String::new(),
             headers: None,
             max_series: DEFAULT_MAX_SERIES,
             near_limit_ratio: stats::DEFAULT_NEAR_LIMIT_RATIO,
@@ -121,7 +124,7 @@ impl RateLimitService {
         if !config.has_domain(&request.domain) {
             stats::domain_not_found();
         }
-        let plan = Plan::new(&config, request, inner.modes);
+        let plan = Plan::new(&config, request, inner.modes, &inner.cache_key_prefix);
         let asks = plan.asks();
         let looked = plan.refused_locally();
         // A limit of zero refuses the request without the store; charging every hit, the
@@ -242,6 +245,7 @@ pub struct RateLimitServiceBuilder {
     store: EngineBuilder,
     on_error: Option<OnStoreError>,
     modes: Modes,
+    cache_key_prefix: String,
     headers: Option<ResponseHeaders>,
     max_series: usize,
     near_limit_ratio: f32,
@@ -370,6 +374,28 @@ impl RateLimitServiceBuilder {
         self
     }
 
+    /// Whether fixed-window limits count in the reference's own keys, as plain counters
+    /// (default true; see [`Policy::with_plain_counter`](tollgate::store::Policy::with_plain_counter)):
+    /// `<cache_key_prefix><domain>_<key>_<value>_…<window start>`, so that reference
+    /// instances and this service share each count on one Redis or memcached, as during a
+    /// rolling swap. A limit with one of tollgate's extensions (another `algorithm`, a
+    /// `unit_multiplier`, a `lease`) counts in tollgate's keys either way. False: every limit
+    /// counts in tollgate's keys, a request's descriptors decided in one atomic script call
+    /// (tollgate's stacked mode), apart from the reference's counts.
+    pub fn reference_counters(mut self, on: bool) -> Self {
+        self.modes.reference_counters = on;
+        self
+    }
+
+    /// The reference's `CACHE_KEY_PREFIX` (default empty): put before every key in the
+    /// reference's layout (see [`reference_counters`](Self::reference_counters)). Keys in
+    /// tollgate's layout take the store's own prefix
+    /// ([`RedisStore::prefix`](tollgate::store::RedisStore::prefix)).
+    pub fn cache_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.cache_key_prefix = prefix.into();
+        self
+    }
+
     /// Answers OK even when a limit is over, while deciding and counting as usual (the
     /// reference's `SHADOW_MODE`).
     pub fn shadow_mode(mut self, shadow: bool) -> Self {
@@ -461,6 +487,7 @@ impl RateLimitServiceBuilder {
                 engine,
                 on_error: self.on_error,
                 modes: self.modes,
+                cache_key_prefix: self.cache_key_prefix,
                 headers: self.headers,
                 stats: stats::Statistics {
                     series: Series::new(self.max_series),

@@ -24,30 +24,46 @@ const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
-        "each key expires when its algorithm no longer needs it",
+        "a counter expires one unit after its last hit; a window's counter is never read \
+         after its window, so the jitter would only spread expiries",
     ),
     (
         "REDIS_PIPELINE_WINDOW",
-        "one multiplexed connection pipelines every call",
+        "each request's commands go out at once, one pipeline on one multiplexed connection \
+         (the reference applies the window to a cluster's write buffering only)",
     ),
     (
         "REDIS_PIPELINE_LIMIT",
-        "one multiplexed connection pipelines every call",
+        "deprecated in the reference, where it has no effect either",
     ),
     (
         "REDIS_CLUSTER_PIPELINE_PARALLELISM",
-        "one multiplexed connection pipelines every call",
+        "a cluster's pipelines, one per hash slot, go out at once on one multiplexed connection",
     ),
     (
         "REDIS_POOL_ON_EMPTY_BEHAVIOR",
         "one multiplexed connection carries every call",
     ),
-    ("REDIS_PERSECOND", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_URL", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_TYPE", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_AUTH", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_TLS", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_POOL_SIZE", "one Redis serves every unit"),
+    (
+        "REDIS_PERSECOND_PIPELINE_WINDOW",
+        "each request's commands go out at once, one pipeline on one multiplexed connection",
+    ),
+    (
+        "REDIS_PERSECOND_PIPELINE_LIMIT",
+        "deprecated in the reference, where it has no effect either",
+    ),
+    (
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+        "a cluster's pipelines, one per hash slot, go out at once on one multiplexed connection",
+    ),
+    (
+        "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+        "one multiplexed connection carries every call",
+    ),
+    (
+        "REDIS_PERSECOND_TIMEOUT",
+        "STORE_TIMEOUT bounds every decision, on either Redis",
+    ),
     (
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         "a Redis outage is answered by ON_STORE_ERROR, not by failing health checks",

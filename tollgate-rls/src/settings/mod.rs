@@ -5,7 +5,7 @@
 //!
 //! One file per group of variables, each read by one function: `process.rs` (logs, threads),
 //! `server.rs` and `tls.rs` (listeners), `config.rs` and `xds.rs` (where the limits come from),
-//! `store.rs` with `redis.rs` and `memcached.rs` (the store), `answers.rs` (what an answer
+//! `store.rs` with `redis.rs`, `persecond.rs` and `memcached.rs` (the store), `answers.rs` (what an answer
 //! says and a hit charges), `stats.rs` and `statsd.rs` (statistics), `ignored.rs`. `vars.rs`
 //! reads the values' forms (Go's booleans and durations).
 
@@ -14,6 +14,7 @@ mod config;
 mod error;
 mod ignored;
 mod memcached;
+mod persecond;
 mod process;
 mod redis;
 mod server;

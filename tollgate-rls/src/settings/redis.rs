@@ -11,6 +11,9 @@ use super::vars::Vars;
 /// to say when it is built (`store/redis.rs`).
 #[derive(Debug, Clone)]
 pub(crate) struct Redis {
+    /// The head of its variables' names: `REDIS`, or `REDIS_PERSECOND` for the per-second
+    /// Redis (`persecond.rs`), for the messages that name them.
+    pub(crate) names: &'static str,
     /// `REDIS_URL`: `host:port`, a comma-separated list (cluster, sentinel), a socket path,
     /// or `redis://` / `rediss://` URLs.
     pub(crate) url: String,
@@ -46,6 +49,7 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<Option<Redis>, SettingsError> {
         return Ok(None);
     };
     Ok(Some(Redis {
+        names: "REDIS",
         url,
         kind: vars.get("REDIS_TYPE", "single").to_ascii_lowercase(),
         socket_type: vars.get("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase(),
