@@ -144,6 +144,17 @@ impl RedisStore {
                     self.decide(one.key, one.policy, one.cost, false).await?,
                 ])
             }
+            // Charged, and no block to start: the algorithm's own script, charging a denial.
+            [one] if !one.blocking || one.policy.block_for_us() == 0 => {
+                let (mut keys, now) = self.keys_and_now(checks);
+                let key = keys.pop().unwrap_or_default();
+                let call = self.scripts().charged(key, one.policy, one.cost, &now);
+                let reply = self.eval(call).await?;
+                return Ok(vec![script::decision_from_reply(
+                    one.policy.params().burst,
+                    &reply,
+                )?]);
+            }
             _ => {}
         }
         let (keys, now) = self.keys_and_now(checks);

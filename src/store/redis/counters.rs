@@ -222,8 +222,8 @@ async fn on_each(
 ///
 /// - no check blocks another (every hit charged): the plain counters are charged in their
 ///   pipelines and the others decided in one script call, all at once;
-/// - every check is a charged plain counter that stops the others when over its limit: the
-///   reference's two pipelines ([`charge`]);
+/// - every check is a charged plain counter that stops the others when over its limit, each
+///   counter named once: the reference's two pipelines ([`charge`]);
 /// - else, all in one stacked script call, on one store; checks kept in two stores (the
 ///   per-second store's plain counters and the others) are one call on each, at once, so the
 ///   all-or-nothing holds within each store, and each limit stays exact.
@@ -244,21 +244,56 @@ pub(super) async fn check_many(
             [(counters.0, charged), (others.0, decided)],
         ));
     }
-    if checks.iter().all(|c| plain(c) && c.charge && c.blocking) {
+    // The same counter twice is decided in order, the second seeing what the first would
+    // take: one atomic step, below.
+    let repeated = (checks.iter().enumerate()).any(|(i, c)| {
+        checks[..i]
+            .iter()
+            .any(|d| d.key == c.key && d.policy == c.policy)
+    });
+    if !repeated && checks.iter().all(|c| plain(c) && c.charge && c.blocking) {
         return charge(store, checks, true).await;
     }
     let (fast, main) = split(checks, |c| {
         !std::ptr::eq(store.counters_of(c.policy), store)
     });
     let Some(per_second) = store.per_second.as_deref().filter(|_| !fast.0.is_empty()) else {
-        return store.scripted(checks).await;
+        return atomic(store, checks).await;
     };
     let (fast_decided, main_decided) =
-        tokio::try_join!(per_second.scripted(&fast.1), store.scripted(&main.1))?;
+        tokio::try_join!(atomic(per_second, &fast.1), atomic(store, &main.1))?;
     Ok(merge(
         checks.len(),
         [(fast.0, fast_decided), (main.0, main_decided)],
     ))
+}
+
+/// `checks` decided in one atomic step on `store`: plain counters alone (of distinct keys,
+/// none charged while over, on one Redis, not a cluster's slots) by `lua/plain_counters.lua`,
+/// one `MGET` and a `SET` per counter that counts; anything else by the stacked script.
+async fn atomic(store: &RedisStore, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+    #[cfg(feature = "cluster")]
+    let cluster = store.shared.connection.is_cluster();
+    #[cfg(not(feature = "cluster"))]
+    let cluster = false;
+    let alone = checks.len() > 1
+        && !cluster
+        && (checks.iter()).all(|c| c.policy.plain_counter() && !c.charge);
+    if !alone {
+        return store.scripted(checks).await;
+    }
+    let now = store.counter_now();
+    let keys: Vec<String> = (checks.iter())
+        .map(|c| counter_key(c.key, c.policy, now))
+        .collect();
+    let distinct = (keys.iter().enumerate()).all(|(i, k)| !keys[..i].contains(k));
+    if !distinct {
+        return store.scripted(checks).await;
+    }
+    let reply = store
+        .eval(store.scripts().plain_together(&keys, checks, now))
+        .await?;
+    super::script::decisions_from_reply(checks, &reply)
 }
 
 /// The indexes and copies of the checks that `which` picks, and of the others.

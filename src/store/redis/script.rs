@@ -27,6 +27,8 @@ pub(crate) struct Scripts {
     single: [LuaScript; 7],
     /// `lua/plain_counter.lua`: a plain counter's decisions that need one atomic step.
     plain: LuaScript,
+    /// `lua/plain_counters.lua`: plain counters decided together, a refusal consuming nothing.
+    plain_together: LuaScript,
     /// Every algorithm's script and `lua/stacked.lua` in one: see [`STACKED_SOURCE`].
     stacked: LuaScript,
     /// `lua/control.lua`: reset, block and refund one client.
@@ -42,6 +44,7 @@ impl Scripts {
                 .each_ref()
                 .map(|s| LuaScript::new(s.as_str())),
             plain: LuaScript::new(PLAIN_SOURCE.as_str()),
+            plain_together: LuaScript::new(PLAIN_TOGETHER_SOURCE.as_str()),
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
             lease: LuaScript::new(LEASE_SOURCE.as_str()),
@@ -101,17 +104,25 @@ impl Scripts {
     /// The call that decides one request of `cost` for the state at `key` under `policy`;
     /// `now` is the store clock's µs, or `""` for Redis `TIME`.
     pub(crate) fn single(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
-        self.one(key, policy, cost, now, false)
+        self.one(key, policy, cost, now, Mode::Write)
+    }
+
+    /// The call that decides one request as [`single`](Self::single) does, and records its
+    /// cost even when it is denied (`ARGV[7] = "c"`, charged while over): a stacked decision
+    /// of one charged check, without the stacked script around it. Blocks nothing.
+    pub(crate) fn charged(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
+        self.one(key, policy, cost, now, Mode::Charge)
     }
 
     /// The call that decides one request as [`single`](Self::single) does, in a dry run
     /// (`ARGV[7] = "1"`): the algorithm's script decides exactly as usual and writes nothing.
     /// Every Redis store peeks with it.
     pub(crate) fn peek(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
-        self.one(key, policy, cost, now, true)
+        self.one(key, policy, cost, now, Mode::Dry)
     }
 
-    fn one(&self, key: String, policy: &Policy, cost: u32, now: &str, dry: bool) -> Call<'_> {
+    fn one(&self, key: String, policy: &Policy, cost: u32, now: &str, mode: Mode) -> Call<'_> {
+        let dry = mode == Mode::Dry;
         let p = policy.params();
         let numbers = [
             p.limit,
@@ -131,6 +142,9 @@ impl Scripts {
         if dry {
             // ARGV[7]: a dry run, which sets no block.
             command.arg("1");
+        } else if mode == Mode::Charge {
+            // ARGV[7]: charged while over, which sets no block either.
+            command.arg("c");
         } else if policy.block_for_us() > 0 {
             // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block.
             command.arg("0").arg(policy.block_for_us());
@@ -199,6 +213,29 @@ impl Scripts {
 }
 
 impl Scripts {
+    /// The call that decides the plain counters `checks` (at `keys`, distinct, none charged)
+    /// together, at `now` µs: see `lua/plain_counters.lua`.
+    pub(crate) fn plain_together(
+        &self,
+        keys: &[String],
+        checks: &[Check<'_>],
+        now: u64,
+    ) -> Call<'_> {
+        let mut numbers = Vec::with_capacity(4 * checks.len());
+        for c in checks {
+            let p = c.policy.params();
+            numbers.extend([
+                p.limit,
+                p.period,
+                u64::from(c.cost.max(1)),
+                u64::from(c.blocking),
+            ]);
+        }
+        let mut command = evalsha(&self.plain_together, keys);
+        command.arg(now).arg(&numbers[..]);
+        Call::new(&self.plain_together, command)
+    }
+
     /// The call that gives `units` back to the plain counter at `key` (see
     /// `lua/plain_counter.lua`, `ARGV[7] = "r"`).
     pub(crate) fn plain_refund(
@@ -214,6 +251,17 @@ impl Scripts {
         command.arg(&numbers[..]).arg(now).arg("r");
         Call::new(&self.plain, command)
     }
+}
+
+/// How a single decision's script runs (its `ARGV[7]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Decides and writes when allowed (and blocks after a denial, if the policy blocks).
+    Write,
+    /// Decides and writes nothing.
+    Dry,
+    /// Decides, writes when allowed, and records a denial's cost too.
+    Charge,
 }
 
 /// What [`Scripts::control`] does to one client.
@@ -477,6 +525,10 @@ const PLAIN: &str = include_str!("lua/plain_counter.lua");
 /// A plain counter's script as it runs: the prelude, `lua/request.lua`, then
 /// `lua/plain_counter.lua`.
 static PLAIN_SOURCE: LazyLock<String> = LazyLock::new(|| format!("{PRELUDE}\n{REQUEST}\n{PLAIN}"));
+
+/// `lua/plain_counters.lua` as it runs: the prelude in front.
+static PLAIN_TOGETHER_SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/plain_counters.lua")));
 
 /// The stacked script's number of a plain counter's function: after the seven algorithms'.
 const PLAIN_NUMBER: u64 = 8;

@@ -195,11 +195,15 @@ async fn redis_decides_plain_counters_as_memory_does() {
             for step in 0..120 {
                 clock.advance(Duration::from_millis(rng.random_range(0..150)));
                 let costs: [u32; 3] = std::array::from_fn(|_| rng.random_range(0..3));
-                let asks = [
+                let mut asks = vec![
                     Ask::new(&keys[0], &a, costs[0]),
                     Ask::new(&keys[1], &b, costs[1]).blocking(rng.random_bool(0.8)),
                     Ask::new(&keys[2], &other, costs[2].max(1)),
                 ];
+                if step % 5 == 4 {
+                    // The same counter twice: the second sees what the first took.
+                    asks.push(Ask::new(&keys[0], &a, 1));
+                }
                 let want = memory.decide(&asks, charging).await.unwrap();
                 let got = redis.decide(&asks, charging).await.unwrap();
                 assert_eq!(got, want, "{charging:?}, mixed {mixed}, step {step}");

@@ -3,7 +3,9 @@
 -- (its src/redis/fixed_cache_impl.go lines 35-38), so that it and tollgate share each count.
 -- The store runs this script only where one atomic step is needed (a refused request that
 -- consumes nothing, plain counters stacked with other algorithms, a refund); charging every
--- hit it sends the reference's own pipeline of INCRBY + EXPIRE instead (counters.rs).
+-- hit it sends the reference's own pipeline of INCRBY + EXPIRE instead (counters.rs). Inside
+-- the script, which nothing interleaves with, the count it read plus the cost is written with
+-- one SET ... EX: the same value and time to live as INCRBY + EXPIRE, one call fewer.
 --
 -- KEYS[1]  the counter: the client key and the window's start in Unix seconds, which the store
 --          computed from ARGV[6] (a plain counter's window is the instance's clock's, never
@@ -17,7 +19,7 @@
 --          {1, 0, 0, -1}; absent or anything else: writes when allowed.
 -- Reply:   {allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)}
 --
--- Calls: GET, then INCRBY + EXPIRE when it counts.
+-- Calls: GET, then SET ... EX when it counts.
 -- By hand:
 --   redis-cli EVAL "$(cat src/store/redis/lua/prelude.lua src/store/redis/lua/request.lua src/store/redis/lua/plain_counter.lua)" 1 edge_remote_address_10.0.0.1_1700000040 100 60000000 100 600000 1 1700000055000000
 -- Must decide exactly like src/algorithm/fixed_window.rs on the counter's count.
@@ -43,8 +45,7 @@ local window_end = now - now % period + period
 local seconds = string.format('%d', math.floor(period / 1000000))
 if count + cost <= limit then
   if mode ~= '1' then
-    redis.call('INCRBY', key, ARGV[5])
-    redis.call('EXPIRE', key, seconds)
+    redis.call('SET', key, string.format('%d', count + cost), 'EX', seconds)
   end
   return {1, limit - count - cost, window_end - now, -1}
 end
@@ -63,7 +64,6 @@ if left < 0 then
   left = 0
 end
 if mode == 'c' then
-  redis.call('INCRBY', key, ARGV[5])
-  redis.call('EXPIRE', key, seconds)
+  redis.call('SET', key, string.format('%d', count + cost), 'EX', seconds)
 end
 return {0, left, reset_after, retry_after}
