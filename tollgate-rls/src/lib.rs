@@ -40,6 +40,7 @@
 mod cache_key;
 mod config;
 mod counters;
+mod counting;
 mod dir;
 mod dir_check;
 mod json;

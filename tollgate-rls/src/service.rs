@@ -244,8 +244,9 @@ pub struct RateLimitServiceBuilder {
     watch: bool,
     store: EngineBuilder,
     on_error: Option<OnStoreError>,
-    modes: Modes,
-    cache_key_prefix: String,
+    pub(crate) modes: Modes,
+    /// The reference's `CACHE_KEY_PREFIX` (see `counting.rs`).
+    pub(crate) cache_key_prefix: String,
     headers: Option<ResponseHeaders>,
     max_series: usize,
     near_limit_ratio: f32,
@@ -371,28 +372,6 @@ impl RateLimitServiceBuilder {
     /// as the reference): see [`Charging`].
     pub fn charging(mut self, charging: Charging) -> Self {
         self.modes.charging = charging;
-        self
-    }
-
-    /// Whether fixed-window limits count in the reference's own keys, as plain counters
-    /// (default true; see [`Policy::with_plain_counter`](tollgate::store::Policy::with_plain_counter)):
-    /// `<cache_key_prefix><domain>_<key>_<value>_…<window start>`, so that reference
-    /// instances and this service share each count on one Redis or memcached, as during a
-    /// rolling swap. A limit with one of tollgate's extensions (another `algorithm`, a
-    /// `unit_multiplier`, a `lease`) counts in tollgate's keys either way. False: every limit
-    /// counts in tollgate's keys, a request's descriptors decided in one atomic script call
-    /// (tollgate's stacked mode), apart from the reference's counts.
-    pub fn reference_counters(mut self, on: bool) -> Self {
-        self.modes.reference_counters = on;
-        self
-    }
-
-    /// The reference's `CACHE_KEY_PREFIX` (default empty): put before every key in the
-    /// reference's layout (see [`reference_counters`](Self::reference_counters)). Keys in
-    /// tollgate's layout take the store's own prefix
-    /// ([`RedisStore::prefix`](tollgate::store::RedisStore::prefix)).
-    pub fn cache_key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.cache_key_prefix = prefix.into();
         self
     }
 

@@ -64,6 +64,7 @@ pub use srv::MemcachedSrv;
 /// | --- | --- |
 /// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::StateBackedStore#the-states-bytes), or for the aligned fixed window only its block, if it is blocked |
 /// | `tollgate:api:fixed_window@<window start, µs since the epoch>:k` | the aligned fixed window's count in that window, in decimal, living until the window ends (and memcached's second more) |
+/// | `k<window start, Unix seconds>` | a [plain counter](Policy::with_plain_counter)'s count, in decimal, as envoyproxy/ratelimit keeps it (the client key as given, no prefix), made and added to by one increment, living one period |
 ///
 /// A key longer than 250 bytes, or with bytes memcached does not take, is `#` and its SHA-256
 /// in hex. Blocks (after a breach, or [`block`](Store::block)) forget the window's count, as

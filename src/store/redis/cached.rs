@@ -5,23 +5,10 @@ use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 
 use deadpool_redis::redis::aio::ConnectionLike;
-use deadpool_redis::redis::RedisResult;
 
-use super::script;
+use super::on_connection::OnConnection;
+use super::reply;
 use crate::error::StoreError;
-
-/// What runs on a connection: a script call ([`Call`](super::script::Call)) or a pipeline of
-/// plain commands ([`Pipe`](super::counters::Pipe)).
-pub(crate) trait OnConnection {
-    /// What it returns.
-    type Output;
-
-    /// Runs it on `connection`.
-    fn run_on<C: ConnectionLike + Send>(
-        &self,
-        connection: &mut C,
-    ) -> impl Future<Output = RedisResult<Self::Output>> + Send;
-}
 
 /// Taking a connection, its type erased.
 type Connecting<'a, C> = Pin<Box<dyn Future<Output = Result<C, StoreError>> + Send + 'a>>;
@@ -74,10 +61,10 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
             }
         };
         work.run_on(&mut connection).await.map_err(|e| {
-            if script::breaks_connection(&e) {
+            if reply::breaks_connection(&e) {
                 self.forget();
             }
-            script::store_error(e)
+            reply::store_error(e)
         })
     }
 

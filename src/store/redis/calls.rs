@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::counters::{self, counter_key};
-use super::script::{self, Call, ClientAction, Scripts};
+use super::reply;
+use super::script::{Call, ClientAction, Scripts};
 use super::RedisStore;
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -62,7 +63,7 @@ impl RedisStore {
             true => scripts.peek(key, policy, cost, &now),
         };
         let reply = self.eval(call).await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        reply::decision_from_reply(policy.params().burst, &reply)
     }
 
     /// One request of a plain counter, or a dry run of it: one call of
@@ -83,7 +84,7 @@ impl RedisStore {
             true => scripts.peek(key, policy, cost, &now),
         };
         let reply = self.eval(call).await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        reply::decision_from_reply(policy.params().burst, &reply)
     }
 
     /// Reset or refund a plain counter (a `DEL` of the window's counter, or one call of
@@ -150,7 +151,7 @@ impl RedisStore {
                 let key = keys.pop().unwrap_or_default();
                 let call = self.scripts().charged(key, one.policy, one.cost, &now);
                 let reply = self.eval(call).await?;
-                return Ok(vec![script::decision_from_reply(
+                return Ok(vec![reply::decision_from_reply(
                     one.policy.params().burst,
                     &reply,
                 )?]);
@@ -161,7 +162,7 @@ impl RedisStore {
         let reply = self
             .eval(self.scripts().stacked(keys, checks, &now, false))
             .await?;
-        script::decisions_from_reply(checks, &reply)
+        reply::decisions_from_reply(checks, &reply)
     }
 }
 
@@ -261,7 +262,7 @@ impl Leasing for RedisStore {
         let reply = self
             .eval(self.scripts().acquire(key, policy, (min, max), &now))
             .await?;
-        script::grant_from_reply(policy.params().burst, &reply)
+        reply::grant_from_reply(policy.params().burst, &reply)
     }
 
     /// Gives back `unused` units of `grant`: one call of `lua/lease.lua`.
@@ -282,6 +283,6 @@ impl Leasing for RedisStore {
             .scripts()
             .release(key, policy, (unused, grant.mark), &now);
         let reply = self.eval(call).await?;
-        script::released_from_reply(&reply)
+        reply::released_from_reply(&reply)
     }
 }

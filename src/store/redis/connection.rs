@@ -8,7 +8,8 @@ use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 use deadpool_redis::{PoolConfig, Runtime, Timeouts};
 
-use super::cached::{CachedConnection, OnConnection};
+use super::cached::CachedConnection;
+use super::on_connection::OnConnection;
 use super::options::RedisOptions;
 #[cfg(feature = "cluster")]
 use super::pools::{ClusterManager, ClusterPool};

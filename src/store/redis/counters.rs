@@ -19,7 +19,7 @@
 use deadpool_redis::redis::aio::ConnectionLike;
 use deadpool_redis::redis::{self, FromRedisValue, RedisResult, Value};
 
-use super::cached::OnConnection;
+use super::on_connection::OnConnection;
 use super::RedisStore;
 use crate::algorithm::{window_start, State};
 use crate::clock::{Clock, SystemClock};
@@ -293,7 +293,7 @@ async fn atomic(store: &RedisStore, checks: &[Check<'_>]) -> Result<Vec<Decision
     let reply = store
         .eval(store.scripts().plain_together(&keys, checks, now))
         .await?;
-    super::script::decisions_from_reply(checks, &reply)
+    super::reply::decisions_from_reply(checks, &reply)
 }
 
 /// The indexes and copies of the checks that `which` picks, and of the others.

@@ -14,10 +14,12 @@ mod calls;
 mod cluster;
 mod connection;
 mod counters;
+mod on_connection;
 mod options;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod pools;
 pub(crate) mod redact;
+mod reply;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
@@ -38,7 +40,10 @@ use script::{Scripts, DEFAULT_PREFIX};
 /// a [`Clock`] is given.
 ///
 /// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
-/// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
+/// each with a TTL no longer than its state matters. A [plain counter](Policy::with_plain_counter)
+/// is envoyproxy/ratelimit's instead: `<client key><window start in Unix seconds>`, an integer
+/// added to with `INCRBY` + `EXPIRE`, a request's counters in one pipeline (the store's
+/// [`per_second`](Self::per_second) Redis, if given, keeps the one-second ones). A key whose value the scripts cannot read
 /// is left alone and its decisions fail with [`StoreError::KeyState`](crate::error::StoreError::KeyState).
 ///
 /// One type for every deployment, the same scripts on the same keys:

@@ -6,26 +6,26 @@
 
 use super::error::SettingsError;
 use super::redis::Redis;
-use super::store::Backend;
 use super::vars::Vars;
 
-/// The per-second Redis `vars` name, if `REDIS_PERSECOND` is true and the store is Redis.
-/// With memcached it is not read, as in the reference (whose memcached cache has no
-/// per-second client); without a store it stops the start rather than count per instance.
-pub(crate) fn read(vars: &Vars<'_>, backend: &Backend) -> Result<Option<Redis>, SettingsError> {
-    if !vars.flag("REDIS_PERSECOND", false)? {
+/// The per-second Redis `vars` name, if `REDIS_PERSECOND` is true and the store is Redis
+/// (`main`, its settings). With memcached (`memcached`) it is not read, as in the reference
+/// (whose memcached cache has no per-second client); without a store it stops the start
+/// rather than count per instance.
+pub(crate) fn read(
+    vars: &Vars<'_>,
+    main: Option<&Redis>,
+    memcached: bool,
+) -> Result<Option<Redis>, SettingsError> {
+    if !vars.flag("REDIS_PERSECOND", false)? || memcached {
         return Ok(None);
     }
-    let main = match backend {
-        Backend::Redis(main) => main,
-        Backend::Memcached(_) => return Ok(None),
-        Backend::Memory => {
-            return Err(SettingsError::conflict_at(
-                "REDIS_PERSECOND",
-                "true",
-                "needs the Redis store: set REDIS_URL (and REDIS_PERSECOND_URL)",
-            ))
-        }
+    let Some(main) = main else {
+        return Err(SettingsError::conflict_at(
+            "REDIS_PERSECOND",
+            "true",
+            "needs the Redis store: set REDIS_URL (and REDIS_PERSECOND_URL)",
+        ));
     };
     Ok(Some(Redis {
         names: "REDIS_PERSECOND",
@@ -54,15 +54,16 @@ pub(crate) fn read(vars: &Vars<'_>, backend: &Backend) -> Result<Option<Redis>, 
 mod tests {
     use std::collections::HashMap;
 
-    use super::super::store;
+    use super::super::redis;
     use super::*;
 
     fn per_second(vars: &[(&str, &str)]) -> Result<Option<Redis>, String> {
         let map: HashMap<&str, &str> = vars.iter().copied().collect();
         let lookup = |name: &str| map.get(name).map(|v| (*v).to_owned());
-        store::read(&Vars::new(&lookup))
-            .map(|s| s.per_second)
-            .map_err(|e| e.to_string())
+        let vars = Vars::new(&lookup);
+        let main = redis::read(&vars).map_err(|e| e.to_string())?;
+        let memcached = vars.var("BACKEND_TYPE").as_deref() == Some("memcache");
+        read(&vars, main.as_ref(), memcached).map_err(|e| e.to_string())
     }
 
     /// The reference's names and defaults (`src/settings/settings.go` lines 159-165: off, a

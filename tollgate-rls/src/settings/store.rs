@@ -87,7 +87,11 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<StoreSettings, SettingsError> {
         }
     };
     Ok(StoreSettings {
-        per_second: persecond::read(vars, &backend)?,
+        per_second: match &backend {
+            Backend::Redis(main) => persecond::read(vars, Some(main), false)?,
+            Backend::Memcached(_) => persecond::read(vars, None, true)?,
+            Backend::Memory => persecond::read(vars, None, false)?,
+        },
         backend,
         key_prefix: vars.get("CACHE_KEY_PREFIX", ""),
         reference_counters: vars.flag("REFERENCE_COUNTERS", true)?,
