@@ -140,6 +140,9 @@ fn stat(name: &str, labels: &[(&str, String)], value: f64) -> Option<Stat> {
         "ratelimit_redis_pool_cx_active" => {
             Stat::Gauge("ratelimit.redis_pool.cx_active".into(), value)
         }
+        "ratelimit_redis_per_second_pool_cx_active" => {
+            Stat::Gauge("ratelimit.redis_per_second_pool.cx_active".into(), value)
+        }
         "ratelimit_service_total_requests" => Stat::Counter(
             format!("ratelimit_server.{}.total_requests", method()?),
             value,
