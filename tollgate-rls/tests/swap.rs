@@ -325,3 +325,52 @@ fn check_warns_about_what_would_count_apart_from_the_reference() {
         "{stdout}"
     );
 }
+
+/// The per-second Redis down: every answer within the store timeout, as the reference's
+/// error (`UNAVAILABLE`), and counting again once it is back (one circuit breaker covers both
+/// Redis).
+#[tokio::test]
+async fn a_per_second_redis_outage_is_answered_within_the_store_timeout() {
+    let (main, fast) = (RedisServer::start(), RedisServer::start());
+    let runtime = Runtime::new("swap-outage");
+    runtime.write("swap.yaml", &units_yaml());
+    let (url, fast_url) = (main.url(), fast.url());
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", fast_url.as_str()),
+            ("STORE_TIMEOUT", "100ms"),
+        ],
+    );
+    let mut client = rls.client().await;
+    let second = || request("swap", &[&[("unit", "second")]]);
+    assert!(ask(&mut client, second()).await.statuses[0]
+        .current_limit
+        .is_some());
+    fast.pause();
+    for i in 0..8 {
+        let started = std::time::Instant::now();
+        let answer = client.should_rate_limit(second()).await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(400),
+            "answer {i} took {took:?}"
+        );
+        let status = answer.expect_err("a store failure is a gRPC error");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "answer {i}");
+    }
+    fast.resume();
+    let back = support::eventually(Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move {
+            match client.should_rate_limit(second()).await {
+                Ok(r) => r.into_inner().statuses[0].current_limit.is_some(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    assert!(back, "counting again once the per-second Redis is back");
+}

@@ -230,10 +230,14 @@ impl StoreExt for RedisStore {
         self.clock.as_deref()
     }
 
-    /// The kept connection is dropped: the next call takes one from the pool, whose check
-    /// (a `PING`) drops a connection that does not answer and opens a new one.
+    /// The kept connection is dropped (the per-second store's too): the next call takes one
+    /// from the pool, whose check (a `PING`) drops a connection that does not answer and opens
+    /// a new one.
     fn abandoned(&self) {
         self.shared.connection.forget();
+        if let Some(per_second) = &self.per_second {
+            per_second.shared.connection.forget();
+        }
     }
 
     /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
