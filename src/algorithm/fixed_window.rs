@@ -20,7 +20,7 @@ pub(crate) fn window_start(p: &Params, now: u64) -> u64 {
 impl State {
     /// A fixed-window state that has counted `count` in the window opening at `start`: what a
     /// store that keeps a plain counter per window decides with.
-    #[cfg(feature = "memcached")]
+    #[cfg(any(feature = "memcached", feature = "redis"))]
     pub(crate) fn fixed_window(start: u64, count: u64) -> Self {
         State::FixedWindow(FixedWindow(Window { start, count }))
     }

@@ -9,8 +9,10 @@ use crate::lease::Lease;
 use crate::telemetry::{Metered, RequestKeys};
 
 mod in_flight;
+mod name;
 mod parse;
 pub use in_flight::InFlight;
+pub(crate) use name::check_policy_name;
 pub(crate) use parse::parse_period;
 
 /// The shortest period a quota may have.
@@ -213,23 +215,6 @@ impl Quota {
     }
 }
 
-/// Checks a policy (or rule) name: 1–64 bytes of ASCII letters, digits, `-`, `_` or `.`,
-/// because it is written into store keys and response headers.
-pub(crate) fn check_policy_name(name: &str) -> Result<(), ConfigError> {
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if name_ok {
-        return Ok(());
-    }
-    Err(ConfigError::with_kind(
-        ConfigErrorKind::Quota,
-        format!("invalid policy name {name:?}: use 1 to 64 ASCII letters, digits, '-', '_' or '.'"),
-    ))
-}
-
 /// A named quota with an algorithm: what the layer asks a store to enforce.
 ///
 /// The name is part of every store key and of the `RateLimit-Policy` header, so two policies
@@ -252,6 +237,9 @@ pub struct Policy {
     block_for_us: u64,
     /// How instances lease this policy's quota, if they do (see [`Lease`]).
     lease: Option<Lease>,
+    /// Whether its counts are plain counters at the client key itself (see
+    /// [`with_plain_counter`](Policy::with_plain_counter)).
+    plain_counter: bool,
     /// Its keys of `tollgate_requests_total`, made once (see `crate::telemetry`).
     request_keys: RequestKeys,
 }
@@ -296,6 +284,7 @@ impl Policy {
             algorithm,
             block_for_us: 0,
             lease: None,
+            plain_counter: false,
             request_keys: RequestKeys::default(),
         }
     }
@@ -316,8 +305,14 @@ impl Policy {
     /// assert_eq!(policy.block_for(), Some(Duration::from_secs(600)));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
+    ///
+    /// A [plain counter](Self::with_plain_counter) keeps nothing but its count: it is not
+    /// blocked, and this leaves it as it is.
     #[must_use]
     pub fn with_block_for(mut self, duration: Duration) -> Self {
+        if self.plain_counter {
+            return self;
+        }
         self.block_for_us = u64::try_from(duration.as_micros())
             .unwrap_or(u64::MAX)
             .min(MAX_BUCKET_SPAN_US);
@@ -353,6 +348,13 @@ impl Policy {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn with_lease(mut self, lease: Lease) -> Result<Self, ConfigError> {
+        if self.plain_counter {
+            return Err(ConfigError::with_kind(
+                ConfigErrorKind::Rule,
+                "lease does not work with a plain counter, which every instance adds to in the \
+                 store; remove one of them",
+            ));
+        }
         lease.validate(
             self.algorithm,
             u32::try_from(self.params.burst).unwrap_or(u32::MAX),
@@ -371,6 +373,71 @@ impl Policy {
     /// How this policy's quota is leased, if it is.
     pub fn lease(&self) -> Option<Lease> {
         self.lease
+    }
+
+    /// The policy with its counts kept as envoyproxy/ratelimit (Envoy's reference rate limit
+    /// service) keeps them, so that it and tollgate share each count: a plain counter per
+    /// window at `<client key><start of the window, in Unix seconds>`, the client key used
+    /// exactly as given (a store adds no prefix of its own: whoever builds the key chooses
+    /// its namespace), added to by each request's cost and kept for one period.
+    ///
+    /// On Redis, charging every hit ([`Charging::EveryHit`](crate::engine::Charging)), a
+    /// request's plain counters are `INCRBY` + `EXPIRE` each, in one pipeline, the
+    /// reference's commands; with [`StopWhenOverLimit`](crate::engine::Charging) a `GET` of
+    /// each first, in a pipeline of its own, as the reference reads them. Other decisions
+    /// (a refused request consuming nothing, plain counters beside other algorithms) run in
+    /// the store's script, on the same keys. On memcached each is an increment that creates
+    /// the counter if it has none. The window is the store's clock's (the instance's, as the
+    /// reference's is, never Redis `TIME`). Every other store decides it as the
+    /// [`FixedWindow`](Algorithm::FixedWindow) it is: the same decisions for the same history.
+    ///
+    /// Fails unless the algorithm is the fixed window and the period whole seconds, and for
+    /// a policy that leases or blocks. A plain counter cannot be
+    /// [blocked](crate::store::Store::block) on Redis or memcached (its value is only a count).
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Quota, store::Policy};
+    ///
+    /// let policy = Policy::new("rls.60s", Quota::per_minute(100)?, Algorithm::FixedWindow)?
+    ///     .with_plain_counter()?;
+    /// assert!(policy.plain_counter());
+    /// assert!(Policy::new("p", Quota::per_minute(1)?, Algorithm::Gcra)?.with_plain_counter().is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn with_plain_counter(mut self) -> Result<Self, ConfigError> {
+        let whole_seconds = self.params.period.is_multiple_of(1_000_000);
+        let why = match () {
+            _ if self.algorithm != Algorithm::FixedWindow => {
+                format!("a plain counter is a fixed window, not {}", self.algorithm)
+            }
+            _ if !whole_seconds => "a plain counter's period is whole seconds".to_owned(),
+            _ if self.lease.is_some() => "a plain counter is not leased".to_owned(),
+            _ if self.block_for_us > 0 => "a plain counter is not blocked".to_owned(),
+            _ => {
+                self.plain_counter = true;
+                return Ok(self);
+            }
+        };
+        Err(ConfigError::with_kind(ConfigErrorKind::Quota, why))
+    }
+
+    /// Whether its counts are plain counters (see [`with_plain_counter`](Self::with_plain_counter)).
+    pub fn plain_counter(&self) -> bool {
+        self.plain_counter
+    }
+
+    /// The key of `client_key`'s plain counter in the window that holds `now` (µs): the client
+    /// key, then the window's start in Unix seconds, as envoyproxy/ratelimit's
+    /// `GenerateCacheKey` ends it (`(now / divider) * divider`).
+    pub(crate) fn counter_key(&self, client_key: &str, now: u64) -> String {
+        let period = self.params.period.max(1);
+        let start = (now - now % period) / 1_000_000;
+        let mut digits = itoa::Buffer::new();
+        let start = digits.format(start);
+        let mut key = String::with_capacity(client_key.len() + start.len());
+        key.push_str(client_key);
+        key.push_str(start);
+        key
     }
 
     /// The policy's name, as used in store keys and headers.

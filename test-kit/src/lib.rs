@@ -28,6 +28,10 @@ pub use spawned::Spawned;
 pub use tls::{make_certificate, SecureRedis};
 pub use unique::{rules_file, temp_dir, unique_prefix};
 
+/// The Redis client the kit's connections are (deadpool-redis's `redis`), for tests that send
+/// commands of their own (`redis_client::pipe()`, `redis_client::Commands`).
+pub use deadpool_redis::redis as redis_client;
+
 /// Set in a process started by [`alone`]: the name of the test it runs.
 const ALONE: &str = "TOLLGATE_TEST_ALONE";
 

@@ -201,9 +201,12 @@ async fn decisions_dropped_while_memcached_hangs_leave_nothing_behind() {
             })
             .collect();
         for call in dropped {
+            // Timed out, or (on a machine so loaded that a connection gave up first) a store
+            // error: never a decision from a server that cannot answer.
+            let answered = call.await.unwrap();
             assert!(
-                call.await.unwrap().is_err(),
-                "{algorithm}: answered while hung"
+                !matches!(answered, Ok(Ok(_))),
+                "{algorithm}: decided while hung: {answered:?}"
             );
         }
         server.resume();

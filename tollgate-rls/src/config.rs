@@ -91,6 +91,10 @@ pub(crate) struct Limit {
     /// What the store enforces; `None` when unlimited, or when nothing is allowed
     /// (`requests_per_unit: 0`), which needs no store.
     pub(crate) policy: Option<Policy>,
+    /// The same limit counted as the reference counts it, in its keys (a plain counter): for a
+    /// fixed window of one unit without a lease, the reference's only kind of limit; `None`
+    /// for the others (tollgate's extensions), which count in tollgate's keys.
+    pub(crate) counter: Option<Policy>,
     /// Its descriptor's YAML `metadata`, for the dynamic metadata of a request it passes.
     pub(crate) metadata: Option<envoy_types::pb::google::protobuf::Struct>,
     /// Its statistics' counters, found once.
@@ -266,6 +270,10 @@ fn compile(r: &YamlRateLimit, d: &YamlDescriptor, path: &str) -> Result<Limit, S
         _ if r.requests_per_unit == 0 => None,
         unit => Some(policy(r, unit).map_err(|e| format!("descriptor '{path}': {e}"))?),
     };
+    let counter = policy
+        .as_ref()
+        .filter(|_| r.unit_multiplier.unwrap_or(1) == 1)
+        .and_then(|p| p.clone().with_plain_counter().ok());
     Ok(Limit {
         full_key: path.to_owned(),
         requests_per_unit: r.requests_per_unit,
@@ -277,6 +285,7 @@ fn compile(r: &YamlRateLimit, d: &YamlDescriptor, path: &str) -> Result<Limit, S
         quota_mode: d.quota_mode,
         detailed_metric: d.detailed_metric,
         policy,
+        counter,
         metadata: d.metadata.clone(),
         counters: Counters::default(),
     })

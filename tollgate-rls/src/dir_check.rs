@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::config::{DuplicateDomains, RlsConfig};
 use super::dir::ConfigDir;
+use super::{swap_check, yaml};
 use tollgate::{ConfigError, ConfigErrorKind};
 
 /// Whether [`RlsConfig::check_dir`] reads files whose name starts with `.`.
@@ -32,6 +33,12 @@ pub struct DirCheck {
     /// Every problem, each naming its file (or the limit the directory is over): the server
     /// would refuse to start on any of them.
     pub errors: Vec<ConfigError>,
+    /// What would count differently in the reference and here, each naming its file and
+    /// descriptor: a limit with one of tollgate's extensions (`algorithm`, `burst`,
+    /// `unit_multiplier`, `lease`), which makes the reference refuse the file and, but for a
+    /// plain fixed window, counts in tollgate's keys. The server loads such files; during a
+    /// rolling swap from the reference, where both share one Redis, none may be there.
+    pub warnings: Vec<String>,
 }
 
 impl DirCheck {
@@ -79,6 +86,7 @@ impl RlsConfig {
                     files: Vec::new(),
                     skipped: Vec::new(),
                     errors: vec![e],
+                    warnings: Vec::new(),
                 }
             }
         };
@@ -86,6 +94,7 @@ impl RlsConfig {
             files: Vec::with_capacity(read.files.len()),
             skipped: read.skipped.iter().map(ToString::to_string).collect(),
             errors: Vec::new(),
+            warnings: Vec::new(),
         };
         let mut together = RlsConfig::default();
         for (path, bytes) in read.files {
@@ -99,6 +108,9 @@ impl RlsConfig {
                     RlsConfig::default()
                         .load_file(text, merge_domains)
                         .map_err(fail)?;
+                    if let Ok(root) = yaml::parse(text) {
+                        check.warnings.extend(swap_check::warnings(&name, &root));
+                    }
                     // Then with the files before it; a failed file leaves them as they were.
                     let mut with = together.clone();
                     with.load_file(text, merge_domains).map_err(fail)?;

@@ -37,8 +37,10 @@
 //! worst request accepted is cheap, and on Redis it is one script call of at most
 //! [`MAX_DESCRIPTORS`] checks.
 
+mod cache_key;
 mod config;
 mod counters;
+mod counting;
 mod dir;
 mod dir_check;
 mod json;
@@ -50,9 +52,11 @@ mod request_span;
 mod response;
 mod series;
 mod service;
+mod service_builder;
 mod source;
 mod stat_name;
 mod stats;
+mod swap_check;
 mod xds;
 mod yaml;
 
@@ -64,7 +68,8 @@ pub use limits::{
     MAX_VALUE_BYTES,
 };
 pub use response::ResponseHeaders;
-pub use service::{RateLimitService, RateLimitServiceBuilder};
+pub use service::RateLimitService;
+pub use service_builder::RateLimitServiceBuilder;
 pub use xds::{XdsBackoff, XdsSource, XdsTls};
 
 /// Envoy's messages, as the service takes and gives them (from the `envoy-types` crate).

@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use smallvec::SmallVec;
 
+use super::cache_key::cache_key;
 use super::config::{policy_name, unit_seconds, Limit, RlsConfig};
 use super::counters::Counters;
 use super::matching::{client_key, override_key, LimitRef, Matched};
@@ -23,7 +24,7 @@ use tollgate::Quota;
 pub(crate) type PerDescriptor<T> = SmallVec<[T; 4]>;
 
 /// Settings that apply to every request.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Modes {
     /// The reference's `SHADOW_MODE`: decide as usual, answer OK.
     pub(crate) shadow: bool,
@@ -33,6 +34,21 @@ pub(crate) struct Modes {
     pub(crate) dynamic_metadata: bool,
     /// Which hits are charged (default: every hit, as the reference).
     pub(crate) charging: Charging,
+    /// Whether fixed-window limits count in the reference's keys (plain counters, the
+    /// default), or in tollgate's.
+    pub(crate) reference_counters: bool,
+}
+
+impl Default for Modes {
+    fn default() -> Self {
+        Self {
+            shadow: false,
+            quota: false,
+            dynamic_metadata: false,
+            charging: Charging::default(),
+            reference_counters: true,
+        }
+    }
 }
 
 /// One descriptor's part of the request.
@@ -49,8 +65,11 @@ pub(crate) enum Item<'c> {
 #[derive(Debug)]
 pub(crate) struct Limited<'c> {
     pub(crate) limit: LimitRef<'c>,
-    /// The counter's key, sanitized for the store.
+    /// The counter's key: the reference's (without its window) for a plain counter, else
+    /// tollgate's, sanitized for the store.
     pub(crate) key: String,
+    /// Whether it counts in the reference's keys (its limit's `counter`), not tollgate's.
+    pub(crate) plain: bool,
     pub(crate) stats_key: Cow<'c, str>,
     /// Units this request uses (0: look only).
     pub(crate) cost: u32,
@@ -79,8 +98,15 @@ pub(crate) struct Plan<'c> {
 }
 
 impl<'c> Plan<'c> {
-    /// Looks up every descriptor of `request` in `config`.
-    pub(crate) fn new(config: &'c RlsConfig, request: &RateLimitRequest, modes: Modes) -> Self {
+    /// Looks up every descriptor of `request` in `config`; with the reference's counters on,
+    /// the keys of fixed-window limits are the reference's, after `prefix` (its
+    /// `CACHE_KEY_PREFIX`).
+    pub(crate) fn new(
+        config: &'c RlsConfig,
+        request: &RateLimitRequest,
+        modes: Modes,
+        prefix: &str,
+    ) -> Self {
         let domain = request.domain.as_str();
         let matched: PerDescriptor<Option<Matched<'c>>> = (request.descriptors.iter())
             .map(|d| match &d.limit {
@@ -100,7 +126,11 @@ impl<'c> Plan<'c> {
                     Item::NoLimit
                 }
                 Some(m) => Item::Limited(Limited {
-                    key: sanitize(client_key(domain, d, &m.shared)),
+                    plain: modes.reference_counters && m.limit.counter.is_some(),
+                    key: match modes.reference_counters && m.limit.counter.is_some() {
+                        true => cache_key(prefix, domain, d, &m.shared),
+                        false => sanitize(client_key(domain, d, &m.shared)),
+                    },
                     quota_mode: modes.quota || m.limit.quota_mode,
                     cost: cost(request, d),
                     limit: m.limit,
@@ -118,7 +148,10 @@ impl<'c> Plan<'c> {
     pub(crate) fn asks(&self) -> PerDescriptor<Ask<'_>> {
         self.limited()
             .filter_map(|l| {
-                let policy = l.limit.policy.as_ref()?;
+                let policy = match l.plain {
+                    true => l.limit.counter.as_ref()?,
+                    false => l.limit.policy.as_ref()?,
+                };
                 Some(Ask::new(&l.key, policy, l.cost).blocking(l.blocking()))
             })
             .collect()
@@ -168,6 +201,7 @@ fn override_limit<'c>(
             Some(Policy::new(policy_name(period), quota, Algorithm::FixedWindow).ok()?)
         }
     };
+    let counter = policy.clone().and_then(|p| p.with_plain_counter().ok());
     Some(Matched {
         limit: LimitRef::Owned(Box::new(Limit {
             full_key: override_key(domain, d),
@@ -180,6 +214,7 @@ fn override_limit<'c>(
             quota_mode: false,
             detailed_metric: false,
             policy,
+            counter,
             metadata: None,
             counters: Counters::default(),
         })),

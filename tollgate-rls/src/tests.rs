@@ -333,6 +333,20 @@ fn extensions_pick_the_algorithm_burst_lease_and_window() {
     let nothing = get(&config, "ext", &[("nothing", "v")]).unwrap();
     assert_eq!(nothing.limit.requests_per_unit, 0);
     assert!(nothing.limit.policy.is_none());
+    // None of them counts in the reference's keys: each is not a plain fixed window of one
+    // unit; a limit without extensions is.
+    for k in ["smooth", "sliding", "hot", "fortnight", "nothing"] {
+        let m = get(&config, "ext", &[(k, "v")]).unwrap();
+        assert!(m.limit.counter.is_none(), "{k}");
+    }
+    let plain = load(&[fixture!("nested.yaml")]);
+    let m = get(&plain, "shop", &[("user", "bob")]).unwrap();
+    let counter = m.limit.counter.as_ref().unwrap();
+    assert!(counter.plain_counter());
+    assert_eq!(
+        Some(counter.quota()),
+        m.limit.policy.as_ref().map(|p| p.quota())
+    );
 
     let e = error(&[fixture!("bad_algorithm.yaml")], DuplicateDomains::Refuse);
     assert!(

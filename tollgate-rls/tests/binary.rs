@@ -298,8 +298,19 @@ descriptors:
     rate_limit: { unit: day, requests_per_unit: 1000 }
 ";
 
+/// Two instances on one Redis admit exactly the limit. In tollgate's atomic mode
+/// (`REFERENCE_COUNTERS=false`) each request is one script call whatever the number of
+/// descriptors, and none of the reference's commands; in the reference's keys (the default)
+/// each is the reference's pipeline, `INCRBY` + `EXPIRE` per descriptor
+/// (`src/redis/fixed_cache_impl.go` lines 35-38, 160-204), and no script.
 #[tokio::test]
-async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call_each() {
+async fn two_instances_on_one_redis_admit_exactly_the_limit_in_either_keys() {
+    for reference in [false, true] {
+        two_instances_on_one_redis(reference).await;
+    }
+}
+
+async fn two_instances_on_one_redis(reference: bool) {
     let redis = RedisServer::start();
     let runtime = Runtime::new("shared");
     runtime.write("shared.yaml", SHARED);
@@ -309,6 +320,10 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call
         ("REDIS_URL", url.as_str()),
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("STORE_TIMEOUT", "5s"),
+        (
+            "REFERENCE_COUNTERS",
+            if reference { "true" } else { "false" },
+        ),
     ];
     let a = Rls::start(&runtime, &env);
     let b = Rls::start(&runtime, &env);
@@ -346,15 +361,22 @@ async fn two_instances_on_one_redis_admit_exactly_the_limit_with_one_script_call
         ok += usize::from(r.overall_code == OK);
     }
     assert_eq!(ok, 40, "exactly the limit across both instances");
-    // One script call per request, whatever the number of descriptors (plus, at most, one
-    // load per instance the first time).
     let mut conn = support::redis_connection(&redis.url());
     let mut calls = |command: &str| support::command_calls(&mut conn, command);
     let scripts = calls("evalsha") + calls("eval");
-    assert!(
-        (requests as u64..=requests as u64 + 4).contains(&scripts),
-        "{scripts} script calls"
-    );
+    let n = requests as u64;
+    if reference {
+        // Two descriptors a request: INCRBY + EXPIRE for each, nothing else.
+        assert_eq!(scripts, 0);
+        assert_eq!((calls("incrby"), calls("expire")), (2 * n, 2 * n));
+        for other in ["get", "set", "mget", "pexpire"] {
+            assert_eq!(calls(other), 0, "{other}");
+        }
+        return;
+    }
+    // One script call per request, whatever the number of descriptors (plus, at most, one
+    // load per instance the first time).
+    assert!((n..=n + 4).contains(&scripts), "{scripts} script calls");
     // None of the reference's per-descriptor commands (INFO counts the script's own GET and
     // SET too, so those are not asserted).
     for other in ["incrby", "mget", "expire", "pexpire"] {

@@ -18,10 +18,12 @@ use crate::store::state::StateBackedStore;
 use crate::store::Store;
 
 mod counters;
+mod plain;
 mod servers;
 mod srv;
 
 use counters::FixedWindowCounters;
+use plain::PlainCounters;
 use servers::{ServerList, Servers};
 pub use srv::MemcachedSrv;
 
@@ -64,6 +66,7 @@ pub use srv::MemcachedSrv;
 /// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::StateBackedStore#the-states-bytes), or for the aligned fixed window only its block, if it is blocked |
 /// | `tollgate:api:fixed_window@<window start, µs since the epoch>:k` | the aligned fixed window's count in that window, in decimal, living until the window ends (and memcached's second more) |
 /// | `tollgate:api:slots:k` | under an in-flight limit `api`, the client's slots of requests in flight in the [state format](super::StateBackedStore), living until the last lease ends |
+/// | `k<window start, Unix seconds>` | a [plain counter](Policy::with_plain_counter)'s count, in decimal, as envoyproxy/ratelimit keeps it (the client key as given, no prefix), made and added to by one increment, living one period |
 ///
 /// A key longer than 250 bytes, or with bytes memcached does not take, is `#` and its SHA-256
 /// in hex. Blocks (after a breach, or [`block`](Store::block)) forget the window's count, as
@@ -178,9 +181,19 @@ impl MemcachedStore {
         self.servers.list()
     }
 
-    /// The fixed-window decisions on counters, if `policy` is an aligned fixed window.
+    /// The fixed-window decisions on counters, if `policy` is an aligned fixed window that
+    /// is not a plain counter.
     fn counters(&self, policy: &Policy) -> Option<FixedWindowCounters<'_>> {
-        (policy.algorithm() == Algorithm::FixedWindow).then_some(FixedWindowCounters {
+        let counted = policy.algorithm() == Algorithm::FixedWindow && !policy.plain_counter();
+        counted.then_some(FixedWindowCounters {
+            servers: &self.servers,
+            state: &self.state,
+        })
+    }
+
+    /// The decisions of plain counters, if `policy` is one.
+    fn plain(&self, policy: &Policy) -> Option<PlainCounters<'_>> {
+        policy.plain_counter().then_some(PlainCounters {
             servers: &self.servers,
             state: &self.state,
         })
@@ -202,6 +215,9 @@ impl fmt::Debug for MemcachedStore {
 
 impl Store for MemcachedStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        if let Some(plain) = self.plain(policy) {
+            return plain.check(key, policy, cost, false).await;
+        }
         match self.counters(policy) {
             Some(counters) => counters.check(key, policy, cost, true, false).await,
             None => self.state.check(key, policy, cost).await,
@@ -209,6 +225,9 @@ impl Store for MemcachedStore {
     }
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        if let Some(plain) = self.plain(policy) {
+            return plain.peek(key, policy, cost).await;
+        }
         match self.counters(policy) {
             Some(counters) => counters.peek(key, policy, cost).await,
             None => self.state.peek(key, policy, cost).await,
@@ -216,6 +235,9 @@ impl Store for MemcachedStore {
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        if let Some(plain) = self.plain(policy) {
+            return plain.reset(key, policy).await;
+        }
         match self.counters(policy) {
             Some(counters) => counters.reset(key, policy).await,
             None => self.state.reset(key, policy).await,
@@ -228,6 +250,13 @@ impl Store for MemcachedStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
+        if let Some(plain) = self.plain(policy) {
+            // A plain counter is only a count: a block is not kept (zero: a reset).
+            return match duration.is_zero() {
+                true => plain.reset(key, policy).await,
+                false => Err(StoreError::Unsupported("block")),
+            };
+        }
         match self.counters(policy) {
             Some(counters) => counters.block(key, policy, duration).await,
             None => self.state.block(key, policy, duration).await,
@@ -242,6 +271,13 @@ impl StoreExt for MemcachedStore {
         let mut decisions = Vec::with_capacity(checks.len());
         for c in checks {
             let decision = match self.counters(c.policy) {
+                None if c.policy.plain_counter() => {
+                    let plain = PlainCounters {
+                        servers: &self.servers,
+                        state: &self.state,
+                    };
+                    plain.check(c.key, c.policy, c.cost, c.charge).await?
+                }
                 Some(counters) => {
                     (counters.check(c.key, c.policy, c.cost, c.blocking, c.charge)).await?
                 }
@@ -258,6 +294,9 @@ impl StoreExt for MemcachedStore {
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
+        if let Some(plain) = self.plain(policy) {
+            return plain.refund(key, policy, n).await;
+        }
         match self.counters(policy) {
             Some(counters) => counters.refund(key, policy, n).await,
             None => self.state.refund(key, policy, n).await,
@@ -291,6 +330,9 @@ impl Leasing for MemcachedStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
+        if let Some(plain) = self.plain(policy) {
+            return plain.acquire(key, policy, min).await;
+        }
         match self.counters(policy) {
             Some(counters) => counters.acquire(key, policy, min, max).await,
             None => self.state.acquire(key, policy, min, max).await,
@@ -304,6 +346,9 @@ impl Leasing for MemcachedStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
+        if policy.plain_counter() {
+            return Ok(0);
+        }
         match self.counters(policy) {
             Some(counters) => counters.release(key, policy, unused, grant).await,
             None => self.state.release(key, policy, unused, grant).await,

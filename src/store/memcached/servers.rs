@@ -158,12 +158,13 @@ fn pool(address: &str) -> Result<Pool<Connect>, String> {
         .map_err(|e| format!("memcached {address}: {e}"))
 }
 
-/// `key` as memcached takes it: as it is when it is at most 250 bytes of printable ASCII
-/// without spaces, else `#` and its SHA-256 in hex.
+/// `key` as memcached takes it: as it is when it is at most 250 bytes without a space or a
+/// control byte (what envoyproxy/ratelimit's client, gomemcache, takes: its `legalKey`, so
+/// that plain counters share its keys), else `#` and its SHA-256 in hex.
 pub(crate) fn memcached_key(key: &str) -> String {
     let plain = key.len() <= MAX_KEY_LEN
         && !key.starts_with('#')
-        && key.bytes().all(|b| b.is_ascii_graphic());
+        && key.bytes().all(|b| b > b' ' && b != 0x7f);
     if plain {
         return key.to_owned();
     }
@@ -326,7 +327,9 @@ mod tests {
     #[test]
     fn keys_memcached_cannot_take_are_digested() {
         assert_eq!(memcached_key("tollgate:p:gcra:k"), "tollgate:p:gcra:k");
-        for odd in ["a b", "#x", "é", &"x".repeat(251)] {
+        // Bytes past ASCII are taken, as gomemcache takes them.
+        assert_eq!(memcached_key("tollgate:p:gcra:é"), "tollgate:p:gcra:é");
+        for odd in ["a b", "#x", "a\u{7f}", "a\tb", &"x".repeat(251)] {
             let key = memcached_key(odd);
             assert_eq!(key.len(), 65, "{odd}");
             assert!(key.starts_with('#'));

@@ -6,7 +6,8 @@ use std::sync::{Mutex, PoisonError};
 
 use deadpool_redis::redis::aio::ConnectionLike;
 
-use super::script::{self, Call};
+use super::on_connection::OnConnection;
+use super::reply;
 use crate::error::StoreError;
 
 /// Taking a connection, its type erased.
@@ -31,13 +32,10 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
         }
     }
 
-    /// Runs `call` on the kept connection, taking one by `connect` first if none is kept.
-    pub(crate) async fn run<F, Fut>(
-        &self,
-        call: Call<'_>,
-        connect: F,
-    ) -> Result<Vec<i64>, StoreError>
+    /// Runs `work` on the kept connection, taking one by `connect` first if none is kept.
+    pub(crate) async fn run<W, F, Fut>(&self, work: W, connect: F) -> Result<W::Output, StoreError>
     where
+        W: OnConnection,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<C, StoreError>> + Send,
     {
@@ -62,11 +60,11 @@ impl<C: ConnectionLike + Clone + Send> CachedConnection<C> {
                 }
             }
         };
-        call.run(&mut connection).await.map_err(|e| {
-            if script::breaks_connection(&e) {
+        work.run_on(&mut connection).await.map_err(|e| {
+            if reply::breaks_connection(&e) {
                 self.forget();
             }
-            script::store_error(e)
+            reply::store_error(e)
         })
     }
 

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::script::{self, Call, ClientAction, Scripts};
+use super::counters::{self, counter_key};
+use super::reply;
+use super::script::{Call, ClientAction, Scripts};
 use super::RedisStore;
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -36,7 +38,7 @@ impl RedisStore {
     /// wrapper and the layer would carry it; boxed, the layer's decision future is small
     /// enough for the allocator's fast path too.
     pub(super) async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
-        Box::pin(self.shared.connection.eval(call)).await
+        Box::pin(self.shared.connection.run(call)).await
     }
 
     /// One request of `cost`, or a dry run of it (`dry`): one call of the algorithm's script.
@@ -47,6 +49,12 @@ impl RedisStore {
         cost: u32,
         dry: bool,
     ) -> Result<Decision, StoreError> {
+        if policy.plain_counter() {
+            return self
+                .counters_of(policy)
+                .decide_counter(key, policy, cost, dry)
+                .await;
+        }
         let key = self.state_key(policy, key);
         let now = self.now_arg();
         let scripts = self.scripts();
@@ -55,7 +63,55 @@ impl RedisStore {
             true => scripts.peek(key, policy, cost, &now),
         };
         let reply = self.eval(call).await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        reply::decision_from_reply(policy.params().burst, &reply)
+    }
+
+    /// One request of a plain counter, or a dry run of it: one call of
+    /// `lua/plain_counter.lua`, at the instance's time.
+    async fn decide_counter(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u32,
+        dry: bool,
+    ) -> Result<Decision, StoreError> {
+        let now = self.counter_now();
+        let key = counter_key(key, policy, now);
+        let now = now.to_string();
+        let scripts = self.scripts();
+        let call = match dry {
+            false => scripts.single(key, policy, cost, &now),
+            true => scripts.peek(key, policy, cost, &now),
+        };
+        let reply = self.eval(call).await?;
+        reply::decision_from_reply(policy.params().burst, &reply)
+    }
+
+    /// Reset or refund a plain counter (a `DEL` of the window's counter, or one call of
+    /// `lua/plain_counter.lua`); a block is not kept in a count.
+    async fn act_on_counter(
+        &self,
+        key: &str,
+        policy: &Policy,
+        action: ClientAction,
+    ) -> Result<(), StoreError> {
+        let now = self.counter_now();
+        let key = counter_key(key, policy, now);
+        match action {
+            ClientAction::Block(micros) if micros > 0 => Err(StoreError::Unsupported("block")),
+            ClientAction::Reset | ClientAction::Block(_) => {
+                let mut pipe = deadpool_redis::redis::pipe();
+                pipe.del(&key).ignore();
+                self.pipeline(pipe).await.map(drop)
+            }
+            ClientAction::Refund(units) => {
+                let units = u32::try_from(units).unwrap_or(u32::MAX);
+                let call = self
+                    .scripts()
+                    .plain_refund(key, policy, units, &now.to_string());
+                self.eval(call).await.map(drop)
+            }
+        }
     }
 
     /// Reset, block or refund one client: one call of `lua/control.lua`.
@@ -65,6 +121,10 @@ impl RedisStore {
         policy: &Policy,
         action: ClientAction,
     ) -> Result<(), StoreError> {
+        if policy.plain_counter() {
+            let store = self.counters_of(policy);
+            return Box::pin(store.act_on_counter(key, policy, action)).await;
+        }
         let key = self.state_key(policy, key);
         let now = self.now_arg();
         self.eval(self.scripts().control(key, policy, action, &now))
@@ -85,17 +145,36 @@ impl RedisStore {
                     self.decide(one.key, one.policy, one.cost, false).await?,
                 ])
             }
+            // Charged, and no block to start: the algorithm's own script, charging a denial.
+            [one] if !one.blocking || one.policy.block_for_us() == 0 => {
+                let (mut keys, now) = self.keys_and_now(checks);
+                let key = keys.pop().unwrap_or_default();
+                let call = self.scripts().charged(key, one.policy, one.cost, &now);
+                let reply = self.eval(call).await?;
+                return Ok(vec![reply::decision_from_reply(
+                    one.policy.params().burst,
+                    &reply,
+                )?]);
+            }
             _ => {}
         }
-        let keys: Vec<String> = checks
-            .iter()
-            .map(|c| self.state_key(c.policy, c.key))
-            .collect();
-        let now = self.now_arg();
+        let (keys, now) = self.keys_and_now(checks);
         let reply = self
             .eval(self.scripts().stacked(keys, checks, &now, false))
             .await?;
-        script::decisions_from_reply(checks, &reply)
+        reply::decisions_from_reply(checks, &reply)
+    }
+}
+
+impl RedisStore {
+    /// `checks` decided by the stacked script (see
+    /// [`check_stacked`](Self::check_stacked)); on a cluster, one call per slot.
+    pub(super) async fn scripted(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        #[cfg(feature = "cluster")]
+        if self.shared.connection.is_cluster() {
+            return Box::pin(super::cluster::check_many(self, checks)).await;
+        }
+        self.check_stacked(checks).await
     }
 }
 
@@ -128,12 +207,13 @@ impl StoreExt for RedisStore {
     /// One `EVALSHA` of the stacked script, which decides every check at the same instant,
     /// dry, and stores the allowed ones only if no blocking check was denied; on a cluster,
     /// one such call per slot (see the type's docs), boxed, as it is rarer and larger.
+    /// With plain counters among the checks, the reference's pipelines where they keep the
+    /// mode's promise (see `counters.rs`).
     async fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        #[cfg(feature = "cluster")]
-        if self.shared.connection.is_cluster() {
-            return Box::pin(super::cluster::check_many(self, checks)).await;
+        if checks.iter().any(|c| c.policy.plain_counter()) {
+            return Box::pin(counters::check_many(self, checks)).await;
         }
-        self.check_stacked(checks).await
+        self.scripted(checks).await
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
@@ -150,10 +230,14 @@ impl StoreExt for RedisStore {
         self.clock.as_deref()
     }
 
-    /// The kept connection is dropped: the next call takes one from the pool, whose check
-    /// (a `PING`) drops a connection that does not answer and opens a new one.
+    /// The kept connection is dropped (the per-second store's too): the next call takes one
+    /// from the pool, whose check (a `PING`) drops a connection that does not answer and opens
+    /// a new one.
     fn abandoned(&self) {
         self.shared.connection.forget();
+        if let Some(per_second) = &self.per_second {
+            per_second.shared.connection.forget();
+        }
     }
 
     /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
@@ -172,7 +256,7 @@ impl Leasing for RedisStore {
         min: u32,
         max: u32,
     ) -> Result<Grant, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) {
+        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || policy.plain_counter() {
             let decision = self.decide(key, policy, min, false).await?;
             let granted = if decision.allowed { min } else { 0 };
             return Ok(Grant::new(granted, decision, 0));
@@ -182,7 +266,7 @@ impl Leasing for RedisStore {
         let reply = self
             .eval(self.scripts().acquire(key, policy, (min, max), &now))
             .await?;
-        script::grant_from_reply(policy.params().burst, &reply)
+        reply::grant_from_reply(policy.params().burst, &reply)
     }
 
     /// Gives back `unused` units of `grant`: one call of `lua/lease.lua`.
@@ -193,7 +277,8 @@ impl Leasing for RedisStore {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
-        if !Lease::ALGORITHMS.contains(&policy.algorithm()) || unused == 0 {
+        let leased = Lease::ALGORITHMS.contains(&policy.algorithm()) && !policy.plain_counter();
+        if !leased || unused == 0 {
             return Ok(0);
         }
         let key = self.state_key(policy, key);
@@ -202,6 +287,6 @@ impl Leasing for RedisStore {
             .scripts()
             .release(key, policy, (unused, grant.mark), &now);
         let reply = self.eval(call).await?;
-        script::released_from_reply(&reply)
+        reply::released_from_reply(&reply)
     }
 }

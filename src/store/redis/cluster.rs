@@ -5,9 +5,10 @@
 use std::collections::HashMap;
 
 use deadpool_redis::redis::cluster_routing::Slot;
+use deadpool_redis::redis::{self, Value};
 use futures_util::future::try_join_all;
 
-use super::{script, RedisStore};
+use super::{reply, RedisStore};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::store::check::Check;
@@ -24,17 +25,13 @@ pub(super) async fn check_many(
         [one] if !one.charge => return Ok(vec![store.check(one.key, one.policy, one.cost).await?]),
         _ => {}
     }
-    let keys: Vec<String> = checks
-        .iter()
-        .map(|c| store.state_key(c.policy, c.key))
-        .collect();
-    let now = store.now_arg();
+    let (keys, now) = store.keys_and_now(checks);
     let groups = group_by_slot(&keys);
     if groups.len() == 1 {
         let reply = store
             .eval(store.scripts().stacked(keys, checks, &now, false))
             .await?;
-        return script::decisions_from_reply(checks, &reply);
+        return reply::decisions_from_reply(checks, &reply);
     }
     let dry = decide_groups(store, checks, &keys, &groups, &now, true).await?;
     let blocked = checks
@@ -107,7 +104,7 @@ async fn decide_group(
     let reply = store
         .eval(store.scripts().stacked(group_keys, &group, now, dry))
         .await?;
-    script::decisions_from_reply(&group, &reply)
+    reply::decisions_from_reply(&group, &reply)
 }
 
 /// After a dry run that blocked the request: each group with a blocking check whose denial
@@ -170,6 +167,36 @@ async fn decide_groups(
         .into_iter()
         .map(|d| d.ok_or_else(|| StoreError::backend("a stacked check got no decision")))
         .collect()
+}
+
+/// One command per key (see `RedisStore::per_key`): one pipeline per hash slot, all at once,
+/// each key's reply in the keys' order.
+pub(super) async fn per_slot(
+    store: &RedisStore,
+    keys: &[String],
+    each: impl Fn(&mut redis::Pipeline, usize),
+) -> Result<Vec<Value>, StoreError> {
+    let groups = group_by_slot(keys);
+    let pipes = groups.iter().map(|group| {
+        let mut pipe = redis::pipe();
+        for &i in group {
+            each(&mut pipe, i);
+        }
+        store.pipeline(pipe)
+    });
+    let replies = try_join_all(pipes).await?;
+    let mut values = vec![Value::Nil; keys.len()];
+    for (group, replies) in groups.iter().zip(replies) {
+        if replies.len() != group.len() {
+            return Err(StoreError::backend(
+                "a pipeline got a reply per key it did not send",
+            ));
+        }
+        for (&i, value) in group.iter().zip(replies) {
+            values[i] = value;
+        }
+    }
+    Ok(values)
 }
 
 /// The indexes of `keys` grouped by hash slot, groups in order of their first key.

@@ -9,13 +9,13 @@ use deadpool_redis::redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 use deadpool_redis::{PoolConfig, Runtime, Timeouts};
 
 use super::cached::CachedConnection;
+use super::on_connection::OnConnection;
 use super::options::RedisOptions;
 #[cfg(feature = "cluster")]
 use super::pools::{ClusterManager, ClusterPool};
 #[cfg(feature = "sentinel")]
 use super::pools::{SentinelManager, SentinelPool};
 use super::redact::Secrets;
-use super::script::Call;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 
 /// How long getting, connecting or checking a pooled connection may take in a pool the store
@@ -318,22 +318,23 @@ impl Connection {
         }
     }
 
-    /// Runs `call` on the kept connection (taken from the pool first if none is kept): the
-    /// same `EVALSHA`, `NOSCRIPT` reload and error sorting for every kind. An error that may
-    /// have broken the connection makes the next call take a fresh one.
-    pub(crate) async fn eval(&self, call: Call<'_>) -> Result<Vec<i64>, StoreError> {
+    /// Runs `work` (a script call, a pipeline) on the kept connection (taken from the pool
+    /// first if none is kept): the same `EVALSHA`, `NOSCRIPT` reload and error sorting for
+    /// every kind. An error that may have broken the connection makes the next call take a
+    /// fresh one.
+    pub(crate) async fn run<W: OnConnection>(&self, work: W) -> Result<W::Output, StoreError> {
         match self {
             Self::Standalone { pool, cached, .. } => {
                 let connect = || async {
                     let pooled = pool.get().await.map_err(StoreError::backend)?;
                     Ok(MultiplexedConnection::clone(&pooled))
                 };
-                cached.run(call, connect).await
+                cached.run(work, connect).await
             }
             #[cfg(feature = "sentinel")]
-            Self::Sentinel { pool, cached, .. } => cached.run(call, || pool.connection()).await,
+            Self::Sentinel { pool, cached, .. } => cached.run(work, || pool.connection()).await,
             #[cfg(feature = "cluster")]
-            Self::Cluster { pool, cached, .. } => cached.run(call, || pool.connection()).await,
+            Self::Cluster { pool, cached, .. } => cached.run(work, || pool.connection()).await,
         }
     }
 

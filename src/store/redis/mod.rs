@@ -13,11 +13,14 @@ mod calls;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
+mod counters;
 mod in_flight;
+mod on_connection;
 mod options;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod pools;
 pub(crate) mod redact;
+mod reply;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
@@ -38,7 +41,10 @@ use script::{Scripts, DEFAULT_PREFIX};
 /// a [`Clock`] is given.
 ///
 /// Keys are `<prefix>:<policy>:<algorithm>:{<client key>}` (see [`state_key`](Self::state_key)),
-/// each with a TTL no longer than its state matters. A key whose value the scripts cannot read
+/// each with a TTL no longer than its state matters. A [plain counter](Policy::with_plain_counter)
+/// is envoyproxy/ratelimit's instead: `<client key><window start in Unix seconds>`, an integer
+/// added to with `INCRBY` + `EXPIRE`, a request's counters in one pipeline (the store's
+/// [`per_second`](Self::per_second) Redis, if given, keeps the one-second ones). A key whose value the scripts cannot read
 /// is left alone and its decisions fail with [`StoreError::KeyState`](crate::error::StoreError::KeyState).
 ///
 /// One type for every deployment, the same scripts on the same keys:
@@ -78,6 +84,9 @@ pub struct RedisStore {
     prefix: Arc<str>,
     clock: Option<Arc<dyn Clock>>,
     shared: Arc<Shared>,
+    /// Where the plain counters of one-second policies live, if not here (see
+    /// [`per_second`](Self::per_second)).
+    per_second: Option<Arc<RedisStore>>,
 }
 
 /// What all clones of a store share: the scripts and the connection in use.
@@ -207,7 +216,32 @@ impl RedisStore {
                 scripts: Scripts::new(),
                 connection,
             }),
+            per_second: None,
         }
+    }
+
+    /// Keeps the [plain counters](Policy::with_plain_counter) of one-second policies in
+    /// `store` (a Redis of their own, as envoyproxy/ratelimit's `REDIS_PERSECOND` keeps its
+    /// per-second limits), and everything else here. A request whose plain counters are
+    /// charged every hit, or stop when over the limit among plain counters only, is one
+    /// pipeline on each Redis at once, as in the reference. One that needs an atomic step
+    /// across both (a refused request consuming nothing) is one script call on each: the
+    /// all-or-nothing holds within each Redis, and each limit stays exact. The decisions are
+    /// made at this store's clock's time.
+    #[must_use]
+    pub fn per_second(mut self, store: RedisStore) -> Self {
+        let store = RedisStore {
+            clock: self.clock.clone(),
+            per_second: None,
+            ..store
+        };
+        self.per_second = Some(Arc::new(store));
+        self
+    }
+
+    /// The store of [`per_second`](Self::per_second), if one was given.
+    pub fn per_second_store(&self) -> Option<&RedisStore> {
+        self.per_second.as_deref()
     }
 
     /// Sets the key prefix (default `"tollgate"`), e.g. to keep two apps apart on one Redis.
@@ -224,7 +258,11 @@ impl RedisStore {
     /// deployments that trust their app servers' clocks more than Redis's.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Arc::new(clock));
+        let clock: Arc<dyn Clock> = Arc::new(clock);
+        if let Some(per_second) = &mut self.per_second {
+            Arc::make_mut(per_second).clock = Some(Arc::clone(&clock));
+        }
+        self.clock = Some(clock);
         self
     }
 
@@ -255,6 +293,7 @@ impl fmt::Debug for RedisStore {
             .field("connection", &self.shared.connection)
             .field("prefix", &self.prefix)
             .field("clock", &self.clock)
+            .field("per_second", &self.per_second)
             .finish_non_exhaustive()
     }
 }

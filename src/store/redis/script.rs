@@ -8,14 +8,12 @@ use std::sync::LazyLock;
 use deadpool_redis::redis::aio::ConnectionLike;
 use deadpool_redis::redis::{self, Script};
 
+use super::on_connection::OnConnection;
 use crate::algorithm::Algorithm;
-use crate::decision::Decision;
-use crate::error::StoreError;
 #[cfg(doc)]
 use crate::lease::Lease;
 use crate::quota::Policy;
 use crate::store::check::Check;
-use crate::store::grant::Grant;
 
 /// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
@@ -24,6 +22,10 @@ pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
 pub(crate) struct Scripts {
     /// One per algorithm, in `Algorithm::ALL` order.
     single: [LuaScript; 7],
+    /// `lua/plain_counter.lua`: a plain counter's decisions that need one atomic step.
+    plain: LuaScript,
+    /// `lua/plain_counters.lua`: plain counters decided together, a refusal consuming nothing.
+    plain_together: LuaScript,
     /// Every algorithm's script and `lua/stacked.lua` in one: see [`STACKED_SOURCE`].
     stacked: LuaScript,
     /// `lua/control.lua`: reset, block and refund one client.
@@ -40,6 +42,8 @@ impl Scripts {
             single: ALGORITHM_SOURCES
                 .each_ref()
                 .map(|s| LuaScript::new(s.as_str())),
+            plain: LuaScript::new(PLAIN_SOURCE.as_str()),
+            plain_together: LuaScript::new(PLAIN_TOGETHER_SOURCE.as_str()),
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
             lease: LuaScript::new(LEASE_SOURCE.as_str()),
@@ -100,17 +104,25 @@ impl Scripts {
     /// The call that decides one request of `cost` for the state at `key` under `policy`;
     /// `now` is the store clock's µs, or `""` for Redis `TIME`.
     pub(crate) fn single(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
-        self.one(key, policy, cost, now, false)
+        self.one(key, policy, cost, now, Mode::Write)
+    }
+
+    /// The call that decides one request as [`single`](Self::single) does, and records its
+    /// cost even when it is denied (`ARGV[7] = "c"`, charged while over): a stacked decision
+    /// of one charged check, without the stacked script around it. Blocks nothing.
+    pub(crate) fn charged(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
+        self.one(key, policy, cost, now, Mode::Charge)
     }
 
     /// The call that decides one request as [`single`](Self::single) does, in a dry run
     /// (`ARGV[7] = "1"`): the algorithm's script decides exactly as usual and writes nothing.
     /// Every Redis store peeks with it.
     pub(crate) fn peek(&self, key: String, policy: &Policy, cost: u32, now: &str) -> Call<'_> {
-        self.one(key, policy, cost, now, true)
+        self.one(key, policy, cost, now, Mode::Dry)
     }
 
-    fn one(&self, key: String, policy: &Policy, cost: u32, now: &str, dry: bool) -> Call<'_> {
+    fn one(&self, key: String, policy: &Policy, cost: u32, now: &str, mode: Mode) -> Call<'_> {
+        let dry = mode == Mode::Dry;
         let p = policy.params();
         let numbers = [
             p.limit,
@@ -121,12 +133,18 @@ impl Scripts {
             u64::from(if dry { cost } else { cost.max(1) }),
         ];
         // `single` was built from `Algorithm::ALL`, so every algorithm has its script.
-        let script = &self.single[algorithm_index(policy.algorithm())];
+        let script = match policy.plain_counter() {
+            true => &self.plain,
+            false => &self.single[algorithm_index(policy.algorithm())],
+        };
         let mut command = evalsha(script, &[key]);
         command.arg(&numbers[..]).arg(now);
         if dry {
             // ARGV[7]: a dry run, which sets no block.
             command.arg("1");
+        } else if mode == Mode::Charge {
+            // ARGV[7]: charged while over, which sets no block either.
+            command.arg("c");
         } else if policy.block_for_us() > 0 {
             // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block.
             command.arg("0").arg(policy.block_for_us());
@@ -147,7 +165,7 @@ impl Scripts {
         for c in checks {
             let p = c.policy.params();
             numbers.extend([
-                algorithm_index(c.policy.algorithm()) as u64 + 1,
+                script_number(c.policy),
                 p.limit,
                 p.period,
                 p.burst,
@@ -192,6 +210,58 @@ impl Scripts {
         command.arg(op).arg(&numbers[..]).arg(now);
         Call::new(&self.control, command)
     }
+}
+
+impl Scripts {
+    /// The call that decides the plain counters `checks` (at `keys`, distinct, none charged)
+    /// together, at `now` µs: see `lua/plain_counters.lua`.
+    pub(crate) fn plain_together(
+        &self,
+        keys: &[String],
+        checks: &[Check<'_>],
+        now: u64,
+    ) -> Call<'_> {
+        let mut numbers = Vec::with_capacity(4 * checks.len());
+        for c in checks {
+            let p = c.policy.params();
+            numbers.extend([
+                p.limit,
+                p.period,
+                u64::from(c.cost.max(1)),
+                u64::from(c.blocking),
+            ]);
+        }
+        let mut command = evalsha(&self.plain_together, keys);
+        command.arg(now).arg(&numbers[..]);
+        Call::new(&self.plain_together, command)
+    }
+
+    /// The call that gives `units` back to the plain counter at `key` (see
+    /// `lua/plain_counter.lua`, `ARGV[7] = "r"`).
+    pub(crate) fn plain_refund(
+        &self,
+        key: String,
+        policy: &Policy,
+        units: u32,
+        now: &str,
+    ) -> Call<'_> {
+        let p = policy.params();
+        let numbers = [p.limit, p.period, p.burst, p.interval, u64::from(units)];
+        let mut command = evalsha(&self.plain, &[key]);
+        command.arg(&numbers[..]).arg(now).arg("r");
+        Call::new(&self.plain, command)
+    }
+}
+
+/// How a single decision's script runs (its `ARGV[7]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Decides and writes when allowed (and blocks after a denial, if the policy blocks).
+    Write,
+    /// Decides and writes nothing.
+    Dry,
+    /// Decides, writes when allowed, and records a denial's cost too.
+    Charge,
 }
 
 /// What [`Scripts::control`] does to one client.
@@ -239,7 +309,7 @@ impl<'a> Call<'a> {
     /// cache of the node that holds the keys), `EVAL` with the source, which runs it and caches
     /// it again in one round trip and, unlike `SCRIPT LOAD` + `EVALSHA`, cannot race with
     /// another flush. On a cluster both go to the node of the first key.
-    pub(crate) async fn run<C: ConnectionLike + Send>(
+    async fn run<C: ConnectionLike + Send>(
         &self,
         connection: &mut C,
     ) -> redis::RedisResult<Vec<i64>> {
@@ -262,6 +332,17 @@ impl<'a> Call<'a> {
             }
         }
         command
+    }
+}
+
+impl OnConnection for Call<'_> {
+    type Output = Vec<i64>;
+
+    fn run_on<C: ConnectionLike + Send>(
+        &self,
+        connection: &mut C,
+    ) -> impl std::future::Future<Output = redis::RedisResult<Vec<i64>>> + Send {
+        self.run(connection)
     }
 }
 
@@ -290,100 +371,6 @@ pub(crate) fn state_key(prefix: &str, policy: &Policy, client_key: &str) -> Stri
         key_part(policy.algorithm()),
         client_key
     )
-}
-
-/// Sorts a failed script call: an error about one key's data is that request's problem
-/// ([`StoreError::KeyState`], which the circuit breaker does not count); anything else
-/// (I/O, a dropped or refused connection, a timeout, `NOSCRIPT` again after loading, a server
-/// that is loading, read-only, out of memory or busy, a cluster that is down or moving slots)
-/// is the store failing ([`StoreError::Backend`]).
-///
-/// Data errors are `WRONGTYPE` (the key holds another type) and `ERR`s raised while the script
-/// ran (their text names `user_script`): a value it cannot read (see `unreadable` in
-/// `lua/prelude.lua`), a Lua runtime error on bad state, or a command refusing a value.
-pub(crate) fn store_error(error: redis::RedisError) -> StoreError {
-    let raised_by_script =
-        || error.code() == Some("ERR") && error.detail().is_some_and(|d| d.contains("user_script"));
-    if error.code() == Some("WRONGTYPE") || raised_by_script() {
-        StoreError::key_state(error)
-    } else {
-        StoreError::backend(error)
-    }
-}
-
-/// Whether a connection that returned `error` may be broken, and should be replaced: also
-/// `READONLY`, a former master that came back as a replica after a failover.
-pub(crate) fn breaks_connection(error: &redis::RedisError) -> bool {
-    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
-        || error.is_io_error()
-        || error.is_connection_dropped()
-        || error.is_connection_refusal()
-        || error.is_unrecoverable_error()
-        || error.is_timeout()
-}
-
-/// Reads the scripts' reply `{allowed, remaining, reset_after_us, retry_after_us (-1 = none)}`.
-pub(crate) fn decision_from_reply(limit: u64, reply: &[i64]) -> Result<Decision, StoreError> {
-    let &[allowed, remaining, reset_after, retry_after] = reply else {
-        return Err(StoreError::backend(format!(
-            "unexpected script reply {reply:?} (expected 4 integers)"
-        )));
-    };
-    let micros = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(Decision::from_micros(
-        allowed == 1,
-        limit,
-        micros(remaining),
-        micros(reset_after),
-        (retry_after >= 0).then(|| micros(retry_after)),
-    ))
-}
-
-/// Reads `lua/lease.lua`'s reply to an acquire:
-/// `{granted, remaining, reset_after_us, retry_after_us (-1 = none), mark}`.
-pub(crate) fn grant_from_reply(limit: u64, reply: &[i64]) -> Result<Grant, StoreError> {
-    let &[granted, remaining, reset_after, retry_after, mark] = reply else {
-        return Err(StoreError::backend(format!(
-            "unexpected lease script reply {reply:?} (expected 5 integers)"
-        )));
-    };
-    let decision = decision_from_reply(
-        limit,
-        &[i64::from(granted > 0), remaining, reset_after, retry_after],
-    )?;
-    Ok(Grant::new(
-        u32::try_from(granted).unwrap_or(0),
-        decision,
-        u64::try_from(mark).unwrap_or(0),
-    ))
-}
-
-/// Reads `lua/lease.lua`'s reply to a release: `{units taken back}`.
-pub(crate) fn released_from_reply(reply: &[i64]) -> Result<u32, StoreError> {
-    match reply {
-        &[taken] => Ok(u32::try_from(taken).unwrap_or(0)),
-        _ => Err(StoreError::backend(format!(
-            "unexpected lease script reply {reply:?} (expected 1 integer)"
-        ))),
-    }
-}
-
-/// Reads the stacked script's reply: 4 integers per check, in order.
-pub(crate) fn decisions_from_reply(
-    checks: &[Check<'_>],
-    reply: &[i64],
-) -> Result<Vec<Decision>, StoreError> {
-    if reply.len() != 4 * checks.len() {
-        return Err(StoreError::backend(format!(
-            "unexpected stacked script reply {reply:?} (expected 4 integers per check, {} checks)",
-            checks.len()
-        )));
-    }
-    checks
-        .iter()
-        .zip(reply.chunks_exact(4))
-        .map(|(c, r)| decision_from_reply(c.policy.params().burst, r))
-        .collect()
 }
 
 /// What every script shares (the helpers of its rare paths: blocks, state it cannot read),
@@ -429,6 +416,11 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
             ),
         };
     }
+    // A plain counter is the stacked script's function number 8 (`script_number`).
+    let _ = write!(
+        source,
+        "ALGORITHMS[{PLAIN_NUMBER}] = function(KEYS, ARGV)\n{REQUEST}\n{PLAIN}\nend\n"
+    );
     source.push_str(include_str!("lua/stacked.lua"));
     source
 });
@@ -436,6 +428,29 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
 /// The in-flight script as it runs: the prelude, then `src/store/redis/lua/in_flight.lua`.
 static IN_FLIGHT_SOURCE: LazyLock<String> =
     LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/in_flight.lua")));
+
+/// `lua/plain_counter.lua`, a plain counter's own file.
+const PLAIN: &str = include_str!("lua/plain_counter.lua");
+
+/// A plain counter's script as it runs: the prelude, `lua/request.lua`, then
+/// `lua/plain_counter.lua`.
+static PLAIN_SOURCE: LazyLock<String> = LazyLock::new(|| format!("{PRELUDE}\n{REQUEST}\n{PLAIN}"));
+
+/// `lua/plain_counters.lua` as it runs: the prelude in front.
+static PLAIN_TOGETHER_SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/plain_counters.lua")));
+
+/// The stacked script's number of a plain counter's function: after the seven algorithms'.
+const PLAIN_NUMBER: u64 = 8;
+
+/// The number of `policy`'s function in the stacked script (1-based, `Algorithm::ALL` order,
+/// then [`PLAIN_NUMBER`]).
+fn script_number(policy: &Policy) -> u64 {
+    match policy.plain_counter() {
+        true => PLAIN_NUMBER,
+        false => algorithm_index(policy.algorithm()) as u64 + 1,
+    }
+}
 
 /// The lease script as it runs: the prelude, then `lua/lease.lua`.
 static LEASE_SOURCE: LazyLock<String> =

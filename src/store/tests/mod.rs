@@ -9,6 +9,7 @@ use tollgate_test_kit as support;
 mod cluster;
 mod denial_cache;
 mod leases;
+mod plain_counters;
 mod redis;
 mod sentinel;
 mod stacked;

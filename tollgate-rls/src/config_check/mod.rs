@@ -57,6 +57,10 @@ pub(crate) fn run(args: impl Iterator<Item = String>) -> ExitCode {
     for skipped in &check.skipped {
         println!("warning: {skipped}");
     }
+    // Loaded here, counted differently by the reference: not for a rolling swap.
+    for warning in &check.warnings {
+        println!("warning: {warning}");
+    }
     for e in &check.errors {
         eprintln!("tollgate-rls check: {e}");
     }

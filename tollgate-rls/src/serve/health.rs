@@ -133,7 +133,15 @@ pub(crate) async fn wait_for_store(
     let started = Instant::now();
     let mut wait = retry.initial;
     loop {
-        let answer = tokio::time::timeout(timeout, store.peek("health", &policy, 1)).await;
+        // The per-second Redis (`REDIS_PERSECOND`) too, as the reference waits for both.
+        let both = async {
+            store.peek("health", &policy, 1).await?;
+            match store.per_second_store() {
+                Some(per_second) => per_second.peek("health", &policy, 1).await.map(drop),
+                None => Ok(()),
+            }
+        };
+        let answer = tokio::time::timeout(timeout, both).await;
         let error = match answer {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(e)) => e.to_string(),

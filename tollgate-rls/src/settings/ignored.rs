@@ -18,15 +18,17 @@ const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
-        "each key expires when its algorithm no longer needs it",
+        "a counter expires one unit after its last hit; a window's counter is never read \
+         after its window, so the jitter would only spread expiries",
     ),
     (
         "REDIS_PIPELINE_WINDOW",
-        "one multiplexed connection pipelines every call",
+        "each request's commands go out at once, one pipeline on one multiplexed connection \
+         (the reference applies the window to a cluster's write buffering only)",
     ),
     (
         "REDIS_PIPELINE_LIMIT",
-        "one multiplexed connection pipelines every call",
+        "deprecated in the reference, where it has no effect either",
     ),
     (
         "REDIS_CLUSTER_PIPELINE_PARALLELISM",
@@ -38,12 +40,28 @@ const IGNORED: &[(&str, &str)] = &[
         "checked as the reference checks it (CREATE and ERROR stop the start); a call waits \
          for a connection, as the reference's WAIT",
     ),
-    ("REDIS_PERSECOND", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_URL", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_TYPE", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_AUTH", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_TLS", "one Redis serves every unit"),
-    ("REDIS_PERSECOND_POOL_SIZE", "one Redis serves every unit"),
+    (
+        "REDIS_PERSECOND_PIPELINE_WINDOW",
+        "each request's commands go out at once, one pipeline on one multiplexed connection",
+    ),
+    (
+        "REDIS_PERSECOND_PIPELINE_LIMIT",
+        "deprecated in the reference, where it has no effect either",
+    ),
+    (
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+        "checked as the reference checks it; calls to a cluster's nodes are pipelined on \
+         multiplexed connections, in parallel",
+    ),
+    (
+        "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+        "checked as the reference checks it (CREATE and ERROR stop the start); a call waits \
+         for a connection, as the reference's WAIT",
+    ),
+    (
+        "REDIS_PERSECOND_TIMEOUT",
+        "STORE_TIMEOUT bounds every decision, on either Redis",
+    ),
     (
         "RUNTIME_WATCH_ROOT",
         "the configuration directory is always watched, symlink swaps included (read for an \

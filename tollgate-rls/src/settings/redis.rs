@@ -18,6 +18,9 @@ pub(crate) const DEFAULT_URL: &str = "/var/run/nutcracker/ratelimit.sock";
 /// to say when it is built (`store/redis.rs`).
 #[derive(Debug, Clone)]
 pub(crate) struct Redis {
+    /// The head of its variables' names: `REDIS`, or `REDIS_PERSECOND` for the per-second
+    /// Redis (`persecond.rs`), for the messages that name them.
+    pub(crate) names: &'static str,
     /// `REDIS_URL`: `host:port`, a comma-separated list (cluster, sentinel), a socket path,
     /// or `redis://` / `rediss://` URLs.
     pub(crate) url: String,
@@ -56,8 +59,9 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<Redis, SettingsError> {
         .set("REDIS_URL")
         .unwrap_or_else(|| DEFAULT_URL.to_owned());
     let kind = vars.get("REDIS_TYPE", "single").to_ascii_lowercase();
-    refuse_what_the_reference_refuses(vars, &kind)?;
+    refuse_what_the_reference_refuses(vars, "REDIS", &kind)?;
     Ok(Redis {
+        names: "REDIS",
         url,
         kind,
         socket_type: vars.get("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase(),
@@ -78,25 +82,32 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<Redis, SettingsError> {
     })
 }
 
-/// What stops the reference at start (`src/redis/driver_impl.go`, `newClientImpl`): its pool
+/// What stops the reference at start (`src/redis/driver_impl.go`, `newClientImpl`, for the
+/// main Redis, `names` `REDIS`, and the per-second one, `REDIS_PERSECOND`): its pool
 /// has neither of the `CREATE` and `ERROR` behaviours of `REDIS_POOL_ON_EMPTY_BEHAVIOR` (any
 /// other value is accepted, as `WAIT`), and on a cluster a negative
 /// `REDIS_CLUSTER_PIPELINE_PARALLELISM` panics (`effectiveClusterPipelineParallelism`).
-fn refuse_what_the_reference_refuses(vars: &Vars<'_>, kind: &str) -> Result<(), SettingsError> {
-    let on_empty = vars.get("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT");
+pub(crate) fn refuse_what_the_reference_refuses(
+    vars: &Vars<'_>,
+    names: &str,
+    kind: &str,
+) -> Result<(), SettingsError> {
+    let on_empty_name = format!("{names}_POOL_ON_EMPTY_BEHAVIOR");
+    let parallelism_name = format!("{names}_CLUSTER_PIPELINE_PARALLELISM");
+    let on_empty = vars.get(&on_empty_name, "WAIT");
     if matches!(on_empty.to_ascii_uppercase().as_str(), "CREATE" | "ERROR") {
         return Err(SettingsError::invalid(
-            "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+            &on_empty_name,
             on_empty,
             "expected WAIT: CREATE and ERROR stop the reference at start (its Redis pool has \
              neither); raise REDIS_POOL_SIZE instead, and STORE_TIMEOUT bounds every call",
         ));
     }
-    let parallelism = vars.var("REDIS_CLUSTER_PIPELINE_PARALLELISM");
+    let parallelism = vars.var(&parallelism_name);
     if let Some(v) = parallelism.filter(|_| kind == "cluster") {
         if parse_go_int(&v).is_some_and(|n| n < 0) {
             return Err(SettingsError::invalid(
-                "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+                &parallelism_name,
                 v,
                 "expected 0 or more, as the reference requires on a cluster",
             ));

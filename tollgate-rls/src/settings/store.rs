@@ -1,7 +1,8 @@
 //! Which store decides and how it is asked: `BACKEND_TYPE` (as the reference's `runner.go`
 //! reads it: Redis for `redis` or empty, memcached for `memcache`) with Redis's (`redis.rs`)
-//! or memcached's (`memcached.rs`) variables, `CACHE_KEY_PREFIX`, `STORE_TIMEOUT` (or the
-//! reference's `REDIS_TIMEOUT`) and `ON_STORE_ERROR`.
+//! or memcached's (`memcached.rs`) variables, the per-second Redis (`persecond.rs`),
+//! `CACHE_KEY_PREFIX`, tollgate's `REFERENCE_COUNTERS`, `STORE_TIMEOUT` (or the reference's
+//! `REDIS_TIMEOUT`) and `ON_STORE_ERROR`.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use tollgate::store::OnStoreError;
 
 use super::error::SettingsError;
 use super::memcached::{self, Memcached};
+use super::persecond;
 use super::redis::{self, Redis, StartupRetry};
 use super::vars::{parse_duration, Vars};
 
@@ -16,8 +18,13 @@ use super::vars::{parse_duration, Vars};
 #[derive(Debug, Clone)]
 pub(crate) struct StoreSettings {
     pub(crate) backend: Backend,
+    /// `REDIS_PERSECOND`: the Redis of per-second limits' counters, with the Redis store.
+    pub(crate) per_second: Option<Redis>,
     /// `CACHE_KEY_PREFIX`: before every key, in Redis or memcached.
     pub(crate) key_prefix: String,
+    /// `REFERENCE_COUNTERS` (default true): fixed-window limits count in the reference's
+    /// keys with its commands; false: in tollgate's, one atomic script per request.
+    pub(crate) reference_counters: bool,
     pub(crate) timeout: Duration,
     /// `None`: a failing store is answered with a gRPC error, as the reference answers.
     pub(crate) on_error: Option<OnStoreError>,
@@ -97,8 +104,14 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<StoreSettings, SettingsError> {
         }
     };
     Ok(StoreSettings {
+        per_second: match &backend {
+            Backend::Redis(main) => persecond::read(vars, Some(main), false)?,
+            Backend::Memcached(_) => persecond::read(vars, None, true)?,
+            Backend::Memory => persecond::read(vars, None, false)?,
+        },
         backend,
         key_prefix: vars.get("CACHE_KEY_PREFIX", ""),
+        reference_counters: vars.flag("REFERENCE_COUNTERS", true)?,
         timeout,
         on_error,
         startup: redis::startup(vars)?,

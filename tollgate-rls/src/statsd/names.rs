@@ -170,6 +170,10 @@ pub(crate) fn reference_name(name: &str, labels: &[(&str, String)]) -> Option<(S
             ("ratelimit.service.global_shadow_mode".into(), Kind::Counter)
         }
         "ratelimit_redis_pool_cx_active" => ("ratelimit.redis_pool.cx_active".into(), Kind::Gauge),
+        "ratelimit_redis_per_second_pool_cx_active" => (
+            "ratelimit.redis_per_second_pool.cx_active".into(),
+            Kind::Gauge,
+        ),
         "ratelimit_service_total_requests" => (
             format!("ratelimit_server.{}.total_requests", method()?),
             Kind::Counter,

@@ -18,6 +18,10 @@ pub(crate) use redis::publish_pool_size;
 pub(crate) struct BuiltStore {
     store: Store,
     described: String,
+    /// `CACHE_KEY_PREFIX`, before the keys in the reference's layout too.
+    key_prefix: String,
+    /// `REFERENCE_COUNTERS`.
+    reference_counters: bool,
 }
 
 /// One of the stores.
@@ -36,7 +40,12 @@ pub(crate) async fn build(settings: &StoreSettings) -> Result<BuiltStore, Settin
     let (store, described) = match &settings.backend {
         Backend::Memory => (Store::Memory, "memory (this instance only)".to_owned()),
         Backend::Redis(r) => {
-            let (store, described) = redis::build(r, prefix)?;
+            let (mut store, mut described) = redis::build(r, prefix)?;
+            if let Some(fast) = &settings.per_second {
+                let (per_second, also) = redis::build(fast, prefix)?;
+                store = store.per_second(per_second);
+                described = format!("{described}, per second: {also}");
+            }
             (Store::Redis(store), described)
         }
         Backend::Memcached(m) => {
@@ -44,12 +53,21 @@ pub(crate) async fn build(settings: &StoreSettings) -> Result<BuiltStore, Settin
             (Store::Memcached(store), described)
         }
     };
-    Ok(BuiltStore { store, described })
+    Ok(BuiltStore {
+        store,
+        described,
+        key_prefix: settings.key_prefix.clone(),
+        reference_counters: settings.reference_counters,
+    })
 }
 
 impl BuiltStore {
-    /// `builder` deciding with this store.
+    /// `builder` deciding with this store, in the keys `CACHE_KEY_PREFIX` and
+    /// `REFERENCE_COUNTERS` say.
     pub(crate) fn serve(&self, builder: RateLimitServiceBuilder) -> RateLimitServiceBuilder {
+        let builder = builder
+            .reference_counters(self.reference_counters)
+            .cache_key_prefix(self.key_prefix.as_str());
         match &self.store {
             Store::Memory => builder,
             Store::Redis(redis) => builder.store(redis.clone()),

@@ -10,7 +10,8 @@ use crate::settings::{Redis, SettingsError, DEFAULT_REDIS_URL as DEFAULT_URL};
 /// description of it for the log (credentials left out).
 pub(crate) fn build(r: &Redis, prefix: &str) -> Result<(RedisStore, String), SettingsError> {
     let options = options(r)?;
-    let fail = |e: tollgate::ConfigError| SettingsError::unusable("REDIS_URL", e.to_string());
+    let url_name = format!("{}_URL", r.names);
+    let fail = |e: tollgate::ConfigError| SettingsError::unusable(&url_name, e.to_string());
     let store = match r.kind.as_str() {
         "single" => RedisStore::with_options(&url(r, r.url.trim(), ""), &options).map_err(fail)?,
         "cluster" => {
@@ -29,7 +30,7 @@ pub(crate) fn build(r: &Redis, prefix: &str) -> Result<(RedisStore, String), Set
             let sentinels: Vec<String> = parts.map(|s| url(r, s, &r.sentinel_auth)).collect();
             if sentinels.is_empty() {
                 return Err(SettingsError::unusable(
-                    "REDIS_URL",
+                    url_name,
                     "with REDIS_TYPE=sentinel, give the master's name then the sentinels: \
                      mymaster,host1:26379,host2:26379",
                 ));
@@ -38,7 +39,11 @@ pub(crate) fn build(r: &Redis, prefix: &str) -> Result<(RedisStore, String), Set
         }
         other => {
             let expected = "expected single, sentinel or cluster";
-            return Err(SettingsError::invalid("REDIS_TYPE", other, expected));
+            return Err(SettingsError::invalid(
+                format!("{}_TYPE", r.names),
+                other,
+                expected,
+            ));
         }
     };
     let store = match prefix {
@@ -184,15 +189,21 @@ const POOL_GAUGE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Publishes the Redis pool's open connections as `ratelimit_redis_pool_cx_active` (the
 /// reference's `ratelimit.redis_pool.cx_active` gauge, `src/redis/driver_impl.go`, under the
-/// name its Prometheus sink gives a statistic its mapping does not name), for the life of the
-/// process.
+/// name its Prometheus sink gives a statistic its mapping does not name), and the per-second
+/// Redis's as `ratelimit_redis_per_second_pool_cx_active` (its `redis_per_second_pool`
+/// scope, `src/redis/cache_impl.go`), for the life of the process.
 pub(crate) async fn publish_pool_size(redis: RedisStore) {
     let gauge = metrics::gauge!("ratelimit_redis_pool_cx_active");
+    let per_second = (redis.per_second_store())
+        .map(|_| metrics::gauge!("ratelimit_redis_per_second_pool_cx_active"));
     let mut every = tokio::time::interval(POOL_GAUGE_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
         gauge.set(redis.pool_status().size as f64);
+        if let (Some(gauge), Some(store)) = (&per_second, redis.per_second_store()) {
+            gauge.set(store.pool_status().size as f64);
+        }
     }
 }
 
@@ -202,6 +213,7 @@ mod tests {
 
     fn redis(url: &str) -> Redis {
         Redis {
+            names: "REDIS",
             url: url.into(),
             kind: "single".into(),
             socket_type: "tcp".into(),

@@ -57,6 +57,8 @@ fn service(store: impl Store, algorithm: Algorithm, charging: Charging) -> RateL
         )
         .store(store)
         .charging(charging)
+        // The reference's keys take a prefix of their own, so that tests share one Redis.
+        .cache_key_prefix(format!("{}_", support::unique_prefix("rls-charging")))
         .build()
         .unwrap()
 }

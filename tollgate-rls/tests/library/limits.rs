@@ -34,6 +34,11 @@ descriptors:
 ";
 
 fn service(store: impl Store) -> RateLimitService {
+    service_counting(store, true)
+}
+
+/// [`service`], counting fixed windows in the reference's keys or not (`reference`).
+fn service_counting(store: impl Store, reference: bool) -> RateLimitService {
     let config = RlsConfig::from_yaml(
         [("limits.yaml", LIMITS)],
         tollgate_rls::DuplicateDomains::Refuse,
@@ -43,6 +48,7 @@ fn service(store: impl Store) -> RateLimitService {
         .config(config)
         .store(store)
         .store_timeout(Duration::from_secs(5))
+        .reference_counters(reference)
         .build()
         .unwrap()
 }
@@ -281,21 +287,33 @@ async fn json_is_bounded_by_its_size_before_parsing_and_its_descriptors_before_m
     assert!(took < Duration::from_secs(1), "answered in {took:?}");
 }
 
+/// In tollgate's atomic mode (`REFERENCE_COUNTERS=false`) the largest request accepted is one
+/// script call; in the reference's keys (the default) one pipeline of `INCRBY` + `EXPIRE` per
+/// descriptor, as the reference sends (`src/redis/fixed_cache_impl.go` lines 160-204). A
+/// refused request makes no call in either.
 #[tokio::test]
 async fn on_redis_a_refused_request_makes_no_call_and_the_largest_accepted_one_call() {
-    let redis = support::RedisServer::start();
-    let store = RedisStore::from_url(&redis.url()).unwrap();
-    let mut client = serve(service(store)).await;
-    // The script is loaded once (NOSCRIPT, then the script): not part of the count.
-    accepted(&mut client, request("warm", 2, 1)).await;
-    support::redis_cli(redis.port, &["CONFIG", "RESETSTAT"]);
+    for reference in [false, true] {
+        let redis = support::RedisServer::start();
+        let store = RedisStore::from_url(&redis.url()).unwrap();
+        let mut client = serve(service_counting(store, reference)).await;
+        // The script is loaded once (NOSCRIPT, then the script): not part of the count.
+        accepted(&mut client, request("warm", 2, 1)).await;
+        support::redis_cli(redis.port, &["CONFIG", "RESETSTAT"]);
 
-    let limited = accepted(&mut client, request("r", MAX_DESCRIPTORS, 1)).await;
-    assert_eq!(limited, vec![true; MAX_DESCRIPTORS]);
-    refused(&mut client, request("r", MAX_DESCRIPTORS + 1, 1)).await;
-    refused(&mut client, request("r", 10_000, 1)).await;
+        let limited = accepted(&mut client, request("r", MAX_DESCRIPTORS, 1)).await;
+        assert_eq!(limited, vec![true; MAX_DESCRIPTORS]);
+        refused(&mut client, request("r", MAX_DESCRIPTORS + 1, 1)).await;
+        refused(&mut client, request("r", 10_000, 1)).await;
 
-    let mut conn = support::redis_connection(&redis.url());
-    let mut calls = |command: &str| support::command_calls(&mut conn, command);
-    assert_eq!((calls("evalsha"), calls("eval")), (1, 0));
+        let mut conn = support::redis_connection(&redis.url());
+        let mut calls = |command: &str| support::command_calls(&mut conn, command);
+        let n = MAX_DESCRIPTORS as u64;
+        let expected = match reference {
+            false => [1, 0, 0, 0],
+            true => [0, 0, n, n],
+        };
+        let got = ["evalsha", "eval", "incrby", "expire"].map(&mut calls);
+        assert_eq!(got, expected, "reference counters {reference}");
+    }
 }

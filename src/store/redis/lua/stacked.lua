@@ -8,6 +8,7 @@
 --   ... one per algorithm, 1-based in Algorithm::ALL order: gcra, token_bucket, leaky_bucket,
 --   fixed_window, fixed_window_from_first, sliding_window_log, sliding_window (leaky_bucket
 --   runs GCRA's engine: ALGORITHMS[3] = ALGORITHMS[1]) ...
+--   ALGORITHMS[8] = function(KEYS, ARGV) <request.lua> <plain_counter.lua> end
 --   <this file>
 -- so each algorithm's script runs unchanged as a function of its own KEYS and ARGV.
 --
@@ -15,7 +16,8 @@
 --          client share a hash tag (so, on Redis Cluster, one slot).
 -- ARGV[1]  now in µs, or "" to read the server's clock once for every check
 -- then 8 values per check i (ARGV[2 + 8*(i-1)] onwards):
---          algorithm index (1-based, Algorithm::ALL order), L, P, B, T, cost (>= 1),
+--          algorithm index (1-based, Algorithm::ALL order; 8: a plain counter), L, P, B, T,
+--          cost (>= 1),
 --          flags (1: blocking, a denial blocks the request, else shadow mode, which never
 --          blocks; + 2: charged, a denial still records its cost, see below), block_for in µs
 --          (0: none; see below)
