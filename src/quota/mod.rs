@@ -385,6 +385,15 @@ impl Policy {
         self
     }
 
+    /// This policy (a client's quota under `rule`, of the same name) with its buckets' state
+    /// kept in `rule`'s scale, marked when its own differs (see `algorithm::Scale`), so that
+    /// a client whose quota changes keeps what it has used.
+    #[must_use]
+    pub(crate) fn kept_as(mut self, rule: &Policy) -> Self {
+        self.params.home = rule.params.home;
+        self
+    }
+
     /// The quota.
     pub fn quota(&self) -> &Quota {
         &self.quota

@@ -245,7 +245,8 @@ impl CompiledRule {
             Some(queue) => queue.policy(self.policy.name(), quota),
             None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
         }?
-        .counted_as(&self.policy);
+        .counted_as(&self.policy)
+        .kept_as(&self.policy);
         // A tier blocks and leases as the rule does.
         let policy = match self.policy.block_for() {
             Some(block_for) => policy.with_block_for(block_for),

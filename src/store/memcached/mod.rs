@@ -243,12 +243,13 @@ impl StoreExt for MemcachedStore {
                 Some(counters) => {
                     (counters.check(c.key, c.policy, c.cost, c.blocking, c.charge)).await?
                 }
-                None => {
+                None if checks.len() == 1 => {
                     let one = self.state.check_many(std::slice::from_ref(c)).await?;
                     one.into_iter().next().ok_or_else(|| {
                         StoreError::backend("memcached: a check without its decision")
                     })?
                 }
+                None => self.state.check_stacked(c).await?,
             };
             decisions.push(decision);
         }

@@ -40,6 +40,11 @@ impl MemoryStore {
         unused: u32,
         grant: &Grant,
     ) -> u32 {
+        // Nothing to give back: the state is not touched (not even read in another scale), as
+        // on every store.
+        if unused == 0 {
+            return 0;
+        }
         let now = self.inner.clock.now();
         let (hash, shard) = self.locate(key);
         let mut shard = lock(shard);
@@ -48,7 +53,7 @@ impl MemoryStore {
         };
         // A block replaced the state the lease was taken from: nothing to give back to.
         let p = policy.params();
-        let taken = table.update(key, hash, p, now, |state| {
+        let taken = table.update(key, hash, p, now, &self.inner.hasher, |state| {
             state.release(p, now, u64::from(unused), grant.mark)
         });
         u32::try_from(taken.unwrap_or(0)).unwrap_or(u32::MAX)

@@ -128,7 +128,7 @@ impl MemoryStore {
         let (hash, shard) = self.locate(key);
         let found = lock(shard).find(policy).map(|table| {
             let until = table.live_block(key, hash, now);
-            (until, table.live_state(key, hash, now))
+            (until, table.live_state(key, hash, p, now))
         });
         match found {
             Some((Some(until), _)) => algorithm::blocked(p, now, until, cost),
@@ -167,7 +167,7 @@ impl MemoryStore {
         let (hash, shard) = self.locate(key);
         if let Some(table) = lock(shard).find_mut(policy) {
             let p = policy.params();
-            table.update(key, hash, p, now, |state| {
+            table.update(key, hash, p, now, &self.inner.hasher, |state| {
                 state.refund(p, now, u64::from(n))
             });
         }

@@ -4,12 +4,17 @@
 //! the algorithm's state: 32 bytes for GCRA and the leaky bucket (a key of up to 22 bytes in
 //! place, and the TAT, which is also when the state expires). Lookups hash the client key once,
 //! with the store's seeded hasher, and build nothing: no key is allocated but a new one kept.
+//!
+//! A bucket's state written under a client's own quota, in another scale than its rule's (see
+//! `algorithm::Scale`), keeps its scale in a table of marks beside the slots, as the other
+//! stores keep it in the state's value. While a table has no mark and a decision is in its
+//! rule's scale (every rule without quotas per client), the marks cost one length check.
 
 use std::sync::Arc;
 
 use super::key_hasher::KeyHasher;
 use super::slot_table::SlotTable;
-use crate::algorithm::{self, Algorithm, Gcra, Params, State};
+use crate::algorithm::{self, Algorithm, Gcra, Params, Scale, State};
 use crate::decision::Decision;
 use crate::quota::Policy;
 
@@ -21,6 +26,15 @@ pub(super) struct PolicyTable {
     /// Blocked clients (`Policy::block_for`, `Store::block`) and until when (µs). A client's
     /// state is new when its block ends, so a blocked client has no slot meanwhile.
     blocks: SlotTable<u64>,
+    /// The scale of each state kept in another than its rule's; read only for a slot that is
+    /// live, and written with every state kept while there is one.
+    marks: SlotTable<Mark>,
+}
+
+/// A state's scale, and when its slot expires (when the mark may be swept).
+struct Mark {
+    scale: Scale,
+    expires: u64,
 }
 
 /// The slots of a table, as small as its algorithm's state.
@@ -132,6 +146,7 @@ impl PolicyTable {
                 _ => Slots::Other(SlotTable::default()),
             },
             blocks: SlotTable::default(),
+            marks: SlotTable::default(),
         }
     }
 
@@ -184,8 +199,11 @@ impl PolicyTable {
             return algorithm::blocked(p, now, until, cost);
         }
         let algorithm = self.algorithm;
-        let decision =
-            each!(&mut self.slots, t => check_in(t, key, hash, algorithm, p, now, cost, hasher));
+        let decision = if self.marks.is_empty() && p.mark(algorithm).is_none() {
+            each!(&mut self.slots, t => check_in(t, key, hash, algorithm, p, now, cost, hasher))
+        } else {
+            self.check_rescaled(key, hash, p, now, cost, hasher)
+        };
         match block_after(&decision, policy, now) {
             Some(until) => {
                 self.block(key, hash, until, hasher);
@@ -195,18 +213,73 @@ impl PolicyTable {
         }
     }
 
-    /// A copy of `key`'s state while it decides (not expired, not blocked).
-    pub(super) fn live_state(&self, key: &str, hash: u64, now: u64) -> Option<State> {
+    /// [`check`](Self::check) where a mark is involved: the key's state is read in `p`'s
+    /// scale first (converted where it stands, as a check on Redis converts and writes it),
+    /// and the scale of what is kept is marked.
+    fn check_rescaled(
+        &mut self,
+        key: &str,
+        hash: u64,
+        p: &Params,
+        now: u64,
+        cost: u64,
+        hasher: &KeyHasher,
+    ) -> Decision {
+        let (algorithm, from) = (self.algorithm, self.kept_scale(key, hash, p));
+        let decision = each!(&mut self.slots, t => {
+            if let Some(slot) = t.find_mut(hash, key).filter(|s| s.kept.expiry() > now) {
+                let mut state = slot.kept.state(algorithm);
+                state.rescale(from, p, now);
+                slot.kept = Kept::keep(state, p);
+            }
+            check_in(t, key, hash, algorithm, p, now, cost, hasher)
+        });
+        self.remark(key, hash, p, hasher);
+        decision
+    }
+
+    /// The scale `key`'s state is kept in: its mark's, else its rule's.
+    fn kept_scale(&self, key: &str, hash: u64, p: &Params) -> Scale {
+        match self.marks.is_empty() {
+            true => p.home,
+            false => self.marks.find(hash, key).map_or(p.home, |m| m.kept.scale),
+        }
+    }
+
+    /// Marks `key`'s state with `p`'s scale, if it is kept in its own, or clears its mark.
+    fn remark(&mut self, key: &str, hash: u64, p: &Params, hasher: &KeyHasher) {
+        let expires = each!(&self.slots, t => t.find(hash, key).map(|s| s.kept.expiry()));
+        match (p.mark(self.algorithm), expires) {
+            (Some(scale), Some(expires)) => {
+                store_in(&mut self.marks, key, hash, Mark { scale, expires }, hasher);
+            }
+            _ => self.unmark(key, hash, hasher),
+        }
+    }
+
+    /// Forgets `key`'s mark, if it has one.
+    fn unmark(&mut self, key: &str, hash: u64, hasher: &KeyHasher) {
+        if !self.marks.is_empty() {
+            self.marks.remove(hash, key, hasher);
+        }
+    }
+
+    /// A copy of `key`'s state while it decides (not expired, not blocked), read in `p`'s
+    /// scale.
+    pub(super) fn live_state(&self, key: &str, hash: u64, p: &Params, now: u64) -> Option<State> {
         let algorithm = self.algorithm;
-        each!(&self.slots, t => t
+        let mut state = each!(&self.slots, t => t
             .find(hash, key)
             .filter(|s| s.kept.expiry() > now)
-            .map(|s| s.kept.state(algorithm)))
+            .map(|s| s.kept.state(algorithm)))?;
+        state.rescale(self.kept_scale(key, hash, p), p, now);
+        Some(state)
     }
 
     /// Keeps `state` (decided by `p`) as `key`'s.
     pub(super) fn store(&mut self, key: &str, hash: u64, state: State, p: &Params, h: &KeyHasher) {
         each!(&mut self.slots, t => store_in(t, key, hash, Kept::keep(state, p), h));
+        self.remark(key, hash, p, h);
     }
 
     /// Runs `f` on `key`'s live state, unblocked, and keeps what it leaves; `None` when there
@@ -217,22 +290,28 @@ impl PolicyTable {
         hash: u64,
         p: &Params,
         now: u64,
+        hasher: &KeyHasher,
         f: impl FnOnce(&mut State) -> R,
     ) -> Option<R> {
         if self.live_block(key, hash, now).is_some() {
             return None;
         }
-        let algorithm = self.algorithm;
-        each!(&mut self.slots, t => {
+        let (algorithm, from) = (self.algorithm, self.kept_scale(key, hash, p));
+        let result = each!(&mut self.slots, t => {
             let slot = t.find_mut(hash, key)?;
             if slot.kept.expiry() <= now {
                 return None;
             }
             let mut state = slot.kept.state(algorithm);
+            state.rescale(from, p, now);
             let result = f(&mut state);
             slot.kept = Kept::keep(state, p);
             Some(result)
-        })
+        });
+        if !self.marks.is_empty() || p.mark(algorithm).is_some() {
+            self.remark(key, hash, p, hasher);
+        }
+        result
     }
 
     /// Runs `f` on `key`'s live state (a new one if it has none), and keeps what `f` leaves
@@ -247,7 +326,7 @@ impl PolicyTable {
         f: impl FnOnce(&mut State) -> (R, bool),
     ) -> R {
         let tracked = each!(&self.slots, t => t.find(hash, key).is_some());
-        let live = self.live_state(key, hash, now);
+        let live = self.live_state(key, hash, p, now);
         let mut state = live.unwrap_or_else(|| State::new(self.algorithm));
         let (result, keep) = f(&mut state);
         if tracked || keep {
@@ -259,12 +338,14 @@ impl PolicyTable {
     /// Blocks `key` until `until`: its state is forgotten (it starts afresh after the block).
     pub(super) fn block(&mut self, key: &str, hash: u64, until: u64, hasher: &KeyHasher) {
         each!(&mut self.slots, t => t.remove(hash, key, hasher));
+        self.unmark(key, hash, hasher);
         store_in(&mut self.blocks, key, hash, until, hasher);
     }
 
     /// Forgets `key`'s state and block.
     pub(super) fn remove(&mut self, key: &str, hash: u64, hasher: &KeyHasher) {
         each!(&mut self.slots, t => t.remove(hash, key, hasher));
+        self.unmark(key, hash, hasher);
         self.blocks.remove(hash, key, hasher);
     }
 
@@ -281,6 +362,7 @@ impl PolicyTable {
         };
         each!(&mut self.slots, t => t.retain(|s| live(s.kept.expiry()), hasher));
         self.blocks.retain(|s| live(s.kept), hasher);
+        self.marks.retain(|s| s.kept.expires > now, hasher);
         last
     }
 
@@ -288,6 +370,7 @@ impl PolicyTable {
     pub(super) fn shrink_if_roomy(&mut self, hasher: &KeyHasher) {
         each!(&mut self.slots, t => shrink_if_roomy(t, hasher));
         shrink_if_roomy(&mut self.blocks, hasher);
+        shrink_if_roomy(&mut self.marks, hasher);
     }
 
     /// Forgets one client, any; whether there was one.

@@ -91,6 +91,10 @@ impl Scripts {
         ];
         let mut command = evalsha(&self.lease, &[key]);
         command.arg(&numbers[..]).arg(op).arg(a).arg(b).arg(now);
+        if let Some(home) = home_of(policy) {
+            // ARGV[10], ARGV[11]: the rule's scale, for a client's own quota.
+            command.arg(&home[..]);
+        }
         Call::new(&self.lease, command)
     }
 
@@ -121,12 +125,21 @@ impl Scripts {
         let script = &self.single[algorithm_index(policy.algorithm())];
         let mut command = evalsha(script, &[key]);
         command.arg(&numbers[..]).arg(now);
+        let home = home_of(policy);
         if dry {
             // ARGV[7]: a dry run, which sets no block.
             command.arg("1");
-        } else if policy.block_for_us() > 0 {
-            // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block.
+            if home.is_some() {
+                command.arg("0");
+            }
+        } else if policy.block_for_us() > 0 || home.is_some() {
+            // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block,
+            // or that need ARGV[9] and ARGV[10].
             command.arg("0").arg(policy.block_for_us());
+        }
+        if let Some(home) = home {
+            // ARGV[9], ARGV[10]: the rule's scale, for a client's own quota.
+            command.arg(&home[..]);
         }
         Call::new(script, command)
     }
@@ -140,7 +153,7 @@ impl Scripts {
         now: &str,
         dry: bool,
     ) -> Call<'_> {
-        let mut numbers = Vec::with_capacity(8 * checks.len());
+        let mut numbers = Vec::with_capacity(10 * checks.len());
         for c in checks {
             let p = c.policy.params();
             numbers.extend([
@@ -154,6 +167,7 @@ impl Scripts {
                 u64::from(c.blocking) + 2 * u64::from(c.charge),
                 c.policy.block_for_us(),
             ]);
+            numbers.extend(home_of(c.policy).unwrap_or([0, 0]));
         }
         let mut command = evalsha(&self.stacked, &keys);
         command.arg(now).arg(&numbers[..]);
@@ -187,8 +201,21 @@ impl Scripts {
         ];
         let mut command = evalsha(&self.control, &[key]);
         command.arg(op).arg(&numbers[..]).arg(now);
+        if let Some(home) = home_of(policy) {
+            // ARGV[9], ARGV[10]: the rule's scale, for a client's own quota.
+            command.arg(&home[..]);
+        }
         Call::new(&self.control, command)
     }
+}
+
+/// The rule's scale (`T`, `B`) of a policy that is a client's own quota under a rule of
+/// another, which the bucket scripts read plain states in and mark their writes against (see
+/// `algorithm::Scale`); `None` for every other policy.
+fn home_of(policy: &Policy) -> Option<[u64; 2]> {
+    let p = policy.params();
+    p.mark(policy.algorithm())
+        .map(|_| [p.home.interval, p.home.burst])
 }
 
 /// What [`Scripts::control`] does to one client.

@@ -91,7 +91,7 @@ impl fmt::Debug for StateBackedStore {
 
 impl Store for StateBackedStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.inner.check(key, policy, cost, true, false).await
+        self.inner.check(&Check::new(key, policy, cost), true).await
     }
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
@@ -109,6 +109,14 @@ impl Store for StateBackedStore {
         duration: Duration,
     ) -> Result<(), StoreError> {
         self.inner.block(key, policy, duration).await
+    }
+}
+
+impl StateBackedStore {
+    /// One of stacked limits, decided alone (a store that decides them one by one): a denial
+    /// writes nothing but what the check itself asks for (a block, a charge).
+    pub(crate) async fn check_stacked(&self, check: &Check<'_>) -> Result<Decision, StoreError> {
+        self.inner.check(check, false).await
     }
 }
 
