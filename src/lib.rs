@@ -113,6 +113,7 @@ pub mod key;
 mod layer;
 mod lease;
 mod limiter;
+mod lookup_cache;
 mod poll;
 mod quiet_log;
 mod quota;

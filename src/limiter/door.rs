@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{Limiter, Pending, Planned, Verdict};
+use super::client_quota::ClientQuota;
+use super::{no_request, Limiter, Pending, Planned, Verdict};
 use crate::decision::Decision;
 use crate::error::ControlError;
 use crate::key;
+use crate::response::Headers;
 use crate::rules::InForce;
 
 impl Limiter {
@@ -28,18 +30,33 @@ impl Limiter {
         let Some(index) = rules.rules().iter().position(|r| r.policy.name() == rule) else {
             return Err(self.unknown_rule(rule));
         };
-        let tier = self.tier(&rules.rules()[index], key).map(Box::new);
+        let sanitized = key::sanitize(key.to_owned());
+        let found = &rules.rules()[index];
+        let tier = match found.has_client_quotas() {
+            true => match self.client_quota(found, &no_request(), key, &sanitized) {
+                ClientQuota::Rule => None,
+                ClientQuota::Tier(tier) => Some(tier),
+                // Not limited by the rule: allowed, with nothing to report.
+                ClientQuota::Unlimited => return Ok((None, Verdict::Proceed(Headers::default()))),
+            },
+            false => None,
+        };
         let planned = Planned {
             rule: index,
-            key: key::sanitize(key.to_owned()),
+            key: sanitized,
             cost,
             tier,
         };
-        let pending = Pending {
+        let mut pending = Pending {
             rules,
             checks: SmallVec::from_buf([planned]),
         };
-        let one = &pending.checks[0];
+        if pending.finding() {
+            self.settle(&mut pending).await;
+        }
+        let Some(one) = pending.checks.first() else {
+            return Ok((None, Verdict::Proceed(Headers::default())));
+        };
         let ask = pending.ask(one).look(false);
         let decided = match cost {
             0 => self.engine.peek(ask.key(), ask.policy(), 0).await,

@@ -9,6 +9,7 @@ use crate::lease::Lease;
 use crate::telemetry::{Metered, RequestKeys};
 
 mod parse;
+mod stored;
 pub(crate) use parse::parse_period;
 
 /// The shortest period a quota may have.

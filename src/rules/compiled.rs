@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 
-use super::{count_status, Cost, CostSpec, DelayQueue, Mode, Route, Rule, StatusMatch, TierFn};
+use super::{
+    count_status, Cost, CostSpec, DelayQueue, Mode, QuotaLookup, Route, Rule, StatusMatch, TierFn,
+};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
@@ -127,6 +129,8 @@ impl Rule {
             cost,
             max_cost,
             quota_for: self.quota_for.clone(),
+            quota_from: self.quota_from.clone(),
+            overridable: self.overridable,
             count_status,
         })
     }
@@ -216,6 +220,10 @@ pub(crate) struct CompiledRule {
     pub(crate) cost: Cost,
     pub(crate) max_cost: u32,
     pub(crate) quota_for: Option<TierFn>,
+    /// Each client's quota, looked up at run time.
+    pub(crate) quota_from: Option<QuotaLookup>,
+    /// Whether a quota set for a client at run time decides its requests.
+    pub(crate) overridable: bool,
     /// Only responses with these statuses are counted (see [`Rule::count_status`]).
     pub(crate) count_status: Option<Arc<[StatusMatch]>>,
 }
@@ -235,8 +243,16 @@ impl CompiledRule {
             cost: Cost::One,
             max_cost: quota.capacity(),
             quota_for: None,
+            quota_from: None,
+            overridable: false,
             count_status: None,
         }
+    }
+
+    /// Whether some client's quota under this rule may differ from the rule's own: tiers, a
+    /// lookup, or overrides.
+    pub(crate) fn has_client_quotas(&self) -> bool {
+        self.quota_for.is_some() || self.quota_from.is_some() || self.overridable
     }
 
     /// The policy of this rule for another quota (a tier's), in the rule's mode.

@@ -48,7 +48,7 @@ impl RuleSet {
                 skips.is_empty()
                     && rule_index.takes_all()
                     && matches!(rule.cost, Cost::One)
-                    && rule.quota_for.is_none()
+                    && !rule.has_client_quotas()
             }
             _ => false,
         };
@@ -62,8 +62,8 @@ impl RuleSet {
     }
 
     /// The rule, when the set is one rule for every request (any path and method, no skips)
-    /// at cost 1 and without tiers: the usual setup of a layer, whose requests need no
-    /// route matched, tier looked up or cost read.
+    /// at cost 1 and without quotas per client (tiers, lookups, overrides): the usual setup
+    /// of a layer, whose requests need no route matched, quota found or cost read.
     #[inline]
     pub(crate) fn sole(&self) -> Option<&CompiledRule> {
         self.rules.first().filter(|_| self.sole)

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::ArcSwap;
 
-use super::{parse_file, CompiledRule, Rule, RuleSet, Skip};
+use super::{parse_file, CompiledRule, NamedLookups, Rule, RuleSet, Skip};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
@@ -26,6 +26,8 @@ pub(crate) struct RuleSource {
     /// For the file's rules: they set both, so these only matter to the code's rules.
     default_key: Arc<dyn KeyExtractor>,
     default_algorithm: Algorithm,
+    /// The quota lookups the file's rules may name.
+    lookups: NamedLookups,
     file: Option<PathBuf>,
     current: Current,
     /// Numbers the reads of the file, so that a read overtaken by a later one is not applied.
@@ -99,6 +101,7 @@ impl RuleSource {
         default_key: Arc<dyn KeyExtractor>,
         default_algorithm: Algorithm,
         file: Option<PathBuf>,
+        lookups: NamedLookups,
     ) -> Result<Arc<Self>, ConfigError> {
         let code_rules = code_rules
             .iter()
@@ -109,6 +112,7 @@ impl RuleSource {
             code_skips,
             default_key,
             default_algorithm,
+            lookups,
             file,
             current: Current::Fixed(Arc::default()),
             reads: AtomicU64::new(0),
@@ -141,6 +145,7 @@ impl RuleSource {
             code_skips: Vec::new(),
             default_key,
             default_algorithm,
+            lookups: NamedLookups::default(),
             file: None,
             current: Current::Fixed(Arc::new(rules)),
             reads: AtomicU64::new(0),
@@ -275,7 +280,7 @@ impl RuleSource {
             };
             let text = std::str::from_utf8(bytes)
                 .map_err(|e| fail(format!("the rules file is not UTF-8 text ({e})")))?;
-            let file = parse_file(text, &origin)?;
+            let file = parse_file(text, &origin, &self.lookups)?;
             if file.rules.is_empty() {
                 return Err(fail(
                     "the rules file has no [[rule]]; an empty file would lift every limit, so \
@@ -351,6 +356,7 @@ mod tests {
             Arc::new(key::Global),
             Algorithm::Gcra,
             Some(file.0.clone()),
+            NamedLookups::default(),
         )
     }
 
@@ -456,6 +462,7 @@ mod tests {
             Arc::new(key::Global),
             Algorithm::Gcra,
             None,
+            NamedLookups::default(),
         )
         .unwrap();
         source.reload().unwrap();

@@ -37,7 +37,9 @@
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
 //! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `lease`, `trusted_proxies` (networks whose forwarding headers
-//! `client_ip` believes). A rule also has `name` (required), `methods`, `path` and
+//! `client_ip` believes), `quota_from` (the name of a quota lookup registered with the layer's
+//! builder: each client's quota is looked up at run time) and `overridable` (whether quotas
+//! set for clients at run time apply; true with `quota_from`). A rule also has `name` (required), `methods`, `path` and
 //! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes); a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
 //! peer's networks, or the client's when `[defaults] key` reads `client_ip`), at least one of
@@ -59,7 +61,7 @@ use serde::Deserialize;
 use toml::de::DeTable;
 use toml::Spanned;
 
-use super::{Mode, Route, Rule, Setting, Skip};
+use super::{Mode, NamedLookups, Route, Rule, Setting, Skip};
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
@@ -86,7 +88,13 @@ pub(crate) struct RulesFile {
 ///
 /// Each rule is checked as the layer will compile it, with the position of the offending
 /// value, so a broken file never gets as far as replacing working rules.
-pub(crate) fn parse(text: &str, origin: &str) -> Result<RulesFile, ConfigError> {
+///
+/// `lookups` are the quota lookups a rule's `quota_from` may name.
+pub(crate) fn parse(
+    text: &str,
+    origin: &str,
+    lookups: &NamedLookups,
+) -> Result<RulesFile, ConfigError> {
     let src = Source { text, origin };
     // Syntax first, so a syntax error keeps toml's own message rather than a shape complaint.
     // toml reports the span of any error; the path of one in the document's shape says the
@@ -100,7 +108,7 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<RulesFile, ConfigError> 
         .collect::<Result<_, _>>()?;
     let mut names = HashMap::with_capacity(doc.rule.len());
     let rules = (doc.rule.into_iter().enumerate())
-        .map(|(i, rule)| build_rule(&src, i + 1, rule, &defaults, &mut names))
+        .map(|(i, rule)| build_rule(&src, i + 1, rule, &defaults, &mut names, lookups))
         .collect::<Result<_, _>>()?;
     Ok(RulesFile { rules, skips })
 }
@@ -133,6 +141,8 @@ struct Settings {
     trusted_proxies: Option<List<Cidr>>,
     block_for: Option<Spanned<Text<MaxDelay>>>,
     lease: Option<Spanned<LeaseSetting>>,
+    quota_from: Option<Spanned<String>>,
+    overridable: Option<bool>,
 }
 
 /// A `[[rule]]`: the settings written out again, because serde's `flatten` ignores
@@ -155,6 +165,8 @@ struct RuleDoc {
     /// Only responses with these statuses are counted: a rule's own, never a default.
     count_status: Option<Spanned<StatusList>>,
     lease: Option<Spanned<LeaseSetting>>,
+    quota_from: Option<Spanned<String>>,
+    overridable: Option<bool>,
 }
 
 /// A `[[skip]]`.
@@ -185,6 +197,7 @@ fn build_rule(
     doc: Spanned<RuleDoc>,
     defaults: &Settings,
     names: &mut HashMap<String, usize>,
+    lookups: &NamedLookups,
 ) -> Result<Rule, ConfigError> {
     let header = doc.span();
     let doc = doc.into_inner();
@@ -269,6 +282,26 @@ fn build_rule(
 
     if let Some(lease) = pick(&doc.lease, &defaults.lease) {
         rule = rule.lease(lease.get_ref().0);
+    }
+    if let Some(named) = pick(&doc.quota_from, &defaults.quota_from) {
+        let Some(lookup) = lookups.get(named.get_ref()) else {
+            let known: Vec<&str> = lookups.keys().map(String::as_str).collect();
+            let message = format!(
+                "unknown quota lookup {:?}: {}",
+                named.get_ref(),
+                match known.as_slice() {
+                    [] => "the layer's builder registers none; register it with \
+                           .quota_lookup(name, QuotaLookup::new(..))"
+                        .to_owned(),
+                    names => format!("the layer's builder registers {}", names.join(", ")),
+                }
+            );
+            return Err(fail(named.span(), "quota_from", &message));
+        };
+        rule = rule.quota_from(lookup.clone());
+    }
+    if let Some(overridable) = pick(&doc.overridable, &defaults.overridable) {
+        rule = rule.overridable(*overridable);
     }
 
     // The rule sets its own key and algorithm, so the defaults given here never apply.

@@ -10,8 +10,9 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
 use crate::quota::Policy;
+use crate::quota::Quota;
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::state::StateBackedStore;
 use crate::store::Store;
@@ -279,6 +280,24 @@ impl StoreExt for MemcachedStore {
 
     fn label(&self) -> Arc<str> {
         "memcached".into()
+    }
+}
+
+/// As the state-backed store keeps them: `<prefix>:<rule>:quota:<client key>` (digested as
+/// every key memcached cannot take), `L:P:B`.
+impl QuotaOverrides for MemcachedStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        self.state.quota_override(rule, key).await
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.state.set_quota_override(rule, key, quota, ttl).await
     }
 }
 

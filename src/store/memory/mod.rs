@@ -9,20 +9,23 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
+use crate::quota::Quota;
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
 mod client_key;
 mod key_hasher;
 mod lease;
+mod overrides;
 mod shard;
 mod slot_table;
 mod stacked;
 mod table;
 
 use key_hasher::KeyHasher;
+use overrides::Overrides;
 use shard::{lock, Shard};
 pub(crate) use table::block_after;
 
@@ -58,6 +61,8 @@ struct Inner {
     hasher: KeyHasher,
     clock: Arc<dyn Clock>,
     max_keys_per_shard: Option<usize>,
+    /// Quotas set for clients at run time.
+    overrides: Overrides,
 }
 
 impl MemoryStore {
@@ -79,6 +84,7 @@ impl MemoryStore {
                 hasher: KeyHasher::default(),
                 clock: Arc::new(clock),
                 max_keys_per_shard: None,
+                overrides: Overrides::default(),
             }),
         }
     }
@@ -95,6 +101,7 @@ impl MemoryStore {
                 hasher: self.inner.hasher.clone(),
                 clock: Arc::clone(&self.inner.clock),
                 max_keys_per_shard: Some(max.div_ceil(shards).max(1)),
+                overrides: Overrides::default(),
             }),
         }
     }
@@ -260,6 +267,27 @@ impl StoreExt for MemoryStore {
 
     fn label(&self) -> Arc<str> {
         crate::telemetry::store_label::<Self>()
+    }
+}
+
+/// In this process: the instance that decides on the store is the only one to see them.
+impl QuotaOverrides for MemoryStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        Ok(self.inner.overrides.get(rule, key, self.inner.clock.now()))
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let until =
+            ttl.map(|ttl| now.saturating_add(u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX)));
+        self.inner.overrides.set(rule, key, quota, until, now);
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::reply;
 use super::script::{self, Call, Control, Scripts};
 use super::RedisStore;
 use crate::clock::Clock;
@@ -12,8 +13,9 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::lease::Lease;
 use crate::quota::Policy;
+use crate::quota::Quota;
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
@@ -55,7 +57,7 @@ impl RedisStore {
             true => scripts.peek(key, policy, cost, &now),
         };
         let reply = self.eval(call).await?;
-        script::decision_from_reply(policy.params().burst, &reply)
+        reply::decision_from_reply(policy.params().burst, &reply)
     }
 
     /// Reset, block or refund one client: one call of `lua/control.lua`.
@@ -90,7 +92,7 @@ impl RedisStore {
         let reply = self
             .eval(self.scripts().stacked(keys, checks, &now, false))
             .await?;
-        script::decisions_from_reply(checks, &reply)
+        reply::decisions_from_reply(checks, &reply)
     }
 }
 
@@ -156,6 +158,44 @@ impl StoreExt for RedisStore {
     }
 }
 
+/// One call of `lua/quota.lua` each: a `GET`, a `SET` (with `PX` for an expiry) or a `DEL` of
+/// `<prefix>:<rule>:quota:{<client key>}`.
+impl QuotaOverrides for RedisStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        let key = script::quota_key(&self.prefix, rule, key);
+        match self.eval(self.scripts().quota(key, None)).await?[..] {
+            [] => Ok(None),
+            [l, p, b] => {
+                let n = |v: i64| u64::try_from(v).unwrap_or(0);
+                Quota::from_numbers([n(l), n(p), n(b)]).map(Some)
+            }
+            ref other => Err(StoreError::backend(format!(
+                "unexpected quota script reply {other:?} (expected 0 or 3 integers)"
+            ))),
+        }
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let key = script::quota_key(&self.prefix, rule, key);
+        // Whole ms, rounded up, at least 1: PX takes no less.
+        let ms = |ttl: Duration| {
+            u64::try_from(ttl.as_micros().div_ceil(1000))
+                .unwrap_or(u64::MAX)
+                .max(1)
+        };
+        let set = quota.map(|quota| (quota, ttl.map_or(0, ms)));
+        self.eval(self.scripts().quota(key, Some(set)))
+            .await
+            .map(drop)
+    }
+}
+
 impl Leasing for RedisStore {
     /// A lease of `min` to `max` units: one call of `lua/lease.lua`. An algorithm that does
     /// not lease decides `min` units as one request.
@@ -176,7 +216,7 @@ impl Leasing for RedisStore {
         let reply = self
             .eval(self.scripts().acquire(key, policy, (min, max), &now))
             .await?;
-        script::grant_from_reply(policy.params().burst, &reply)
+        reply::grant_from_reply(policy.params().burst, &reply)
     }
 
     /// Gives back `unused` units of `grant`: one call of `lua/lease.lua`.
@@ -196,6 +236,6 @@ impl Leasing for RedisStore {
             .scripts()
             .release(key, policy, (unused, grant.mark), &now);
         let reply = self.eval(call).await?;
-        script::released_from_reply(&reply)
+        reply::released_from_reply(&reply)
     }
 }

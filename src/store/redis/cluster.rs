@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use deadpool_redis::redis::cluster_routing::Slot;
 use futures_util::future::try_join_all;
 
-use super::{script, RedisStore};
+use super::{reply, RedisStore};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::store::check::Check;
@@ -34,7 +34,7 @@ pub(super) async fn check_many(
         let reply = store
             .eval(store.scripts().stacked(keys, checks, &now, false))
             .await?;
-        return script::decisions_from_reply(checks, &reply);
+        return reply::decisions_from_reply(checks, &reply);
     }
     let dry = decide_groups(store, checks, &keys, &groups, &now, true).await?;
     let blocked = checks
@@ -107,7 +107,7 @@ async fn decide_group(
     let reply = store
         .eval(store.scripts().stacked(group_keys, &group, now, dry))
         .await?;
-    script::decisions_from_reply(&group, &reply)
+    reply::decisions_from_reply(&group, &reply)
 }
 
 /// After a dry run that blocked the request: each group with a blocking check whose denial

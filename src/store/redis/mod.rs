@@ -17,6 +17,7 @@ mod options;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod pools;
 pub(crate) mod redact;
+mod reply;
 pub(crate) mod script;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;

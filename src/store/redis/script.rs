@@ -9,13 +9,11 @@ use deadpool_redis::redis::aio::ConnectionLike;
 use deadpool_redis::redis::{self, Script};
 
 use crate::algorithm::Algorithm;
-use crate::decision::Decision;
 use crate::error::StoreError;
 #[cfg(doc)]
 use crate::lease::Lease;
-use crate::quota::Policy;
+use crate::quota::{Policy, Quota};
 use crate::store::check::Check;
-use crate::store::grant::Grant;
 
 /// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
 pub(crate) const DEFAULT_PREFIX: &str = "tollgate";
@@ -30,6 +28,8 @@ pub(crate) struct Scripts {
     control: LuaScript,
     /// The prelude and `lua/lease.lua`: leases for hot keys.
     lease: LuaScript,
+    /// The prelude and `lua/quota.lua`: quotas set for clients at run time.
+    quota: LuaScript,
 }
 
 impl Scripts {
@@ -41,7 +41,20 @@ impl Scripts {
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
             lease: LuaScript::new(LEASE_SOURCE.as_str()),
+            quota: LuaScript::new(QUOTA_SOURCE.as_str()),
         }
+    }
+
+    /// The call that reads (`None`), sets (a quota, for `ttl_ms`, 0 for ever) or clears
+    /// (`Some(None)`) the quota set for a client, at `key` (see `lua/quota.lua`).
+    pub(crate) fn quota(&self, key: String, set: Option<Option<(Quota, u64)>>) -> Call<'_> {
+        let mut command = evalsha(&self.quota, &[key]);
+        match set {
+            None => command.arg("get"),
+            Some(None) => command.arg("clear"),
+            Some(Some((quota, ttl_ms))) => command.arg("set").arg(&quota.numbers()[..]).arg(ttl_ms),
+        };
+        Call::new(&self.quota, command)
     }
 
     /// The call that leases from `min` to `max` units of the state at `key` under `policy`
@@ -316,6 +329,12 @@ pub(crate) fn state_key(prefix: &str, policy: &Policy, client_key: &str) -> Stri
     )
 }
 
+/// The Redis key of the quota set for `client_key` under the rule named `rule`:
+/// `<prefix>:<rule>:quota:{<client key>}`, in the client's hash slot.
+pub(crate) fn quota_key(prefix: &str, rule: &str, client_key: &str) -> String {
+    format!("{prefix}:{rule}:quota:{{{client_key}}}")
+}
+
 /// Sorts a failed script call: an error about one key's data is that request's problem
 /// ([`StoreError::KeyState`], which the circuit breaker does not count); anything else
 /// (I/O, a dropped or refused connection, a timeout, `NOSCRIPT` again after loading, a server
@@ -344,70 +363,6 @@ pub(crate) fn breaks_connection(error: &redis::RedisError) -> bool {
         || error.is_connection_refusal()
         || error.is_unrecoverable_error()
         || error.is_timeout()
-}
-
-/// Reads the scripts' reply `{allowed, remaining, reset_after_us, retry_after_us (-1 = none)}`.
-pub(crate) fn decision_from_reply(limit: u64, reply: &[i64]) -> Result<Decision, StoreError> {
-    let &[allowed, remaining, reset_after, retry_after] = reply else {
-        return Err(StoreError::backend(format!(
-            "unexpected script reply {reply:?} (expected 4 integers)"
-        )));
-    };
-    let micros = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(Decision::from_micros(
-        allowed == 1,
-        limit,
-        micros(remaining),
-        micros(reset_after),
-        (retry_after >= 0).then(|| micros(retry_after)),
-    ))
-}
-
-/// Reads `lua/lease.lua`'s reply to an acquire:
-/// `{granted, remaining, reset_after_us, retry_after_us (-1 = none), mark}`.
-pub(crate) fn grant_from_reply(limit: u64, reply: &[i64]) -> Result<Grant, StoreError> {
-    let &[granted, remaining, reset_after, retry_after, mark] = reply else {
-        return Err(StoreError::backend(format!(
-            "unexpected lease script reply {reply:?} (expected 5 integers)"
-        )));
-    };
-    let decision = decision_from_reply(
-        limit,
-        &[i64::from(granted > 0), remaining, reset_after, retry_after],
-    )?;
-    Ok(Grant::new(
-        u32::try_from(granted).unwrap_or(0),
-        decision,
-        u64::try_from(mark).unwrap_or(0),
-    ))
-}
-
-/// Reads `lua/lease.lua`'s reply to a release: `{units taken back}`.
-pub(crate) fn released_from_reply(reply: &[i64]) -> Result<u32, StoreError> {
-    match reply {
-        &[taken] => Ok(u32::try_from(taken).unwrap_or(0)),
-        _ => Err(StoreError::backend(format!(
-            "unexpected lease script reply {reply:?} (expected 1 integer)"
-        ))),
-    }
-}
-
-/// Reads the stacked script's reply: 4 integers per check, in order.
-pub(crate) fn decisions_from_reply(
-    checks: &[Check<'_>],
-    reply: &[i64],
-) -> Result<Vec<Decision>, StoreError> {
-    if reply.len() != 4 * checks.len() {
-        return Err(StoreError::backend(format!(
-            "unexpected stacked script reply {reply:?} (expected 4 integers per check, {} checks)",
-            checks.len()
-        )));
-    }
-    checks
-        .iter()
-        .zip(reply.chunks_exact(4))
-        .map(|(c, r)| decision_from_reply(c.policy.params().burst, r))
-        .collect()
 }
 
 /// What every script shares (the helpers of its rare paths: blocks, state it cannot read),
@@ -456,6 +411,10 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
     source.push_str(include_str!("../../../lua/stacked.lua"));
     source
 });
+
+/// The override script as it runs: the prelude, then `lua/quota.lua`.
+static QUOTA_SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/quota.lua")));
 
 /// The lease script as it runs: the prelude, then `lua/lease.lua`.
 static LEASE_SOURCE: LazyLock<String> =

@@ -13,8 +13,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quota::Policy;
+use crate::quota::Quota;
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
@@ -145,6 +146,24 @@ impl StoreExt for StateBackedStore {
     /// The backend's type name.
     fn label(&self) -> Arc<str> {
         Arc::clone(&self.label)
+    }
+}
+
+/// Kept in the backend at `<prefix>:<rule>:quota:<client key>` as `L:P:B`, so that every
+/// instance on it sees them.
+impl QuotaOverrides for StateBackedStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        self.inner.quota_override(rule, key).await
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.inner.set_quota_override(rule, key, quota, ttl).await
     }
 }
 

@@ -9,16 +9,16 @@ use super::user_store::{BoxFuture, DynStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
+use crate::quota::{Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
 /// A store of the contract's own as a boxed store.
 pub(crate) struct Native<S>(pub(crate) S);
 
-impl<S: Leasing> DynStore for Native<S> {
+impl<S: Leasing + QuotaOverrides> DynStore for Native<S> {
     fn check<'a>(
         &'a self,
         key: &'a str,
@@ -88,6 +88,26 @@ impl<S: Leasing> DynStore for Native<S> {
         grant: &'a Grant,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
         Box::pin(Leasing::release(&self.0, key, policy, unused, grant))
+    }
+
+    fn quota_override<'a>(
+        &'a self,
+        rule: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Quota>, StoreError>> {
+        Box::pin(QuotaOverrides::quota_override(&self.0, rule, key))
+    }
+
+    fn set_quota_override<'a>(
+        &'a self,
+        rule: &'a str,
+        key: &'a str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(QuotaOverrides::set_quota_override(
+            &self.0, rule, key, quota, ttl,
+        ))
     }
 
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
