@@ -13,7 +13,7 @@ use crate::store::contract::QuotaOverrides;
 
 /// How long an instance keeps what it read of a client's override: a change made through any
 /// instance reaches every other within this and one store read (a second at most).
-pub const OVERRIDE_TTL: Duration = Duration::from_millis(900);
+pub const OVERRIDE_TTL: Duration = Duration::from_millis(750);
 
 /// How many clients' overrides (or their absence) an instance keeps at most.
 const OVERRIDE_ENTRIES: usize = 100_000;

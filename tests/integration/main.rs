@@ -51,3 +51,4 @@ mod rules;
 mod rules_file_faults;
 mod state_store;
 mod store_outage_log;
+mod tenants;
