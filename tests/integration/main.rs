@@ -25,6 +25,7 @@ fn ok_service() -> impl tower::Service<
 
 mod allow_list;
 mod client_control;
+mod client_quotas;
 mod concurrency;
 mod count_status;
 mod decided_at_once;

@@ -12,10 +12,9 @@ use crate::algorithm::{self, Params, Saved, State};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{Policy, Quota};
+use crate::quota::Policy;
 use crate::store::block_after;
 use crate::store::check::Check;
-use crate::store::contract::LONGEST_OVERRIDE;
 use crate::store::grant::Grant;
 
 /// What one try at a key decided: an answer, with or without a state to write first.
@@ -55,8 +54,8 @@ const TURNS: usize = 256;
 #[derive(Clone)]
 pub(crate) struct StateBacked<S> {
     pub(crate) backend: S,
-    clock: Arc<dyn Clock>,
-    prefix: Arc<str>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) prefix: Arc<str>,
     turns: Arc<[tokio::sync::Mutex<()>]>,
     hasher: foldhash::fast::RandomState,
 }
@@ -87,6 +86,11 @@ impl<S: Backend> StateBacked<S> {
         &*self.clock
     }
 
+    /// The turn in this instance of the decisions of the backend's key `key`.
+    pub(super) fn turn(&self, key: &str) -> &tokio::sync::Mutex<()> {
+        &self.turns[self.hasher.hash_one(key) as usize % TURNS]
+    }
+
     /// `<prefix>:<policy>:<algorithm>:<client key>`.
     pub(crate) fn state_key(&self, key: &str, policy: &Policy) -> String {
         let algorithm = policy.algorithm().as_str();
@@ -111,7 +115,7 @@ impl<S: Backend> StateBacked<S> {
     ) -> Result<T, StoreError> {
         let key = self.state_key(key, policy);
         let p = policy.params();
-        let turn = &self.turns[self.hasher.hash_one(&key) as usize % TURNS];
+        let turn = self.turn(&key);
         let decide = |bytes: Option<&[u8]>| {
             let now = self.clock.now();
             let saved = match bytes {
@@ -301,51 +305,6 @@ impl<S: Backend> StateBacked<S> {
             _ => Step::Done(0),
         })
         .await
-    }
-
-    /// The quota set for `key` under the rule named `rule`, if any (see `QuotaOverrides`).
-    pub(crate) async fn quota_override(
-        &self,
-        rule: &str,
-        key: &str,
-    ) -> Result<Option<Quota>, StoreError> {
-        let key = self.quota_key(rule, key);
-        let turn = &self.turns[self.hasher.hash_one(&key) as usize % TURNS];
-        let read = |bytes: Option<&[u8]>| {
-            let quota = bytes.map(Quota::from_stored).transpose()?;
-            Ok((Update::Keep, quota))
-        };
-        self.backend.apply(&key, turn, read).await
-    }
-
-    /// Sets (for `ttl`, or [`LONGEST_OVERRIDE`]) or clears the quota set for `key` under the
-    /// rule named `rule`.
-    pub(crate) async fn set_quota_override(
-        &self,
-        rule: &str,
-        key: &str,
-        quota: Option<Quota>,
-        ttl: Option<Duration>,
-    ) -> Result<(), StoreError> {
-        let key = self.quota_key(rule, key);
-        let Some(quota) = quota else {
-            return self.backend.forget(&key).await;
-        };
-        let turn = &self.turns[self.hasher.hash_one(&key) as usize % TURNS];
-        let bytes = quota.stored().into_bytes();
-        let ttl = ttl
-            .unwrap_or(LONGEST_OVERRIDE)
-            .max(Duration::from_micros(1));
-        let write = |_: Option<&[u8]>| {
-            let (bytes, ttl) = (bytes.clone(), ttl);
-            Ok((Update::Set { bytes, ttl }, ()))
-        };
-        self.backend.apply(&key, turn, write).await
-    }
-
-    /// `<prefix>:<rule>:quota:<client key>`.
-    fn quota_key(&self, rule: &str, key: &str) -> String {
-        format!("{}:{rule}:quota:{key}", self.prefix)
     }
 
     /// Several limits, one after the other (not atomic across them: an earlier limit counts a

@@ -105,6 +105,7 @@ use crate::error::StoreError;
 mod adapter;
 mod backed;
 mod backend;
+mod overrides;
 
 pub use adapter::StateBackedStore;
 pub(crate) use backed::StateBacked;
