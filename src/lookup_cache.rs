@@ -19,9 +19,12 @@ use crate::clock::monotonic_micros;
 
 const SHARDS: usize = 16;
 
+/// One shard's keys and what is kept for each.
+type Shard<V> = HashMap<Box<str>, Slot<V>, RandomState>;
+
 /// Answers of type `V` by key, each kept until its own expiry.
 pub(crate) struct LookupCache<V> {
-    shards: Box<[Mutex<HashMap<Box<str>, Slot<V>, RandomState>>]>,
+    shards: Box<[Mutex<Shard<V>>]>,
     /// Answers kept at most per shard.
     per_shard: usize,
     hasher: RandomState,
@@ -174,7 +177,7 @@ impl<V: Clone> Leader<V> {
 }
 
 impl<V> LookupCache<V> {
-    fn shard_of(&self, key: &str) -> MutexGuard<'_, HashMap<Box<str>, Slot<V>, RandomState>> {
+    fn shard_of(&self, key: &str) -> MutexGuard<'_, Shard<V>> {
         let index = self.hasher.hash_one(key) as usize % SHARDS;
         self.shards[index]
             .lock()

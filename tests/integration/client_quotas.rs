@@ -265,7 +265,10 @@ async fn quotas_set_on_memcached_reach_every_instance() {
 
 /// Bytes in a map behind a lock, updated in place; expiry by the time to live given.
 #[derive(Clone, Default)]
-struct Shared(Arc<Mutex<HashMap<String, (Vec<u8>, Instant)>>>);
+struct Shared(Arc<Mutex<HashMap<String, Expiring>>>);
+
+/// Bytes, and until when they count.
+type Expiring = (Vec<u8>, Instant);
 
 impl AtomicStateStore for Shared {
     async fn update(

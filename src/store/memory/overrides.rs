@@ -10,7 +10,10 @@ use crate::quota::Quota;
 /// not by requests, so there are few; an expired one is dropped when it is read or when another
 /// is set.
 #[derive(Default)]
-pub(super) struct Overrides(Mutex<HashMap<(Box<str>, Box<str>), (Quota, Option<u64>)>>);
+pub(super) struct Overrides(Mutex<HashMap<Client, (Quota, Option<u64>)>>);
+
+/// A rule's name and a client key.
+type Client = (Box<str>, Box<str>);
 
 impl Overrides {
     /// The quota set for `key` under `rule` at `now`, if any.

@@ -116,6 +116,7 @@ impl Store for StateBackedStore {
 impl StateBackedStore {
     /// One of stacked limits, decided alone (a store that decides them one by one): a denial
     /// writes nothing but what the check itself asks for (a block, a charge).
+    #[cfg(feature = "memcached")]
     pub(crate) async fn check_stacked(&self, check: &Check<'_>) -> Result<Decision, StoreError> {
         self.inner.check(check, false).await
     }

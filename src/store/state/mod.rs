@@ -46,6 +46,13 @@
 //! | 1 | what follows: 0 a block, 1 GCRA, 2 token bucket, 3 leaky bucket, 4 fixed window, 5 fixed window from first, 6 sliding window log, 7 sliding window |
 //! | 2.. | a block: the time it ends; GCRA and leaky bucket: the theoretical arrival time; token bucket: nothing (a full bucket) or its credit (µs) and when it was computed; both fixed windows: the window's start and its count; sliding window log: the running total before its oldest entry, then each entry's time and running total, oldest first; sliding window: the current window's start, the previous window's count, the current one's |
 //!
+//! A bucket's state written under a client's own quota (see
+//! [`Rule::quota_from`](crate::rules::Rule::quota_from)), in another scale than its rule's,
+//! is followed by that quota's interval and burst (`T`, `B`): GCRA and the leaky bucket then
+//! hold `tat`, `T`, `B`; the token bucket `credit`, `updated_at`, `T`, `B`. A quota set for a
+//! client at run time is kept at `<prefix>:<rule>:quota:<client key>` as the text
+//! `limit:period_us:burst`, and `:until_us` when it expires.
+//!
 //! A state of another format version is refused (a [`StoreError::KeyState`]), never misread.
 //! Each write's time to live is the time until the state decides like a new one, so nothing
 //! lives longer than its algorithm needs.
