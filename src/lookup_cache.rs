@@ -4,8 +4,9 @@
 //! Concurrent first requests for one key make one lookup: the first is its *leader* and runs
 //! it, the others *wait* for its answer ([`Found`]). A lookup that is never finished (its
 //! leader was dropped) wakes its waiters with nothing and frees the key for the next request.
-//! The number of answers kept is bounded: a full shard drops its expired answers first, then
-//! any answer it holds; lookups under way are never dropped.
+//! The number of answers kept is bounded: a full shard drops an expired answer if it meets one
+//! among the first few it looks at, else any answer it holds; lookups under way are never
+//! dropped.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -18,6 +19,9 @@ use tokio::sync::watch;
 use crate::clock::monotonic_micros;
 
 const SHARDS: usize = 16;
+
+/// How many answers a full shard looks at for an expired one to drop before dropping any.
+const EVICTION_LOOK: usize = 8;
 
 /// One shard's keys and what is kept for each.
 type Shard<V> = HashMap<Box<str>, Slot<V>, RandomState>;
@@ -90,14 +94,25 @@ impl<V: Clone + Send + Sync + 'static> LookupCache<V> {
             _ => {}
         }
         if shard.len() >= self.per_shard && !shard.contains_key(key) {
-            shard.retain(|_, slot| !matches!(slot, Slot::Ready { until, .. } if *until <= now));
-            if shard.len() >= self.per_shard {
-                let any = (shard.iter())
-                    .find(|(_, slot)| matches!(slot, Slot::Ready { .. }))
-                    .map(|(key, _)| key.clone());
-                if let Some(any) = any {
-                    shard.remove(&any);
+            // Room for one more, in constant time (a flood of new keys must not scan): an
+            // expired answer among the first few, else the first answer met.
+            let answers = (shard.iter())
+                .filter_map(|(key, slot)| match slot {
+                    Slot::Ready { until, .. } => Some((key, *until <= now)),
+                    Slot::Flying(_) => None,
+                })
+                .take(EVICTION_LOOK);
+            let mut victim = None;
+            for (key, expired) in answers {
+                if victim.is_none() || expired {
+                    victim = Some(key.clone());
                 }
+                if expired {
+                    break;
+                }
+            }
+            if let Some(victim) = victim {
+                shard.remove(&victim);
             }
         }
         let (sender, _) = watch::channel(None);
@@ -132,9 +147,14 @@ impl<V: Clone + Send + Sync + 'static> LookupCache<V> {
 
 impl<V: Clone> Waiter<V> {
     /// The answer, or `None` when its lookup was dropped unfinished, or `limit` passed first.
-    pub(crate) async fn answer(mut self, limit: Duration) -> Option<V> {
+    pub(crate) async fn answer(self, limit: Duration) -> Option<V> {
+        self.answer_by(tokio::time::Instant::now() + limit).await
+    }
+
+    /// The answer, or `None` when its lookup was dropped unfinished, or `deadline` came first.
+    pub(crate) async fn answer_by(mut self, deadline: tokio::time::Instant) -> Option<V> {
         let wait = self.0.wait_for(Option::is_some);
-        match tokio::time::timeout(limit, wait).await {
+        match tokio::time::timeout_at(deadline, wait).await {
             Ok(Ok(answer)) => answer.clone(),
             _ => None,
         }

@@ -23,8 +23,9 @@ use crate::quota::Quota;
 /// goes into the router.
 ///
 /// A client is named by a rule and its key as the rule's key extractor reads it (the IP
-/// address as text, a header's value), sanitized as requests' keys are; a rule with tiers
-/// uses the key's tier. On Redis every instance sees a reset, block or refund; this
+/// address as text, a header's value), sanitized as requests' keys are; a rule with quotas
+/// per client uses the client's (its override, its lookup's answer, its tier; a lookup sees an
+/// empty request head). On Redis every instance sees a reset, block or refund; this
 /// instance's cache of denials forgets the client at once, and other instances' caches ask
 /// the store again within 5 s.
 ///
@@ -252,8 +253,9 @@ impl Control {
     /// headers and refusal in the [`Checked`] answer. Use it where the layer cannot see the
     /// key or the cost: a key read from a JSON body, each message of a WebSocket, a job.
     ///
-    /// The key is read as a request's would be (the raw key, e.g. a user id; the rule's tier
-    /// for it applies, and it is sanitized the same way). A delay-mode rule waits here for the
+    /// The key is read as a request's would be (the raw key, e.g. a user id; the client's own
+    /// quota applies, its lookup seeing an empty request head; and it is sanitized the same
+    /// way). A delay-mode rule waits here for the
     /// client's turn, as the layer would, and gives the turn back if this future is dropped.
     /// A rule with `count_status` is charged now (there is no response to count). A cost of
     /// 0 only looks.

@@ -5,9 +5,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::request::Parts;
+use tokio::time::Instant;
 
 use super::Limiter;
 use crate::engine::LookupCounts;
@@ -40,8 +40,9 @@ enum Looking {
     None,
     /// Its answer.
     Done(Looked),
-    /// Under way: its answer comes within the timeout.
-    Waiting(Waiter<Looked>, Duration),
+    /// Under way: its answer comes by the deadline (the lookup's timeout from when this
+    /// request met it), whatever else the request waits for meanwhile.
+    Waiting(Waiter<Looked>, Instant),
 }
 
 /// A client's quota under a rule, as far as it is known.
@@ -114,8 +115,8 @@ impl Limiter {
         let looked = match finding.lookup {
             Looking::None => None,
             Looking::Done(looked) => Some(looked),
-            Looking::Waiting(waiter, limit) => {
-                Some(waiter.answer(limit).await.unwrap_or(Looked::Failed))
+            Looking::Waiting(waiter, deadline) => {
+                Some(waiter.answer_by(deadline).await.unwrap_or(Looked::Failed))
             }
         };
         self.settled(rule, &finding.raw, looked)
@@ -164,7 +165,7 @@ impl Limiter {
     ) -> Looking {
         let counts = self.engine.lookup_counts();
         let name = rule.policy.shared_name();
-        let limit = lookup.timeout_setting();
+        let deadline = Instant::now() + lookup.timeout_setting();
         let leader = match lookup.cache().find(key) {
             Found::Ready(looked) => {
                 counts.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -174,7 +175,7 @@ impl Limiter {
             Found::Waiting(waiter) => {
                 counts.cache_hits.fetch_add(1, Ordering::Relaxed);
                 telemetry::quota_lookup_cache_hit(name);
-                return Looking::Waiting(waiter, limit);
+                return Looking::Waiting(waiter, deadline);
             }
             Found::Leading(leader) => leader,
         };
@@ -195,7 +196,7 @@ impl Limiter {
             rule: Arc::clone(name),
         };
         runtime.spawn(running.run(lookup.resolver().resolve(parts, raw)));
-        Looking::Waiting(waiter, limit)
+        Looking::Waiting(waiter, deadline)
     }
 }
 
