@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::Limiter;
 use crate::engine::LookupCounts;
+use crate::key;
 use crate::lookup_cache::{Found, Leader, Waiter};
 use crate::quota::{Policy, Quota};
 use crate::rules::{CompiledRule, Looked, Lookup, QuotaLookup};
@@ -56,46 +57,42 @@ pub(crate) enum ClientQuota {
 }
 
 impl Limiter {
-    /// The quota of the client `key` (sanitized; `raw` as the rule's key extractor read it)
-    /// under `rule`, for the request `parts`: known at once, or to be [found](Self::found).
-    /// A lookup this needs is started here, where the request is seen.
+    /// The sanitized key of the client `raw` (as the rule's key extractor read it) and its
+    /// quota under `rule`, for the request `parts`: known at once, or to be
+    /// [found](Self::found). A lookup this needs is started here, where the request is seen.
     pub(crate) fn client_quota(
         &self,
         rule: &CompiledRule,
         parts: &Parts,
-        raw: &str,
-        key: &str,
-    ) -> ClientQuota {
-        let name = rule.policy.name();
+        raw: String,
+    ) -> (String, ClientQuota) {
+        if !rule.overridable && rule.quota_from.is_none() {
+            // Tiers alone: nothing to wait for.
+            let quota = self.settled(rule, &raw, None);
+            return (key::sanitize(raw), quota);
+        }
+        let key = key::sanitize(raw.clone());
         let overridden = match rule.overridable {
-            true => self.engine.override_ready(name, key),
+            true => self.engine.override_ready(rule.policy.name(), &key),
             false => Some(None),
         };
         if let Some(Some(quota)) = overridden {
-            return self.tier_of(rule, quota);
+            return (key, self.tier_of(rule, quota));
         }
         let lookup = match &rule.quota_from {
             None => Looking::None,
-            Some(lookup) => self.look_up(lookup, rule, parts, raw, key),
+            Some(lookup) => self.look_up(lookup, rule, parts, &raw, &key),
         };
-        let finding = Finding {
-            raw: raw.to_owned(),
-            read_override: overridden.is_none(),
-            lookup,
+        let quota = match (overridden.is_none(), lookup) {
+            (false, Looking::None) => self.settled(rule, &raw, None),
+            (false, Looking::Done(looked)) => self.settled(rule, &raw, Some(looked)),
+            (read_override, lookup) => ClientQuota::Tier(Box::new(Tier::Finding(Finding {
+                raw,
+                read_override,
+                lookup,
+            }))),
         };
-        match finding {
-            Finding {
-                read_override: false,
-                lookup: Looking::None,
-                ..
-            } => self.settled(rule, &finding.raw, None),
-            Finding {
-                read_override: false,
-                lookup: Looking::Done(looked),
-                ..
-            } => self.settled(rule, &finding.raw, Some(looked)),
-            finding => ClientQuota::Tier(Box::new(Tier::Finding(finding))),
-        }
+        (key, quota)
     }
 
     /// The client's quota once `finding` has what it waits for: the override read (one read

@@ -30,16 +30,17 @@ impl Limiter {
         let Some(index) = rules.rules().iter().position(|r| r.policy.name() == rule) else {
             return Err(self.unknown_rule(rule));
         };
-        let sanitized = key::sanitize(key.to_owned());
         let found = &rules.rules()[index];
-        let tier = match found.has_client_quotas() {
-            true => match self.client_quota(found, &no_request(), key, &sanitized) {
-                ClientQuota::Rule => None,
-                ClientQuota::Tier(tier) => Some(tier),
+        let (sanitized, tier) = match found.has_client_quotas() {
+            true => match self.client_quota(found, &no_request(), key.to_owned()) {
+                (key, ClientQuota::Rule) => (key, None),
+                (key, ClientQuota::Tier(tier)) => (key, Some(tier)),
                 // Not limited by the rule: allowed, with nothing to report.
-                ClientQuota::Unlimited => return Ok((None, Verdict::Proceed(Headers::default()))),
+                (_, ClientQuota::Unlimited) => {
+                    return Ok((None, Verdict::Proceed(Headers::default())));
+                }
             },
-            false => None,
+            false => (key::sanitize(key.to_owned()), None),
         };
         let planned = Planned {
             rule: index,

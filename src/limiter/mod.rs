@@ -210,11 +210,10 @@ impl Limiter {
         for (index, rule) in rules.matching(parts) {
             let (key, tier) = match rule.key.extract(parts) {
                 Some(raw) if rule.has_client_quotas() => {
-                    let key = key::sanitize(raw.clone());
-                    match self.client_quota(rule, parts, &raw, &key) {
-                        ClientQuota::Rule => (key, None),
-                        ClientQuota::Tier(tier) => (key, Some(tier)),
-                        ClientQuota::Unlimited => continue,
+                    match self.client_quota(rule, parts, raw) {
+                        (key, ClientQuota::Rule) => (key, None),
+                        (key, ClientQuota::Tier(tier)) => (key, Some(tier)),
+                        (_, ClientQuota::Unlimited) => continue,
                     }
                 }
                 Some(key) => (key::sanitize(key), None),
@@ -303,10 +302,9 @@ impl Limiter {
         let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
             return Err(self.unknown_rule(rule));
         };
-        let sanitized = key::sanitize(key.to_owned());
-        let mut quota = match found.has_client_quotas() {
-            true => self.client_quota(found, &no_request(), key, &sanitized),
-            false => ClientQuota::Rule,
+        let (sanitized, mut quota) = match found.has_client_quotas() {
+            true => self.client_quota(found, &no_request(), key.to_owned()),
+            false => (key::sanitize(key.to_owned()), ClientQuota::Rule),
         };
         if let ClientQuota::Tier(tier) = quota {
             quota = match *tier {

@@ -53,7 +53,7 @@ impl MemoryStore {
         };
         // A block replaced the state the lease was taken from: nothing to give back to.
         let p = policy.params();
-        let taken = table.update(key, hash, p, now, &self.inner.hasher, |state| {
+        let taken = table.update(key, hash, p, now, |state| {
             state.release(p, now, u64::from(unused), grant.mark)
         });
         u32::try_from(taken.unwrap_or(0)).unwrap_or(u32::MAX)

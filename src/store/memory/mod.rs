@@ -40,7 +40,10 @@ pub(crate) use table::block_after;
 ///
 /// A tracked GCRA or leaky-bucket key costs 32 bytes of table (its state and, up to 22 bytes
 /// long, the key itself), about 70 bytes of memory with the table's free room; a decision hashes
-/// the key once and allocates nothing unless the key is new.
+/// the key once and allocates nothing unless the key is new. A rule whose clients have quotas
+/// of their own ([`Rule::quota_from`](crate::rules::Rule::quota_from), overrides, tiers) keeps
+/// each bucket state with the scale it is counted in, about 100 bytes of table, once one of its
+/// clients is decided under another quota than the rule's.
 ///
 /// Clones share the same state.
 ///
@@ -174,7 +177,7 @@ impl MemoryStore {
         let (hash, shard) = self.locate(key);
         if let Some(table) = lock(shard).find_mut(policy) {
             let p = policy.params();
-            table.update(key, hash, p, now, &self.inner.hasher, |state| {
+            table.update(key, hash, p, now, |state| {
                 state.refund(p, now, u64::from(n))
             });
         }

@@ -6,9 +6,10 @@
 //! with the store's seeded hasher, and build nothing: no key is allocated but a new one kept.
 //!
 //! A bucket's state written under a client's own quota, in another scale than its rule's (see
-//! `algorithm::Scale`), keeps its scale in a table of marks beside the slots, as the other
-//! stores keep it in the state's value. While a table has no mark and a decision is in its
-//! rule's scale (every rule without quotas per client), the marks cost one length check.
+//! `algorithm::Scale`), is kept with its scale, as the other stores keep it in the state's
+//! value: the first such decision turns the table's slots into slots that keep one
+//! ([`Slots::Scaled`]), once. A table of a rule without quotas per client never turns, and its
+//! decisions read nothing more than before.
 
 use std::sync::Arc;
 
@@ -26,15 +27,6 @@ pub(super) struct PolicyTable {
     /// Blocked clients (`Policy::block_for`, `Store::block`) and until when (µs). A client's
     /// state is new when its block ends, so a blocked client has no slot meanwhile.
     blocks: SlotTable<u64>,
-    /// The scale of each state kept in another than its rule's; read only for a slot that is
-    /// live, and written with every state kept while there is one.
-    marks: SlotTable<Mark>,
-}
-
-/// A state's scale, and when its slot expires (when the mark may be swept).
-struct Mark {
-    scale: Scale,
-    expires: u64,
 }
 
 /// The slots of a table, as small as its algorithm's state.
@@ -43,6 +35,9 @@ enum Slots {
     Gcra(SlotTable<Gcra>),
     /// Every other algorithm: its state and when it expires.
     Other(SlotTable<Tracked>),
+    /// A bucket's states, each with the scale it is counted in: once a client of the table
+    /// was decided under its own quota.
+    Scaled(SlotTable<Scaled>),
 }
 
 /// Runs `$body` on the typed table inside `$slots`, whichever it is.
@@ -51,6 +46,7 @@ macro_rules! each {
         match $slots {
             Slots::Gcra($table) => $body,
             Slots::Other($table) => $body,
+            Slots::Scaled($table) => $body,
         }
     };
 }
@@ -67,6 +63,10 @@ trait Kept: Sized {
     fn state(&self, algorithm: Algorithm) -> State;
     /// Keeps `state` (of the table's algorithm), which expires by `p`.
     fn keep(state: State, p: &Params) -> Self;
+    /// The scale the state is counted in: the rule's (`home`) but in a scaled slot.
+    fn scale(&self, home: Scale) -> Scale {
+        home
+    }
 }
 
 impl Kept for Gcra {
@@ -135,6 +135,49 @@ impl Kept for Tracked {
     }
 }
 
+/// A bucket's state with the scale it is counted in (`None`: a new state, counted in none).
+struct Scaled {
+    tracked: Tracked,
+    scale: Option<Scale>,
+}
+
+impl Kept for Scaled {
+    fn fresh(algorithm: Algorithm) -> Self {
+        Self {
+            tracked: Tracked::fresh(algorithm),
+            scale: None,
+        }
+    }
+
+    fn expiry(&self) -> u64 {
+        self.tracked.expires_at
+    }
+
+    /// Read in `p`'s scale first (see `State::rescale`), and kept in it.
+    fn decide(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
+        if let Some(from) = self.scale {
+            self.tracked.state.rescale(from, p, now);
+        }
+        self.scale = Some(p.scale());
+        self.tracked.decide(p, now, cost)
+    }
+
+    fn state(&self, _: Algorithm) -> State {
+        self.tracked.state.clone()
+    }
+
+    fn keep(state: State, p: &Params) -> Self {
+        Self {
+            tracked: Tracked::keep(state, p),
+            scale: Some(p.scale()),
+        }
+    }
+
+    fn scale(&self, home: Scale) -> Scale {
+        self.scale.unwrap_or(home)
+    }
+}
+
 impl PolicyTable {
     pub(super) fn new(policy: &Policy) -> Self {
         let algorithm = policy.algorithm();
@@ -146,8 +189,29 @@ impl PolicyTable {
                 _ => Slots::Other(SlotTable::default()),
             },
             blocks: SlotTable::default(),
-            marks: SlotTable::default(),
         }
+    }
+
+    /// Turns the table's slots into scaled ones (see [`Slots::Scaled`]) when `p` counts in
+    /// another scale than the rule's and they are not yet: once, keeping every state as it is,
+    /// in the rule's scale.
+    fn scaled_for(&mut self, p: &Params) {
+        if p.mark(self.algorithm).is_none() || matches!(self.slots, Slots::Scaled(_)) {
+            return;
+        }
+        let (algorithm, home) = (self.algorithm, p.home);
+        let empty = Slots::Scaled(SlotTable::default());
+        let scaled = move |state: State, expires_at: u64| Scaled {
+            tracked: Tracked { state, expires_at },
+            scale: Some(home),
+        };
+        self.slots = match std::mem::replace(&mut self.slots, empty) {
+            Slots::Gcra(t) => {
+                Slots::Scaled(t.map(|g| scaled(Kept::state(&g, algorithm), g.expiry())))
+            }
+            Slots::Other(t) => Slots::Scaled(t.map(|t| scaled(t.state, t.expires_at))),
+            slots => slots,
+        };
     }
 
     /// Whether this table holds `policy`'s clients: the same name and algorithm. (A policy
@@ -199,11 +263,11 @@ impl PolicyTable {
             return algorithm::blocked(p, now, until, cost);
         }
         let algorithm = self.algorithm;
-        let decision = if self.marks.is_empty() && p.mark(algorithm).is_none() {
-            each!(&mut self.slots, t => check_in(t, key, hash, algorithm, p, now, cost, hasher))
-        } else {
-            self.check_rescaled(key, hash, p, now, cost, hasher)
-        };
+        if !matches!(self.slots, Slots::Scaled(_)) && p.scale() != p.home {
+            self.scaled_for(p);
+        }
+        let decision =
+            each!(&mut self.slots, t => check_in(t, key, hash, algorithm, p, now, cost, hasher));
         match block_after(&decision, policy, now) {
             Some(until) => {
                 self.block(key, hash, until, hasher);
@@ -213,73 +277,22 @@ impl PolicyTable {
         }
     }
 
-    /// [`check`](Self::check) where a mark is involved: the key's state is read in `p`'s
-    /// scale first (converted where it stands, as a check on Redis converts and writes it),
-    /// and the scale of what is kept is marked.
-    fn check_rescaled(
-        &mut self,
-        key: &str,
-        hash: u64,
-        p: &Params,
-        now: u64,
-        cost: u64,
-        hasher: &KeyHasher,
-    ) -> Decision {
-        let (algorithm, from) = (self.algorithm, self.kept_scale(key, hash, p));
-        let decision = each!(&mut self.slots, t => {
-            if let Some(slot) = t.find_mut(hash, key).filter(|s| s.kept.expiry() > now) {
-                let mut state = slot.kept.state(algorithm);
-                state.rescale(from, p, now);
-                slot.kept = Kept::keep(state, p);
-            }
-            check_in(t, key, hash, algorithm, p, now, cost, hasher)
-        });
-        self.remark(key, hash, p, hasher);
-        decision
-    }
-
-    /// The scale `key`'s state is kept in: its mark's, else its rule's.
-    fn kept_scale(&self, key: &str, hash: u64, p: &Params) -> Scale {
-        match self.marks.is_empty() {
-            true => p.home,
-            false => self.marks.find(hash, key).map_or(p.home, |m| m.kept.scale),
-        }
-    }
-
-    /// Marks `key`'s state with `p`'s scale, if it is kept in its own, or clears its mark.
-    fn remark(&mut self, key: &str, hash: u64, p: &Params, hasher: &KeyHasher) {
-        let expires = each!(&self.slots, t => t.find(hash, key).map(|s| s.kept.expiry()));
-        match (p.mark(self.algorithm), expires) {
-            (Some(scale), Some(expires)) => {
-                store_in(&mut self.marks, key, hash, Mark { scale, expires }, hasher);
-            }
-            _ => self.unmark(key, hash, hasher),
-        }
-    }
-
-    /// Forgets `key`'s mark, if it has one.
-    fn unmark(&mut self, key: &str, hash: u64, hasher: &KeyHasher) {
-        if !self.marks.is_empty() {
-            self.marks.remove(hash, key, hasher);
-        }
-    }
-
     /// A copy of `key`'s state while it decides (not expired, not blocked), read in `p`'s
     /// scale.
     pub(super) fn live_state(&self, key: &str, hash: u64, p: &Params, now: u64) -> Option<State> {
         let algorithm = self.algorithm;
-        let mut state = each!(&self.slots, t => t
+        let (mut state, from) = each!(&self.slots, t => t
             .find(hash, key)
             .filter(|s| s.kept.expiry() > now)
-            .map(|s| s.kept.state(algorithm)))?;
-        state.rescale(self.kept_scale(key, hash, p), p, now);
+            .map(|s| (s.kept.state(algorithm), s.kept.scale(p.home))))?;
+        state.rescale(from, p, now);
         Some(state)
     }
 
     /// Keeps `state` (decided by `p`) as `key`'s.
     pub(super) fn store(&mut self, key: &str, hash: u64, state: State, p: &Params, h: &KeyHasher) {
+        self.scaled_for(p);
         each!(&mut self.slots, t => store_in(t, key, hash, Kept::keep(state, p), h));
-        self.remark(key, hash, p, h);
     }
 
     /// Runs `f` on `key`'s live state, unblocked, and keeps what it leaves; `None` when there
@@ -290,28 +303,24 @@ impl PolicyTable {
         hash: u64,
         p: &Params,
         now: u64,
-        hasher: &KeyHasher,
         f: impl FnOnce(&mut State) -> R,
     ) -> Option<R> {
         if self.live_block(key, hash, now).is_some() {
             return None;
         }
-        let (algorithm, from) = (self.algorithm, self.kept_scale(key, hash, p));
-        let result = each!(&mut self.slots, t => {
+        self.scaled_for(p);
+        let algorithm = self.algorithm;
+        each!(&mut self.slots, t => {
             let slot = t.find_mut(hash, key)?;
             if slot.kept.expiry() <= now {
                 return None;
             }
             let mut state = slot.kept.state(algorithm);
-            state.rescale(from, p, now);
+            state.rescale(slot.kept.scale(p.home), p, now);
             let result = f(&mut state);
             slot.kept = Kept::keep(state, p);
             Some(result)
-        });
-        if !self.marks.is_empty() || p.mark(algorithm).is_some() {
-            self.remark(key, hash, p, hasher);
-        }
-        result
+        })
     }
 
     /// Runs `f` on `key`'s live state (a new one if it has none), and keeps what `f` leaves
@@ -338,14 +347,12 @@ impl PolicyTable {
     /// Blocks `key` until `until`: its state is forgotten (it starts afresh after the block).
     pub(super) fn block(&mut self, key: &str, hash: u64, until: u64, hasher: &KeyHasher) {
         each!(&mut self.slots, t => t.remove(hash, key, hasher));
-        self.unmark(key, hash, hasher);
         store_in(&mut self.blocks, key, hash, until, hasher);
     }
 
     /// Forgets `key`'s state and block.
     pub(super) fn remove(&mut self, key: &str, hash: u64, hasher: &KeyHasher) {
         each!(&mut self.slots, t => t.remove(hash, key, hasher));
-        self.unmark(key, hash, hasher);
         self.blocks.remove(hash, key, hasher);
     }
 
@@ -362,7 +369,6 @@ impl PolicyTable {
         };
         each!(&mut self.slots, t => t.retain(|s| live(s.kept.expiry()), hasher));
         self.blocks.retain(|s| live(s.kept), hasher);
-        self.marks.retain(|s| s.kept.expires > now, hasher);
         last
     }
 
@@ -370,7 +376,6 @@ impl PolicyTable {
     pub(super) fn shrink_if_roomy(&mut self, hasher: &KeyHasher) {
         each!(&mut self.slots, t => shrink_if_roomy(t, hasher));
         shrink_if_roomy(&mut self.blocks, hasher);
-        shrink_if_roomy(&mut self.marks, hasher);
     }
 
     /// Forgets one client, any; whether there was one.
