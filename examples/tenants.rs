@@ -132,7 +132,7 @@ fn app() -> Result<Router, ConfigError> {
         .route("/", get(|| async { "Hello, tenant!\n" }))
         .route(
             "/lookups",
-            get(move || async move { format!("{}\n", lookups.load(Ordering::Relaxed)) }),
+            get(move || async move { lookups.load(Ordering::Relaxed).to_string() }),
         );
     if let Some(token) = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty()) {
         app = app.merge(admin(layer.control(), &token));
