@@ -3,6 +3,10 @@
 //! The cost of one decision: the memory store alone (one hot key, and a million keys), and the
 //! whole layer around a trivial service. With `TOLLGATE_REDIS_URL` set, also the Redis store
 //! (one round trip to that server).
+#![allow(
+    missing_docs,
+    reason = "criterion_group! makes a public fn it cannot document"
+)]
 
 use std::convert::Infallible;
 use std::hint::black_box;

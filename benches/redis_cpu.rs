@@ -68,11 +68,11 @@ fn quota() -> Quota {
 /// the prelude, the request reader, the algorithm. The benchmark checks that Redis knows its
 /// SHA once tollgate has run it, so a change to the assembly cannot go unnoticed.
 const GCRA_SCRIPT: &str = concat!(
-    include_str!("../lua/prelude.lua"),
+    include_str!("../src/store/redis/lua/prelude.lua"),
     "\n",
-    include_str!("../lua/request.lua"),
+    include_str!("../src/store/redis/lua/request.lua"),
     "\n",
-    include_str!("../lua/gcra.lua")
+    include_str!("../src/store/redis/lua/gcra.lua")
 );
 
 fn main() {
@@ -335,13 +335,7 @@ impl Way for Layered {
 
 /// The CPU time of this process, every thread.
 fn process_cpu() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for clock_gettime to write.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
-    assert_eq!(status, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 

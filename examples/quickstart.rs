@@ -5,7 +5,14 @@
 //!
 //! - `PORT`: the port on 127.0.0.1 (default 3000).
 //! - `RATE_LIMIT`: a quota such as `5/10s` (the default), `100/min` or `10/s; burst=20`; or
-//!   `off` for no limiting at all (to measure the layer's overhead).
+//!   `off` for no rate limit (and no layer at all without `IN_FLIGHT`: to measure the layer's
+//!   overhead).
+//! - `IN_FLIGHT`: at most this many requests of one client (its `x-api-key`, else its IP) in
+//!   flight at once, on every route, stacked with the rate (off by default). A request that
+//!   finds every slot taken gets 429 with `Retry-After: 1`.
+//! - `IN_FLIGHT_TTL`: how long the slots of an instance that crashed stay taken in a shared
+//!   store (default `30s`; written like `2s`, `500ms` or `1m`); a living instance renews its
+//!   slots every third of it.
 //! - `ALGORITHM`: `gcra` (default), `token_bucket`, `leaky_bucket`, `fixed_window`,
 //!   `fixed_window_from_first`, `sliding_window_log` or `sliding_window`.
 //! - `REDIS_URL`: share the limit through Redis (e.g. `redis://127.0.0.1:6379`) across every
@@ -48,6 +55,10 @@
 //! `GET /metrics` answers the limiter's metrics (`tollgate_requests_total` and the others) as
 //! Prometheus text; it is never rate limited.
 //!
+//! `GET /slow?ms=N` sleeps N milliseconds (at most 600000) and answers
+//! `{"start_us":S,"end_us":E}`: microseconds since the Unix epoch by the server's clock, when
+//! the handler started and ended (for watching `IN_FLIGHT` at work).
+//!
 //! `POST /signin` answers 200 when the form body is `password=open-sesame`, else 401. Only
 //! failed sign-ins count (the `signin` rule's `count_status = [401]`: 3 per minute per client);
 //! after three, even the right password gets 429 until the quota refills:
@@ -58,7 +69,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -135,6 +146,30 @@ fn routes(metrics: PrometheusHandle) -> Router {
         .route("/api/items", get(|| async { "[\"apple\", \"pear\"]\n" }))
         .route("/login", post(|| async { "logged in\n" }))
         .route("/signin", post(signin))
+        .route("/slow", get(slow))
+}
+
+/// `GET /slow?ms=N`: sleeps N ms, and says when it started and ended (µs since the epoch).
+async fn slow(RawQuery(query): RawQuery) -> Response {
+    let ms = (query.unwrap_or_default().split('&'))
+        .find_map(|pair| pair.strip_prefix("ms="))
+        .map_or(Ok(0), str::parse::<u64>);
+    let Some(ms) = ms.ok().filter(|&ms| ms <= 600_000) else {
+        let why = "Bad Request: ms must be a whole number of milliseconds, at most 600000\n";
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    };
+    let start_us = epoch_us();
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    let end_us = epoch_us();
+    let body = format!("{{\"start_us\":{start_us},\"end_us\":{end_us}}}");
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Microseconds since the Unix epoch, by this server's clock.
+fn epoch_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
 }
 
 /// The demo of `count_status`: 200 for the right password, 401 (counted) for any other.
@@ -158,7 +193,8 @@ fn signin_rule() -> Result<Rule, ConfigError> {
 fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     let rules_file = std::env::var("RULES_FILE").ok();
     let rate_limit = env_or("RATE_LIMIT", "5/10s");
-    if rate_limit == "off" && rules_file.is_none() {
+    let in_flight = in_flight_rule()?;
+    if rate_limit == "off" && rules_file.is_none() && in_flight.is_none() {
         return Ok(routes(metrics));
     }
     let algorithm: Algorithm = env_or("ALGORITHM", "gcra")
@@ -184,9 +220,14 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
         .on_store_error(on_store_error)
         .store_timeout(store_timeout)
         .headers(headers);
+    let builder = match in_flight {
+        Some(rule) => builder.rule(rule),
+        None => builder,
+    };
     let builder = match rules_file {
         // The file's rules (watched for changes) replace RATE_LIMIT.
         Some(path) => builder.rules_file(path),
+        None if rate_limit == "off" => builder,
         None => {
             let quota: Quota = rate_limit
                 .parse()
@@ -209,6 +250,37 @@ fn app(metrics: PrometheusHandle) -> Result<Router, ConfigError> {
     // The layer goes on last, over every route and the fallback: every answer is limited,
     // 404s and the admin route included.
     Ok(app.layer(layer))
+}
+
+/// `IN_FLIGHT` requests of one client at once on every route, their slots living
+/// `IN_FLIGHT_TTL` in a shared store unless renewed; none without `IN_FLIGHT`.
+fn in_flight_rule() -> Result<Option<Rule>, ConfigError> {
+    let Ok(max) = std::env::var("IN_FLIGHT") else {
+        return Ok(None);
+    };
+    let max: u32 = (max.parse().ok().filter(|&n| n > 0)).ok_or_else(|| {
+        ConfigError::new("IN_FLIGHT: expected a whole number of requests, above 0")
+    })?;
+    let ttl = match std::env::var("IN_FLIGHT_TTL") {
+        Ok(ttl) => duration(&ttl).ok_or_else(|| {
+            ConfigError::new("IN_FLIGHT_TTL: expected a duration such as 30s, 500ms or 1m")
+        })?,
+        Err(_) => Duration::from_secs(30),
+    };
+    Ok(Some(Rule::in_flight("in_flight", max).in_flight_ttl(ttl)))
+}
+
+/// A duration written as a whole number and a unit: `500ms`, `2s`, `1m`.
+fn duration(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" | "min" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        _ => None,
+    }
 }
 
 /// The admin route: 10 requests a minute per client IP, whatever API key each one sends, on

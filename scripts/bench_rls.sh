@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tollgate-rls against a bare tonic floor and, when given, limitador-server (Kuadrant's rate
 # limit service), measured the way an operator measures them: every server its own process,
-# the load generator (examples/rls_load.rs: one HTTP/2 connection, N requests in flight, closed
+# the load generator (tollgate-rls/examples/rls_load.rs: one HTTP/2 connection, N requests in flight, closed
 # loop, one runtime thread) another, all on this machine over 127.0.0.1. Prints one Markdown
 # table (decisions/s, p50/p99 µs, ratios), then what each service costs Redis per decision.
 #
@@ -11,7 +11,7 @@
 # Rows: 1, 4 and 32 requests in flight; one descriptor value every time (`tenant=acme`) or
 # 100,000 values in turn (`user=u0` …); the memory store and Redis (a private redis-server on a
 # free port). Every server has the same single limit, far above what is sent (10^9 a day per
-# value), so every answer is OK. The floor (examples/rls_floor.rs) answers OK without deciding,
+# value), so every answer is OK. The floor (tollgate-rls/examples/rls_floor.rs) answers OK without deciding,
 # on one runtime thread.
 #
 # Within a row the servers are measured in turns, BENCH_ROUNDS times (default 3), each for
@@ -43,7 +43,7 @@ target=${CARGO_TARGET_DIR:-target}
 
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
     cargo build --release --quiet -p tollgate-rls
-    cargo build --release --quiet --example rls_load --example rls_floor
+    cargo build --release --quiet -p tollgate-rls --example rls_load --example rls_floor
 fi
 load=$target/release/examples/rls_load
 floor_bin=$target/release/examples/rls_floor

@@ -76,11 +76,14 @@ redis.call("SETEX", KEYS[1], ttl, tokens)
 redis.call("SETEX", KEYS[2], ttl, now)
 return {allowed, tokens}'
 
+# The store's scripts (src/store/redis/lua/), each with the prelude and the request's reading in
+# front, as the store sends them.
+lua=src/store/redis/lua
 names=(floor gcra token_bucket fixed_window fixed_window_from_first sliding_window_log sliding_window two_key_bucket)
 declare -A sha
 sha[floor]=$("${cli[@]}" SCRIPT LOAD "$floor")
 for name in "${names[@]:1:6}"; do
-    sha[$name]=$("${cli[@]}" SCRIPT LOAD "$(cat lua/prelude.lua; echo; cat lua/request.lua; echo; cat "lua/$name.lua")")
+    sha[$name]=$("${cli[@]}" SCRIPT LOAD "$(cat "$lua/prelude.lua"; echo; cat "$lua/request.lua"; echo; cat "$lua/$name.lua")")
 done
 sha[two_key_bucket]=$("${cli[@]}" SCRIPT LOAD "$two_keys")
 

@@ -88,8 +88,10 @@ export TOLLGATE_MEMCACHED_URL="memcache://127.0.0.1:$memcached_port"
 echo "$(memcached -V) on $TOLLGATE_MEMCACHED_URL"
 
 cargo fmt --all -- --check
-# No import cycles between the top-level modules of src/, no non-test file over 500 lines.
+# The layout of every crate (no import circle, no non-test file over 500 lines, one public
+# path per item, no `#[path]`), and the check itself on a tree with faults planted.
 bash scripts/check_layout.sh
+bash scripts/check_layout.sh --self-test
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 cargo check --no-default-features
 cargo check --no-default-features --features axum
@@ -97,8 +99,12 @@ cargo check --no-default-features --features tonic
 cargo check --no-default-features --features cluster
 cargo check --no-default-features --features sentinel
 cargo check --no-default-features --features tls
-cargo check --no-default-features --features rls
 cargo check --no-default-features --features memcached
+# Envoy's service is its own crate: the library never builds Envoy's protos.
+if cargo tree -p tollgate --all-features --prefix none | grep -E '^envoy-types '; then
+    echo "cargo tree -p tollgate --all-features lists envoy-types (above): it belongs to tollgate-rls" >&2
+    exit 1
+fi
 # Without default features, neither axum nor tonic is compiled in.
 if cargo tree --no-default-features -e normal --prefix none | grep -E '^(axum|tonic)[- ]'; then
     echo "cargo tree --no-default-features lists axum or tonic (above)" >&2
@@ -170,6 +176,7 @@ find src -name '*.rs' -print0 | xargs -0 awk "$doc_cfg_awk" >&2
 # them and as docs.rs does (nightly, `--cfg docsrs`: the feature badges; stable's rustdoc is
 # let through the nightly attribute for this one build).
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --all-features --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p tollgate-rls --lib --quiet
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --no-deps --all-features --quiet
 
 # The library and tollgate-rls (whose tests run the built binary).

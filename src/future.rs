@@ -1,6 +1,6 @@
 //! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service (its
-//! response passed on, or given headers) → (counting, for a rule's `count_status`) | answering
-//! at once.
+//! response passed on, or given headers, or given the request's slots of requests in flight to
+//! hold until its body ends) → (counting, for a rule's `count_status`) | answering at once.
 
 use std::fmt;
 use std::future::Future;
@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use crate::limiter::count::{Counter, Counting};
 use crate::limiter::give_back::GiveBack;
+use crate::limiter::slots::Slots;
 use crate::limiter::Verdict;
 use crate::response::{Headers, Refusal, ResponseBody};
 
@@ -65,11 +66,18 @@ pin_project! {
             headers: Headers,
             count: Option<Counter>,
         },
+        /// The inner service is answering a request that holds slots of requests in flight:
+        /// its body will hold them until it ends. Boxed: a rare state, and every request's
+        /// future would otherwise have room for the slots.
+        Holding {
+            holding: Pin<Box<Holding<Svc, ReqBody>>>,
+        },
         /// The response has a status a `count_status` rule lists: it is sent once the count
-        /// (a task of its own, which a hang-up does not stop) is made. Boxed: a rare state.
+        /// (a task of its own, which a hang-up does not stop) is made, its body holding the
+        /// request's slots, if any. Boxed: a rare state.
         Counting {
             counting: Counting,
-            response: Option<Box<Svc::Response>>,
+            response: Option<Box<(Svc::Response, Slots)>>,
         },
         /// The limiter answered (429, 400, 503). Boxed, as the verdict has it: every
         /// request's future would otherwise have room for a whole response.
@@ -89,6 +97,21 @@ pin_project! {
         headers: Headers,
         count: Option<Counter>,
         give_back: GiveBack,
+        slots: Slots,
+    }
+}
+
+pin_project! {
+    /// A request holding slots of requests in flight, its inner service answering.
+    struct Holding<Svc, ReqBody>
+    where
+        Svc: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        future: Svc::Future,
+        headers: Headers,
+        count: Option<Counter>,
+        slots: Slots,
     }
 }
 
@@ -158,7 +181,8 @@ where
                     ready!(delayed.sleep.poll(cx));
                     delayed.give_back.keep();
                     let (headers, count) = (std::mem::take(delayed.headers), delayed.count.take());
-                    let next = call(delayed.inner.take(), headers, count);
+                    let slots = std::mem::take(delayed.slots);
+                    let next = call(delayed.inner.take(), headers, count, slots);
                     this.state.set(next);
                 }
                 StateProj::Passing { future } => {
@@ -180,16 +204,34 @@ where
                     if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {
                         this.state.set(State::Counting {
                             counting,
-                            response: Some(Box::new(response)),
+                            response: Some(Box::new((response, Slots::default()))),
                         });
                         continue;
                     }
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));
                 }
+                StateProj::Holding { holding } => {
+                    let holding = holding.as_mut().project();
+                    let mut response = ready!(holding.future.poll(cx))?;
+                    if !holding.headers.is_empty() {
+                        std::mem::take(holding.headers).write_into(response.headers_mut());
+                    }
+                    let slots = std::mem::take(holding.slots);
+                    let count = holding.count.take();
+                    if let Some(counting) = count.and_then(|c| c.start(response.status())) {
+                        this.state.set(State::Counting {
+                            counting,
+                            response: Some(Box::new((response, slots))),
+                        });
+                        continue;
+                    }
+                    return Poll::Ready(Ok(with_body(response, slots)));
+                }
                 StateProj::Counting { counting, response } => {
                     ready!(counting.as_mut().poll(cx));
-                    if let Some(response) = response.take() {
-                        return Poll::Ready(Ok((*response).map(ResponseBody::inner)));
+                    if let Some(answer) = response.take() {
+                        let (response, slots) = *answer;
+                        return Poll::Ready(Ok(with_body(response, slots)));
                     }
                     this.state.set(State::Respond { response: None });
                 }
@@ -219,8 +261,11 @@ where
     Svc: Service<Request<ReqBody>>,
 {
     match verdict {
-        Verdict::Proceed(headers) => call(inner, headers, None),
-        Verdict::Later(later) if later.wait.is_zero() => call(inner, later.headers, later.count),
+        Verdict::Proceed(headers) => call(inner, headers, None, Slots::default()),
+        Verdict::Later(later) if later.wait.is_zero() => {
+            let later = *later;
+            call(inner, later.headers, later.count, later.slots)
+        }
         Verdict::Later(later) => State::Waiting {
             delayed: Box::pin(Delayed {
                 sleep: tokio::time::sleep(later.wait),
@@ -228,6 +273,7 @@ where
                 headers: later.headers,
                 count: later.count,
                 give_back: later.give_back,
+                slots: later.slots,
             }),
         },
         Verdict::Refuse(refusal) => State::Respond {
@@ -236,16 +282,25 @@ where
     }
 }
 
-/// The state that calls the ready inner service with the request.
+/// The state that calls the ready inner service with the request (its body to hold `slots`).
 fn call<Svc, ReqBody>(
     ready: Option<(Svc, Request<ReqBody>)>,
     headers: Headers,
     count: Option<Counter>,
+    slots: Slots,
 ) -> State<Svc, ReqBody>
 where
     Svc: Service<Request<ReqBody>>,
 {
     match ready {
+        Some((mut svc, request)) if slots.is_held() => State::Holding {
+            holding: Box::pin(Holding {
+                future: svc.call(request),
+                headers,
+                count,
+                slots,
+            }),
+        },
         Some((mut svc, request)) => answering(svc.call(request), headers, count),
         // Polled again after completion: answer with an empty 500 rather than panic
         // (futures must not be polled after completion anyway).
@@ -273,6 +328,15 @@ where
             count,
         }
     }
+}
+
+/// The inner service's `response`, its body holding `slots` until it ends.
+fn with_body<ResBody>(
+    response: Response<ResBody>,
+    slots: Slots,
+) -> Response<ResponseBody<ResBody>> {
+    let slots = slots.into_guard();
+    response.map(|body| ResponseBody::holding(body, slots))
 }
 
 /// Takes the service `poll_ready` made ready, for a call made later, and leaves a clone in its

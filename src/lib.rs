@@ -40,8 +40,8 @@
 //!   the cache of denials, leases for hot keys.
 //! - [Operations](guide::operations): responses and headers, acting on one client, metrics.
 //! - [gRPC](guide::grpc): tonic servers and what their clients see.
-//! - [Envoy's rate limit service](guide::envoy): `tollgate-rls`, a drop-in for
-//!   envoyproxy/ratelimit, and [`rls`] in your own tonic server (feature `rls`).
+//! - Envoy's rate limit service: the `tollgate-rls` crate, a drop-in for envoyproxy/ratelimit
+//!   (a binary, and a library for your own tonic server) built on [`engine`].
 //! - [Operations](guide::operations#decisions-in-your-own-code-the-door): decisions in your
 //!   own code (a handler, a WebSocket, a job) through the layer's door.
 //!
@@ -88,20 +88,11 @@
 //! - `metrics`: counters, a histogram and a gauge through the `metrics` facade
 //!   (`tollgate_requests_total{rule, outcome}` and others; see the
 //!   [operations guide](guide::operations#metrics)).
-//! - `rls`: [`rls`], Envoy's rate limit service (`ShouldRateLimit`) from envoyproxy/ratelimit's
-//!   YAML files, over any store; the `tollgate-rls` binary serves it.
 //!
 //! Without `axum` and `tonic`, [`key::PeerIp`] reads a bare `SocketAddr` request extension,
 //! which your own server or middleware can insert. `cargo build --no-default-features` builds
 //! neither axum, tonic nor the Redis client.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![forbid(unsafe_code)]
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    rust_2018_idioms,
-    unreachable_pub
-)]
 
 mod algorithm;
 pub mod clock;
@@ -114,20 +105,14 @@ mod layer;
 mod lease;
 mod limiter;
 mod lookup_cache;
-mod poll;
 mod quiet_log;
 mod quota;
-mod read;
+pub mod reload;
 mod response;
-#[cfg(feature = "rls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "rls")))]
-pub mod rls;
 pub mod rules;
 mod service;
 pub mod store;
 mod telemetry;
-#[cfg(test)]
-mod tests;
 
 pub use algorithm::Algorithm;
 pub use error::{ConfigError, ConfigErrorKind, ControlError};
@@ -179,12 +164,6 @@ pub mod guide {
     #[doc = guide_links!()]
     #[doc = include_str!("../docs/grpc.md")]
     pub mod grpc {}
-
-    #[cfg(feature = "rls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "rls")))]
-    #[doc = guide_links!()]
-    #[doc = include_str!("../docs/envoy.md")]
-    pub mod envoy {}
 }
 
 /// The README's Rust examples, compiled and run as doc tests.

@@ -237,6 +237,14 @@ pub(crate) fn quota_lookup_failure(rule: &Arc<str>, reason: &'static str) {
     .increment(1);
 }
 
+/// Moves the `tollgate_in_flight{rule}` gauge, the slots of requests in flight this instance
+/// holds under the rule, by `delta` (1 taken, -1 given back).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn slots_held(rule: &Arc<str>, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("tollgate_in_flight", "rule" => Arc::clone(rule)).increment(delta);
+}
+
 /// The `store` label for a store type: its name without the path and the `Store` suffix, in
 /// snake case (`MemoryStore` → `memory`, a user's `PostgresCacheStore` → `postgres_cache`).
 pub(crate) fn store_label<S>() -> Arc<str> {

@@ -5,8 +5,8 @@
 //! | bytes | what |
 //! | --- | --- |
 //! | 0 | the format's version: 1 |
-//! | 1 | what follows: 0 a block, 1 GCRA, 2 token bucket, 3 leaky bucket, 4 fixed window, 5 fixed window from first, 6 sliding window log, 7 sliding window |
-//! | 2.. | block: `until`; GCRA and leaky bucket: `tat`; token bucket: nothing (a full bucket) or `credit`, `updated_at`; both fixed windows: `start`, `count`; sliding window log: `base`, then `at`, `end` per entry, oldest first; sliding window: `start`, `prev`, `curr` |
+//! | 1 | what follows: 0 a block, 1 GCRA, 2 token bucket, 3 leaky bucket, 4 fixed window, 5 fixed window from first, 6 sliding window log, 7 sliding window, 8 slots of requests in flight |
+//! | 2.. | block: `until`; GCRA and leaky bucket: `tat`; token bucket: nothing (a full bucket) or `credit`, `updated_at`; both fixed windows: `start`, `count`; sliding window log: `base`, then `at`, `end` per entry, oldest first; sliding window: `start`, `prev`, `curr`; slots: `id`, `until` per slot, in the order they were taken |
 //!
 //! A bucket's state counted in another scale than its rule's (a client's own quota: see
 //! `Scale`) is followed by that scale, `T` then `B`: GCRA and leaky bucket `tat`, `T`, `B`;
@@ -23,6 +23,7 @@ use super::fixed_window_from_first::FixedWindowFromFirst;
 use super::gcra::Gcra;
 use super::sliding_window::SlidingWindow;
 use super::sliding_window_log::{Entry, SlidingWindowLog};
+use super::slots::{Held, Slots};
 use super::token_bucket::{Bucket, TokenBucket};
 use super::window::Window;
 use super::{Algorithm, Params, Scale, State};
@@ -39,6 +40,8 @@ pub(crate) enum Saved {
     Blocked(u64),
     /// A bucket's state counted in this scale, not its rule's.
     Scaled(State, Scale),
+    /// The slots of a client's requests in flight.
+    Slots(Slots),
 }
 
 impl Saved {
@@ -86,6 +89,10 @@ impl Saved {
             Saved::Blocked(until) => {
                 numbers.push(*until);
                 0
+            }
+            Saved::Slots(slots) => {
+                numbers.extend(slots.held.iter().flat_map(|s| [s.id, s.until]));
+                SLOTS
             }
             Saved::State(state) | Saved::Scaled(state, _) => {
                 match state {
@@ -174,12 +181,23 @@ impl Saved {
                 prev: n[1],
                 curr: n[2],
             })),
-            (0..=7, _) => return Err(DecodeError("wrong length for its kind")),
+            (SLOTS, len) if len % 2 == 0 => Saved::Slots(Slots {
+                held: (n.chunks_exact(2))
+                    .map(|s| Held {
+                        id: s[0],
+                        until: s[1],
+                    })
+                    .collect(),
+            }),
+            (0..=SLOTS, _) => return Err(DecodeError("wrong length for its kind")),
             _ => return Err(DecodeError("unknown kind")),
         };
         Ok(saved)
     }
 }
+
+/// The kind byte of the slots of requests in flight.
+const SLOTS: u8 = 8;
 
 /// The kind byte of `algorithm`'s state.
 fn kind_of(algorithm: Algorithm) -> u8 {
@@ -247,6 +265,14 @@ mod tests {
         }
         let block = Saved::Blocked(1_700_000_000_000_000);
         assert_eq!(Saved::decode(&block.encode()), Ok(block));
+        let mut slots = Slots::default();
+        slots.take(1, 3, 10, 7);
+        slots.take(2, 3, 10, u64::MAX);
+        let slots = Saved::Slots(slots);
+        assert_eq!(Saved::decode(&slots.encode()), Ok(slots));
+        let none = Saved::Slots(Slots::default());
+        assert_eq!(none.encode(), [1, 8]);
+        assert_eq!(Saved::decode(&none.encode()), Ok(none));
     }
 
     #[test]
@@ -293,7 +319,8 @@ mod tests {
         );
         assert!(Saved::decode(&[]).is_err());
         assert!(Saved::decode(&[1]).is_err());
-        assert!(Saved::decode(&[1, 8]).is_err());
+        assert!(Saved::decode(&[1, 9]).is_err());
+        assert!(Saved::decode(&[1, 8, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
         assert!(Saved::decode(&[1, 1, 0, 0]).is_err());
         assert!(Saved::decode(&[1, 4, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
         // A log whose second entry is older than its first.

@@ -16,9 +16,9 @@
 //! `last = end`. With `tat = last + T` that is GCRA step for step: `end + T = max(tat, now) + c·T`
 //! is GCRA's `new`, the test is `new − now ≤ B·T`, and `remaining`, `reset_after` and
 //! `retry_after` come out the same, a clock that goes back included. So both names run this
-//! state machine (and `lua/gcra.lua`), each under its own keys. What the leaky bucket adds is
-//! the layer's delay mode: an allowed request waits until `start` (`reset_after − c·T` from its
-//! decision), so requests leave at a steady rate.
+//! state machine (and `store/redis/lua/gcra.lua`), each under its own keys. What the leaky
+//! bucket adds is the layer's delay mode: an allowed request waits until `start`
+//! (`reset_after − c·T` from its decision), so requests leave at a steady rate.
 
 use super::{rescaled, Params, Scale};
 use crate::decision::Decision;

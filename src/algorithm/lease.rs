@@ -1,6 +1,6 @@
 //! Leases: many units of quota taken at once, and unused ones given back, exactly.
 //!
-//! `lua/lease.lua` must agree with this file decision for decision.
+//! `store/redis/lua/lease.lua` must agree with this file decision for decision.
 //!
 //! - Buckets (GCRA, leaky bucket, token bucket): a lease of up to `max` units admits as many as
 //!   the algorithm admits back to back at that instant, `g ≤ max`, and stores the state as if

@@ -1,8 +1,8 @@
 //! The seven algorithms as pure state machines.
 //!
 //! Each file holds one algorithm's state and its `check`: the reference that the matching
-//! `lua/<algorithm>.lua` script must agree with, decision for decision. All time is integer
-//! microseconds; a denied request never changes state.
+//! `store/redis/lua/<algorithm>.lua` script must agree with, decision for decision. All time
+//! is integer microseconds; a denied request never changes state.
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,6 +19,7 @@ mod lease;
 mod scale;
 mod sliding_window;
 mod sliding_window_log;
+pub(crate) mod slots;
 mod token_bucket;
 mod window;
 

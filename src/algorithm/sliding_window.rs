@@ -7,7 +7,7 @@
 //! numbers per key, no boundary burst, and an estimate instead of an exact count.
 //!
 //! The estimate is computed in `f64` as `prev * ((P − elapsed) / P) + curr`, with the same
-//! operations in the same order as `lua/sliding_window.lua`, so both give bit-identical
+//! operations in the same order as `store/redis/lua/sliding_window.lua`, so both give bit-identical
 //! results; the weight form keeps the estimate monotone in time, which makes `retry_after`
 //! exact. Only the integers `(start, prev, curr)` are stored. A request whose cost is larger than
 //! `L` can never be allowed: it is denied with `retry_after = None`.

@@ -82,6 +82,12 @@ impl Engine {
         }
     }
 
+    /// [`decide_one`](Self::decide_one) after [`decide_ready`](Self::decide_ready) answered
+    /// `None`: straight to the store, without asking the wrappers again (the layer's path).
+    pub(crate) async fn decide_one_waiting(&self, ask: &Ask<'_>) -> Result<Decision, StoreError> {
+        self.store.check(ask.key, ask.policy, ask.cost).await
+    }
+
     /// The decision of one ask, not charged while over, when the store can make it at once in
     /// this process: a memory store always can, the cache of denials for a client it holds a
     /// denial of, the leases from a lease in hand. `None`: nothing was changed, and the ask

@@ -14,6 +14,9 @@
 //!   (memory, a cached denial, a lease in hand);
 //! - [`peek`](Engine::peek), [`reset`](Engine::reset), [`block`](Engine::block),
 //!   [`refund`](Engine::refund) one client;
+//! - requests in flight: [`take_slot`](Engine::take_slot),
+//!   [`give_back_slot`](Engine::give_back_slot) and [`renew_slots`](Engine::renew_slots)
+//!   (see [`InFlight`](crate::store::InFlight));
 //! - its figures, [`stats`](Engine::stats).
 //!
 //! A front end plans (which limits, which keys, what cost) and renders (headers, a 429 or 503,
@@ -59,12 +62,14 @@ mod charging;
 mod decide;
 mod overrides;
 mod setup;
+mod slots;
 mod stats;
 
 pub use ask::Ask;
 pub use charging::Charging;
 pub use overrides::OVERRIDE_TTL;
 pub use setup::EngineBuilder;
+pub use slots::Slot;
 pub use stats::Stats;
 
 /// Decides through the wrapped store: every decision, peek and change of one client of every
@@ -85,6 +90,8 @@ pub struct Engine {
     overrides: overrides::OverrideCache,
     /// Quota lookups, as the front ends count them.
     lookups: Arc<LookupCounts>,
+    /// The slots of requests in flight it holds.
+    slots: slots::SlotBook,
 }
 
 /// The counts of quota lookups (see [`Stats`]).

@@ -107,6 +107,7 @@ impl EngineBuilder {
             timeout: self.failure.timeout,
             overrides: Default::default(),
             lookups: Default::default(),
+            slots: Default::default(),
         }
     }
 }

@@ -57,7 +57,7 @@ pub use method::Method;
 pub use or::Or;
 pub use path::Path;
 pub use peer_ip::PeerIp;
-pub(crate) use sanitize::sanitize;
+pub use sanitize::sanitize;
 
 /// Names the client a request comes from.
 pub trait KeyExtractor: Send + Sync + 'static {

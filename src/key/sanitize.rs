@@ -5,7 +5,8 @@ use sha2::{Digest, Sha256};
 /// Longest key kept as it is, in bytes.
 const MAX_PLAIN_LEN: usize = 64;
 
-/// The key a store may use for the client key `key`.
+/// The key a store may use for the client key `key`: what the layer and the door do to every
+/// key before the engine sees it, and what a front end of your own does to keys clients send.
 ///
 /// Keys come from requests, so they are bounded and made safe here: a key of at most 64 bytes,
 /// all printable ASCII (`0x20..=0x7e`) other than `{` and `}`, is kept as it is. Anything else
@@ -13,7 +14,7 @@ const MAX_PLAIN_LEN: usize = 64;
 /// `#` and the first 16 bytes of its SHA-256 in lowercase hex, 33 bytes in all. Keys starting
 /// with `#` are digested too, so a client cannot send a key that equals another's digest.
 #[inline]
-pub(crate) fn sanitize(key: String) -> String {
+pub fn sanitize(key: String) -> String {
     // One pass without early exits (keys are short, and nearly all plain): the compiler
     // checks several bytes at a time.
     let plain = key.len() <= MAX_PLAIN_LEN

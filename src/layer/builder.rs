@@ -330,6 +330,7 @@ impl RateLimitLayerBuilder {
                 deny: self.deny,
                 tier_log: QuietLog::new(Duration::from_secs(10)),
                 shadow_log: QuietLog::new(Duration::from_secs(10)),
+                renewing: Default::default(),
             }),
         }
     }

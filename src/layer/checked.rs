@@ -8,6 +8,7 @@ use http::{HeaderMap, Response};
 use http_body_util::Full;
 
 use crate::decision::Decision;
+use crate::limiter::slots::Slots;
 use crate::response::ResponseBody;
 
 /// The answer of [`Control::check`](crate::Control::check) and
@@ -15,9 +16,14 @@ use crate::response::ResponseBody;
 /// would send for a request of that client under that rule: its rate-limit headers when
 /// allowed, its 429 (or 503 while the store is down with
 /// [`OnStoreError::Deny`](crate::store::OnStoreError::Deny)) when refused.
+///
+/// Under a [limit on requests in flight](crate::rules::Rule::in_flight), an allowed `Checked`
+/// holds the client's slot until it is dropped: keep it while the work runs.
 pub struct Checked {
     decision: Option<Decision>,
     answer: Answer,
+    /// The slot of a request in flight it holds, if any.
+    slots: Slots,
 }
 
 enum Answer {
@@ -32,7 +38,14 @@ impl Checked {
         Self {
             decision,
             answer: Answer::Allowed(headers),
+            slots: Slots::default(),
         }
+    }
+
+    /// The same answer, holding `slots` until it is dropped.
+    pub(crate) fn holding(mut self, slots: Slots) -> Self {
+        self.slots = slots;
+        self
     }
 
     pub(crate) fn refused(
@@ -42,6 +55,7 @@ impl Checked {
         Self {
             decision,
             answer: Answer::Refused(response),
+            slots: Slots::default(),
         }
     }
 
@@ -68,7 +82,8 @@ impl Checked {
     }
 
     /// The headers to add to your response when allowed, or the layer's refusal to send
-    /// instead: in an axum handler, `?` on it returns the refusal.
+    /// instead: in an axum handler, `?` on it returns the refusal. A slot of a request in
+    /// flight it held is given back: keep the `Checked` instead while the work runs.
     ///
     /// ```
     /// use axum::response::{IntoResponse, Response};

@@ -258,7 +258,8 @@ impl Control {
     /// way). A delay-mode rule waits here for the
     /// client's turn, as the layer would, and gives the turn back if this future is dropped.
     /// A rule with `count_status` is charged now (there is no response to count). A cost of
-    /// 0 only looks.
+    /// 0 only looks. Under an [in-flight rule](crate::rules::Rule::in_flight) it takes one
+    /// slot (whatever the cost), which the allowed [`Checked`] holds until it is dropped.
     ///
     /// # Errors
     ///
@@ -266,7 +267,18 @@ impl Control {
     /// decide is not an error: it is answered by the layer's
     /// [`OnStoreError`](crate::store::OnStoreError), as a request would be.
     pub async fn check(&self, rule: &str, key: &str, cost: u32) -> Result<Checked, ControlError> {
-        let (decision, verdict) = self.limiter.check_client(rule, key, cost).await?;
+        self.check_waiting(rule, key, cost, None).await
+    }
+
+    /// [`check`](Self::check), waiting up to `wait` for a slot under an in-flight rule.
+    async fn check_waiting(
+        &self,
+        rule: &str,
+        key: &str,
+        cost: u32,
+        wait: Option<Duration>,
+    ) -> Result<Checked, ControlError> {
+        let (decision, verdict) = self.limiter.check_client(rule, key, cost, wait).await?;
         Ok(match verdict {
             Verdict::Proceed(headers) => Checked::allowed(decision, header_map(headers)),
             Verdict::Later(later) => {
@@ -274,7 +286,7 @@ impl Control {
                 // Held across the wait: dropped with this future, it gives the turn back.
                 tokio::time::sleep(later.wait).await;
                 later.give_back.keep();
-                Checked::allowed(decision, header_map(later.headers))
+                Checked::allowed(decision, header_map(later.headers)).holding(later.slots)
             }
             Verdict::Refuse(refusal) => {
                 Checked::refused(decision, refusal.render(&HeaderMap::new()))
@@ -323,7 +335,8 @@ impl Control {
     ) -> Result<Checked, ControlError> {
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
-            let checked = self.check(rule, key, cost).await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let checked = self.check_waiting(rule, key, cost, Some(left)).await?;
             let retry = checked.decision().and_then(|d| d.retry_after);
             let (false, Some(retry)) = (checked.is_allowed(), retry) else {
                 return Ok(checked);

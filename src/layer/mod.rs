@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use crate::algorithm::Algorithm;
 use crate::engine::Engine;
 use crate::error::ConfigError;
 use crate::key::KeyExtractor;
@@ -58,8 +57,8 @@ impl RateLimitLayer {
     pub fn new(quota: Quota, key: impl KeyExtractor) -> Self {
         let key: Arc<dyn KeyExtractor> = Arc::new(key);
         let policy = Policy::gcra(DEFAULT_POLICY_NAME, quota);
-        let rule = CompiledRule::everything(policy, quota, Arc::clone(&key));
-        let rules = RuleSource::fixed(RuleSet::one(rule), key, Algorithm::Gcra);
+        let rule = CompiledRule::everything(policy, quota, key);
+        let rules = RuleSource::fixed(RuleSet::one(rule));
         Self::builder().assemble(Engine::builder().wrap(), rules, None)
     }
 
@@ -108,6 +107,7 @@ impl<Svc> Layer<Svc> for RateLimitLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Algorithm;
 
     #[test]
     fn the_default_policy_name_is_a_valid_one() {

@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
 use crate::limiter::SkipFn;
-use crate::rules::{Skip as SkipEntry, SkipSpec};
+use crate::rules::{CompiledSkip, SkipSpec};
 
 /// Requests a layer never limits: by path (health checks), by client key or network
 /// (allow-lists, e.g. internal services), or by a predicate of your own (CORS preflights).
@@ -105,7 +105,7 @@ impl Skip {
     pub(super) fn build(
         self,
         default_key: &Arc<dyn KeyExtractor>,
-    ) -> Result<(Vec<SkipEntry>, Option<SkipFn>), ConfigError> {
+    ) -> Result<(Vec<CompiledSkip>, Option<SkipFn>), ConfigError> {
         let entries = (self.entries.into_iter())
             .map(|entry| entry.build(default_key))
             .collect::<Result<Vec<_>, _>>()?;

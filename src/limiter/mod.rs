@@ -4,13 +4,14 @@
 //! Timeouts, the circuit breaker and the fallback are the store wrappers' (`store::wrappers`).
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use http::request::Parts;
 use smallvec::SmallVec;
 
 use crate::engine::{Ask, Engine};
-use crate::error::ControlError;
+use crate::error::{ControlError, StoreError};
 use crate::key;
 use crate::quiet_log::QuietLog;
 use crate::quota::{Policy, Quota};
@@ -25,6 +26,8 @@ mod client_quota;
 pub(crate) mod count;
 mod door;
 pub(crate) mod give_back;
+mod in_flight;
+pub(crate) mod slots;
 mod verdict;
 
 pub(crate) use verdict::Verdict;
@@ -63,6 +66,8 @@ pub(crate) struct Limiter {
     /// Logs `quota_for` closures that return invalid quotas.
     pub(crate) tier_log: QuietLog,
     pub(crate) shadow_log: QuietLog,
+    /// Whether the task renewing the slots of requests in flight runs.
+    pub(crate) renewing: AtomicBool,
 }
 
 /// What `call` does with a request before anything async happens.
@@ -302,6 +307,12 @@ impl Limiter {
         let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
             return Err(self.unknown_rule(rule));
         };
+        if found.in_flight.is_some() {
+            // A limit on requests in flight has slots, not a state to peek at or change.
+            return Err(ControlError::Store(StoreError::Unsupported(
+                "peek, reset, block or refund of a limit on requests in flight",
+            )));
+        }
         let (sanitized, mut quota) = match found.has_client_quotas() {
             true => self.client_quota(found, &no_request(), key.to_owned()),
             false => (key::sanitize(key.to_owned()), ClientQuota::Rule),

@@ -11,6 +11,7 @@ use tracing::Instrument;
 use super::client_quota::Tier;
 use super::count::Counter;
 use super::give_back::GiveBack;
+use super::slots::Slots;
 use super::{Limiter, Pending};
 use crate::decision::Decision;
 use crate::engine::{Ask, Charging};
@@ -46,6 +47,8 @@ pub(crate) struct Later {
     /// The places the request holds in delay queues, given back if it is dropped while it
     /// waits.
     pub(crate) give_back: GiveBack,
+    /// The slots of requests in flight it holds, given back once its response is done.
+    pub(crate) slots: Slots,
 }
 
 impl Limiter {
@@ -55,7 +58,7 @@ impl Limiter {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
-        if pending.counts_later() || pending.finding() {
+        if pending.counts_later() || pending.finding() || pending.holds_slots() {
             return None;
         }
         let span = decision_span(pending);
@@ -78,6 +81,9 @@ impl Limiter {
                 return Verdict::Proceed(Headers::default());
             }
         }
+        if pending.rules.has_in_flight() {
+            pending.slots_first();
+        }
         let span = decision_span(&pending);
         let counts_later = pending.counts_later();
         let asked = self.ask_store(&pending);
@@ -99,6 +105,7 @@ impl Limiter {
                 wait: Duration::ZERO,
                 count: count(),
                 give_back: GiveBack::default(),
+                slots: Slots::default(),
             })),
             Verdict::Later(mut later) => {
                 later.count = count();
@@ -112,13 +119,17 @@ impl Limiter {
     /// with `count_status` are looks (the request is counted once its response is known),
     /// so a request they refuse consumes nothing from its other rules.
     async fn ask_store(self: &Arc<Self>, pending: &Pending<'_>) -> Verdict {
+        if pending.holds_slots() {
+            // Boxed: a rare way, and every request's decision would carry room for it.
+            return Box::pin(self.decide_in_flight(pending)).await;
+        }
         let decided = match pending.checks.as_slice() {
             // One limit, the common case: no list of asks to build. The engine's future is
             // boxed (here and below), as it is most of this one's, which `call` boxes: two
             // allocations small enough for the allocator's fast path cost less than one that
             // is not.
             [one] if !pending.counts_status(one) => {
-                Box::pin(self.engine.decide_one(&pending.ask(one)))
+                Box::pin(self.engine.decide_one_waiting(&pending.ask(one)))
                     .await
                     .map(|decision| self.verdict(pending, std::slice::from_ref(&decision)))
             }
@@ -212,6 +223,7 @@ impl Limiter {
                 wait,
                 count: None,
                 give_back: GiveBack::new(Arc::clone(self), pending.delay_places()),
+                slots: Slots::default(),
             })),
         }
     }

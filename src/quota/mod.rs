@@ -8,8 +8,10 @@ use crate::error::{ConfigError, ConfigErrorKind};
 use crate::lease::Lease;
 use crate::telemetry::{Metered, RequestKeys};
 
+mod in_flight;
 mod parse;
 mod stored;
+pub use in_flight::InFlight;
 pub(crate) use parse::parse_period;
 
 /// The shortest period a quota may have.
@@ -72,12 +74,18 @@ impl Quota {
     /// window algorithms count such a quota exactly; the bucket algorithms space requests
     /// `ceil(P / L)` µs apart, at least 1 µs, so past the burst they admit one per
     /// microsecond. Every other check of [`new`](Self::new) and [`burst`](Self::burst) holds.
-    #[cfg_attr(not(feature = "rls"), allow(dead_code))]
-    pub(crate) fn any_rate(
-        limit: u32,
-        period: Duration,
-        burst: Option<u32>,
-    ) -> Result<Self, ConfigError> {
+    /// For configuration written for another limiter, such as Envoy's (`tollgate-rls`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Quota;
+    ///
+    /// assert!(Quota::new(2_000_000, Duration::from_secs(1)).is_err());
+    /// let quota = Quota::any_rate(2_000_000, Duration::from_secs(1), None)?;
+    /// assert_eq!(quota.limit(), 2_000_000);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn any_rate(limit: u32, period: Duration, burst: Option<u32>) -> Result<Self, ConfigError> {
         let quota = Self {
             limit,
             period,
@@ -426,6 +434,22 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// Any `u32` per any unit is a quota (as Envoy's YAML writes them): a window counts it
+    /// exactly, and the buckets space requests 1 µs apart at least, their burst kept.
+    #[test]
+    fn any_rate_takes_any_u32_per_any_unit() {
+        for secs in [1, 60, 3_600, 86_400, 604_800, 2_592_000, 31_536_000] {
+            for n in [1_000_000_000, u32::MAX] {
+                let quota = Quota::any_rate(n, Duration::from_secs(secs), None).unwrap();
+                let params = quota.params(Algorithm::FixedWindow);
+                assert_eq!(params.limit, u64::from(n), "{n} per {secs} s");
+            }
+        }
+        let quota = Quota::any_rate(u32::MAX, Duration::from_secs(1), Some(7)).unwrap();
+        let params = quota.params(Algorithm::Gcra);
+        assert_eq!((params.interval, params.burst), (1, 7));
+    }
 
     proptest! {
         #[test]

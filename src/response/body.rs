@@ -1,4 +1,5 @@
-//! The response body: the inner service's body, or the short text of a rejection.
+//! The response body: the inner service's body (holding the request's slots of requests in
+//! flight until it ends, if it has any), or the short text of a rejection.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -19,15 +20,33 @@ pin_project! {
 }
 
 pin_project! {
-    /// The limiter's body is boxed, so that a response with the inner service's body is no
+    /// The rarer bodies are boxed, so that a response with the inner service's body is no
     /// larger than the inner service's own (a response is moved by every future it passes
     /// through, by a call to memcpy once it is over 128 bytes).
     #[project = KindProj]
     enum Kind<B> {
         Inner { #[pin] body: B },
-        Limiter { body: Box<Full<Bytes>> },
+        Boxed { body: Pin<Box<Rare<B>>> },
     }
 }
+
+pin_project! {
+    #[project = RareProj]
+    enum Rare<B> {
+        /// The limiter's own answer.
+        Limiter { body: Full<Bytes> },
+        /// The inner service's body, and the request's slots of requests in flight: given
+        /// back (dropped) when the body ends or fails, or is dropped unfinished.
+        Holding {
+            #[pin]
+            body: B,
+            slots: Option<Slots>,
+        },
+    }
+}
+
+/// A request's slots of requests in flight, as a body holds them: given back when dropped.
+pub(crate) type Slots = Box<dyn Send + Sync>;
 
 impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
@@ -38,8 +57,20 @@ impl<B> ResponseBody<B> {
 
     pub(crate) fn limiter(body: Full<Bytes>) -> Self {
         Self {
-            kind: Kind::Limiter {
-                body: Box::new(body),
+            kind: Kind::Boxed {
+                body: Box::pin(Rare::Limiter { body }),
+            },
+        }
+    }
+
+    /// The inner service's `body`, holding `slots` until it ends.
+    pub(crate) fn holding(body: B, slots: Option<Slots>) -> Self {
+        match slots {
+            None => Self::inner(body),
+            slots => Self {
+                kind: Kind::Boxed {
+                    body: Box::pin(Rare::Holding { body, slots }),
+                },
             },
         }
     }
@@ -56,25 +87,48 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Limiter { body } => Pin::new(&mut **body)
+        let boxed = match self.project().kind.project() {
+            KindProj::Inner { body } => return body.poll_frame(cx),
+            KindProj::Boxed { body } => body,
+        };
+        match boxed.as_mut().project() {
+            RareProj::Limiter { body } => Pin::new(body)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|f| f.map_err(|never| match never {}))),
+            RareProj::Holding { mut body, slots } => {
+                let polled = body.as_mut().poll_frame(cx);
+                let over = match &polled {
+                    Poll::Ready(None | Some(Err(_))) => true,
+                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+                    Poll::Pending => false,
+                };
+                if over {
+                    // The response is over: its slots go back now, not when the body is
+                    // dropped.
+                    slots.take();
+                }
+                polled
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
-            Kind::Limiter { body } => body.is_end_stream(),
+            Kind::Boxed { body } => match &**body {
+                Rare::Limiter { body } => body.is_end_stream(),
+                Rare::Holding { body, .. } => body.is_end_stream(),
+            },
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Inner { body } => body.size_hint(),
-            Kind::Limiter { body } => body.size_hint(),
+            Kind::Boxed { body } => match &**body {
+                Rare::Limiter { body } => body.size_hint(),
+                Rare::Holding { body, .. } => body.size_hint(),
+            },
         }
     }
 }

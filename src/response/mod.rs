@@ -225,6 +225,18 @@ pub(crate) fn policy_item(name: &str, limit: u32, period: Duration) -> HeaderVal
     HeaderValue::from_maybe_shared(item.0.freeze()).unwrap_or(HeaderValue::from_static(""))
 }
 
+/// A limit on requests in flight's item of `RateLimit-Policy`,
+/// `"name";q=4;qu="concurrent-requests"` (at most `max` at once; no window).
+pub(crate) fn in_flight_item(name: &str, max: u32) -> HeaderValue {
+    let item = (Value::new().text("\""))
+        .text(name)
+        .text("\";q=")
+        .number(u64::from(max))
+        .text(";qu=\"concurrent-requests\"");
+    // A limit's name is checked to be ASCII letters, digits and `-_.`: always valid.
+    HeaderValue::from_maybe_shared(item.0.freeze()).unwrap_or(HeaderValue::from_static(""))
+}
+
 /// The rate-limit headers for every policy that applied to the request.
 ///
 /// `RateLimit-Policy` lists every policy; `RateLimit` and the legacy headers report the most

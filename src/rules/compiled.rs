@@ -7,7 +7,8 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 
 use super::{
-    count_status, Cost, CostSpec, DelayQueue, Mode, QuotaLookup, Route, Rule, StatusMatch, TierFn,
+    count_status, Cost, CostSpec, DelayQueue, InFlightRule, Limit, Mode, QuotaLookup, Route, Rule,
+    StatusMatch, TierFn,
 };
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
@@ -35,6 +36,19 @@ impl Rule {
     ) -> Result<CompiledRule, (Setting, ConfigError)> {
         let at = |setting: Setting| move |e: ConfigError| (setting, e);
         check_policy_name(&self.name).map_err(at(Setting::Name))?;
+        let quota = match self.limit {
+            Limit::Rate(quota) => quota,
+            Limit::InFlight(max) => return self.check_in_flight(max, default_key),
+        };
+        if self.in_flight_ttl.is_some() {
+            return Err((
+                Setting::InFlightTtl,
+                ConfigError::with_kind(
+                    ConfigErrorKind::Rule,
+                    "in_flight_ttl applies only to a limit on requests in flight (in_flight);                      remove it",
+                ),
+            ));
+        }
         let cost = match &self.cost {
             CostSpec::One => Cost::One,
             CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
@@ -72,11 +86,10 @@ impl Rule {
         // The quota is valid alone: what fails here is the quota with the algorithm, or in
         // delay mode the queue that max_delay adds.
         let policy = match &delay {
-            Some(queue) => queue
-                .policy(&self.name, self.quota)
-                .map_err(at(Setting::Mode))?,
-            None => Policy::new(self.name.as_str(), self.quota, algorithm)
-                .map_err(at(Setting::Quota))?,
+            Some(queue) => queue.policy(&self.name, quota).map_err(at(Setting::Mode))?,
+            None => {
+                Policy::new(self.name.as_str(), quota, algorithm).map_err(at(Setting::Quota))?
+            }
         };
         let policy = match self.block_for {
             None => policy,
@@ -111,7 +124,7 @@ impl Rule {
                 ),
             ));
         }
-        let max_cost = self.max_cost.unwrap_or(self.quota.capacity());
+        let max_cost = self.max_cost.unwrap_or(quota.capacity());
         if max_cost == 0 {
             return Err((
                 Setting::MaxCost,
@@ -121,9 +134,10 @@ impl Rule {
         Ok(CompiledRule {
             header_item: header_item(&policy),
             policy,
-            quota: self.quota,
+            quota,
             mode: self.mode,
             delay,
+            in_flight: None,
             key: self.key.clone().unwrap_or_else(|| Arc::clone(default_key)),
             route,
             cost,
@@ -196,6 +210,10 @@ pub(crate) enum Setting {
     BlockFor,
     CountStatus,
     Lease,
+    /// What an in-flight rule cannot have, or its limit.
+    InFlight,
+    /// An in-flight rule's time to live.
+    InFlightTtl,
 }
 
 /// `policy`'s item of the `RateLimit-Policy` header (for a rule's policy, written once with
@@ -215,6 +233,10 @@ pub(crate) struct CompiledRule {
     pub(crate) mode: Mode,
     /// In delay mode: the queue, which also shapes `policy`.
     pub(crate) delay: Option<DelayQueue>,
+    /// For a limit on requests in flight: the limit, and how long a request may wait for a
+    /// slot. Its `policy` then only names it (in headers, metrics and `Control`), and is
+    /// never decided by.
+    pub(crate) in_flight: Option<InFlightRule>,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) route: Route,
     pub(crate) cost: Cost,
@@ -238,6 +260,7 @@ impl CompiledRule {
             quota,
             mode: Mode::Enforce,
             delay: None,
+            in_flight: None,
             key,
             route: Route::default(),
             cost: Cost::One,
@@ -281,6 +304,7 @@ impl fmt::Debug for CompiledRule {
             .field("policy", &self.policy)
             .field("mode", &self.mode)
             .field("delay", &self.delay)
+            .field("in_flight", &self.in_flight)
             .field("key", &self.key.describe())
             .field("route", &self.route)
             .field("cost", &self.cost)

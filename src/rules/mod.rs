@@ -21,25 +21,28 @@ mod cost;
 mod count_status;
 mod delay;
 mod file;
+mod in_flight;
 mod index;
 mod lookup;
 mod route;
+mod rules_file;
 mod set;
 mod skip;
 mod source;
 pub use crate::lease::Lease;
-pub use crate::read::MAX_FILE_BYTES;
 pub(crate) use compiled::{header_item, CompiledRule, Setting};
 pub(crate) use cost::{Cost, CostFn};
 pub use count_status::StatusMatch;
 pub(crate) use count_status::ALLOWED as COUNT_STATUS_ALLOWED;
 pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
+pub(crate) use in_flight::InFlightRule;
 pub(crate) use lookup::{Looked, NamedLookups};
 pub use lookup::{Lookup, LookupError, QuotaLookup, QuotaResolver};
 pub(crate) use route::{parse_methods, Route};
+pub use rules_file::MAX_FILE_BYTES;
 pub(crate) use set::RuleSet;
-pub(crate) use skip::{Skip, SkipSpec};
+pub(crate) use skip::{CompiledSkip, SkipSpec};
 pub(crate) use source::{InForce, RuleSource};
 
 /// How a rule treats a request over its limit.
@@ -56,7 +59,8 @@ pub enum Mode {
     /// waits until its slot (the moment it would otherwise be told to retry at), so the excess
     /// leaves at a steady rate; one that would wait longer than `max_delay` is denied at once.
     /// A connection is never held longer than `max_delay`. With `burst = 1` every request is
-    /// spaced by `period / limit`.
+    /// spaced by `period / limit`. Under a [limit on requests in flight](Rule::in_flight), a
+    /// request that finds every slot taken waits for one, up to `max_delay`.
     Delay,
 }
 
@@ -105,7 +109,8 @@ pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
 #[derive(Clone)]
 pub struct Rule {
     name: String,
-    quota: Quota,
+    limit: Limit,
+    in_flight_ttl: Option<Duration>,
     algorithm: Option<Algorithm>,
     key: Option<Arc<dyn KeyExtractor>>,
     methods: Vec<Method>,
@@ -120,6 +125,14 @@ pub struct Rule {
     block_for: Option<Duration>,
     count_status: Option<Vec<StatusMatch>>,
     lease: Option<Lease>,
+}
+
+/// What a rule limits: a rate, or the requests in flight.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    Rate(Quota),
+    /// At most this many of a client's requests at once.
+    InFlight(u32),
 }
 
 /// A rule's cost as configured; checked by `compile`.
@@ -145,9 +158,57 @@ impl Rule {
     /// for every request, until narrowed by [`methods`](Self::methods) and
     /// [`path`](Self::path).
     pub fn new(name: impl Into<String>, quota: Quota) -> Self {
+        Self::limiting(name.into(), Limit::Rate(quota))
+    }
+
+    /// A rule named `name` allowing at most `max` of one client's requests in flight at once
+    /// (nginx's `limit_conn` per client), exactly across instances through a shared store,
+    /// until narrowed by [`methods`](Self::methods) and [`path`](Self::path).
+    ///
+    /// A request takes a slot before the handler runs and gives it back when its response
+    /// body ends or fails, or when it is dropped (the client hung up, a timeout, a handler
+    /// that panicked): a guard holds it, so no slot is ever lost. One that finds every slot
+    /// taken is refused with a 429 and `Retry-After: 1` (gRPC: RESOURCE_EXHAUSTED), or in
+    /// [`Mode::Delay`] waits up to [`max_delay`](Self::max_delay) for a slot; in
+    /// [`Mode::Shadow`] it goes through, counted and logged. `RateLimit-Policy` shows it as
+    /// `"name";q=<max>;qu="concurrent-requests"`.
+    ///
+    /// Stacked with rate rules, a request must pass all of them: its slots are taken first,
+    /// then its rates decided, so a request refused for lack of a slot is charged nothing,
+    /// and one a rate refuses gives its slots back at once.
+    ///
+    /// In a shared store each slot is a lease of [`in_flight_ttl`](Self::in_flight_ttl)
+    /// (default 30 s) that its instance renews while the request runs, so the slots of an
+    /// instance that crashed come back after at most that long. A `max` of 0 is a
+    /// [`ConfigError`] at `build`. Cost, tiers, quotas per client (`quota_from`,
+    /// `overridable`), `block_for`, `count_status` and leases are for rates: an in-flight rule
+    /// with one of them is a [`ConfigError`] too.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{key, rules::{Mode, Rule}, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .key(key::Header::new("x-api-key"))
+    ///     // At most 4 inference requests of one key at once, on every instance together.
+    ///     .rule(Rule::in_flight("inference", 4).path("/v1/completions"))
+    ///     // A queue of exports: one at a time per key, each waiting up to 10 s for its turn.
+    ///     .rule(Rule::in_flight("export", 1).path("/export").mode(Mode::Delay)
+    ///         .max_delay(Duration::from_secs(10)).in_flight_ttl(Duration::from_secs(10)))
+    ///     .rule(Rule::new("api", Quota::per_minute(600)?))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn in_flight(name: impl Into<String>, max: u32) -> Self {
+        Self::limiting(name.into(), Limit::InFlight(max))
+    }
+
+    fn limiting(name: String, limit: Limit) -> Self {
         Self {
-            name: name.into(),
-            quota,
+            name,
+            limit,
+            in_flight_ttl: None,
             algorithm: None,
             key: None,
             methods: Vec::new(),
@@ -370,6 +431,16 @@ impl Rule {
         self
     }
 
+    /// How long a slot of this [in-flight rule](Self::in_flight) lives in a shared store
+    /// unless its instance renews it (default 30 s, from 100 ms to 24 h): how long the slots
+    /// of an instance that crashed stay taken. Renewal takes one store call every third of it
+    /// for all the slots an instance holds. A [`ConfigError`] at `build` on a rate rule.
+    #[must_use]
+    pub fn in_flight_ttl(mut self, ttl: Duration) -> Self {
+        self.in_flight_ttl = Some(ttl);
+        self
+    }
+
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -380,7 +451,8 @@ impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rule")
             .field("name", &self.name)
-            .field("quota", &self.quota)
+            .field("limit", &self.limit)
+            .field("in_flight_ttl", &self.in_flight_ttl)
             .field("algorithm", &self.algorithm)
             .field("key", &self.key.as_ref().map(|k| k.describe()))
             .field("methods", &self.methods)

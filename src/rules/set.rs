@@ -5,23 +5,28 @@ use std::collections::HashSet;
 use http::request::Parts;
 
 use super::index::RouteIndex;
-use super::{CompiledRule, Cost, Skip};
+use super::{CompiledRule, CompiledSkip, Cost};
 use crate::error::{ConfigError, ConfigErrorKind};
 
 /// Every rule of a layer and the routes it never limits; swapped whole on reload.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RuleSet {
     rules: Vec<CompiledRule>,
-    skips: Vec<Skip>,
+    skips: Vec<CompiledSkip>,
     rule_index: RouteIndex,
     skip_index: RouteIndex,
     /// Whether the set is one rule that every request meets as it is (see [`sole`](Self::sole)).
     sole: bool,
+    /// Whether a rule limits requests in flight.
+    in_flight: bool,
 }
 
 impl RuleSet {
     /// The rules and skips, in order; rule names must be unique (they name store keys).
-    pub(crate) fn new(rules: Vec<CompiledRule>, skips: Vec<Skip>) -> Result<Self, ConfigError> {
+    pub(crate) fn new(
+        rules: Vec<CompiledRule>,
+        skips: Vec<CompiledSkip>,
+    ) -> Result<Self, ConfigError> {
         let mut names = HashSet::with_capacity(rules.len());
         if let Some(twice) = rules.iter().find(|r| !names.insert(r.policy.name())) {
             return Err(ConfigError::with_kind(
@@ -41,7 +46,7 @@ impl RuleSet {
     }
 
     /// The set with its routes indexed.
-    fn indexed(rules: Vec<CompiledRule>, skips: Vec<Skip>) -> Self {
+    fn indexed(rules: Vec<CompiledRule>, skips: Vec<CompiledSkip>) -> Self {
         let rule_index = RouteIndex::new(rules.iter().map(|r| &r.route));
         let sole = match rules.as_slice() {
             [rule] => {
@@ -49,21 +54,31 @@ impl RuleSet {
                     && rule_index.takes_all()
                     && matches!(rule.cost, Cost::One)
                     && !rule.has_client_quotas()
+                    && rule.in_flight.is_none()
             }
             _ => false,
         };
+        let in_flight = rules.iter().any(|r| r.in_flight.is_some());
         Self {
             rule_index,
             skip_index: RouteIndex::new(skips.iter().map(|s| &s.route)),
             rules,
             skips,
             sole,
+            in_flight,
         }
     }
 
+    /// Whether a rule limits requests in flight: requests it may match take the way that
+    /// holds slots; the others never look.
+    #[inline]
+    pub(crate) fn has_in_flight(&self) -> bool {
+        self.in_flight
+    }
+
     /// The rule, when the set is one rule for every request (any path and method, no skips)
-    /// at cost 1 and without quotas per client (tiers, lookups, overrides): the usual setup
-    /// of a layer, whose requests need no route matched, quota found or cost read.
+    /// at cost 1, limiting a rate without quotas per client (tiers, lookups, overrides): the
+    /// usual setup of a layer, whose requests need no route matched, quota found or cost read.
     #[inline]
     pub(crate) fn sole(&self) -> Option<&CompiledRule> {
         self.rules.first().filter(|_| self.sole)
@@ -134,7 +149,7 @@ mod tests {
         posts.route = Route::new(vec![Method::POST], None).unwrap();
         assert!(RuleSet::one(posts).sole().is_none());
 
-        let health = Skip::route(Route::new(Vec::new(), Some("/health")).unwrap());
+        let health = CompiledSkip::route(Route::new(Vec::new(), Some("/health")).unwrap());
         let skipping = RuleSet::new(vec![rule("a")], vec![health]).unwrap();
         assert!(skipping.sole().is_none());
 

@@ -1,5 +1,6 @@
-//! [`Skip`]: requests the layer never limits, by route, by client key (an allow-list of keys)
-//! or by client address (an allow-list of networks).
+//! [`CompiledSkip`]: one entry of requests the layer never limits, by route, by client key (an
+//! allow-list of keys) or by client address (an allow-list of networks), compiled from the
+//! public `Skip`'s settings (a [`SkipSpec`] each) or a rules file's `[[skip]]`.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -26,7 +27,10 @@ pub(crate) enum SkipSpec {
 
 impl SkipSpec {
     /// The skip, with `default_key` reading the keys of a [`SkipSpec::Keys`].
-    pub(crate) fn build(self, default_key: &Arc<dyn KeyExtractor>) -> Result<Skip, ConfigError> {
+    pub(crate) fn build(
+        self,
+        default_key: &Arc<dyn KeyExtractor>,
+    ) -> Result<CompiledSkip, ConfigError> {
         let empty = |what: &str| {
             ConfigError::with_kind(
                 ConfigErrorKind::Rule,
@@ -34,24 +38,24 @@ impl SkipSpec {
             )
         };
         match self {
-            SkipSpec::Path(path) => Ok(Skip::route(
+            SkipSpec::Path(path) => Ok(CompiledSkip::route(
                 Route::new(Vec::new(), Some(&path)).map_err(|e| e.context("skip"))?,
             )),
             SkipSpec::Keys(keys) if keys.is_empty() => Err(empty("keys")),
-            SkipSpec::Keys(keys) => Ok(Skip::route(Route::default())
+            SkipSpec::Keys(keys) => Ok(CompiledSkip::route(Route::default())
                 .keys(Arc::clone(default_key), keys.into_iter().collect())),
             SkipSpec::Cidrs(_, cidrs) if cidrs.is_empty() => Err(empty("networks")),
             SkipSpec::Cidrs(client_ip, cidrs) => {
-                Ok(Skip::route(Route::default()).cidrs(client_ip, cidrs))
+                Ok(CompiledSkip::route(Route::default()).cidrs(client_ip, cidrs))
             }
         }
     }
 }
 
-/// One skip entry: it takes a request when every condition it sets holds (its route, one of
-/// its keys, one of its networks).
+/// One skip entry, ready to match: it takes a request when every condition it sets holds (its
+/// route, one of its keys, one of its networks).
 #[derive(Clone)]
-pub(crate) struct Skip {
+pub(crate) struct CompiledSkip {
     pub(crate) route: Route,
     keys: Option<KeyList>,
     cidrs: Option<NetList>,
@@ -71,7 +75,7 @@ struct NetList {
     nets: Arc<[IpNet]>,
 }
 
-impl Skip {
+impl CompiledSkip {
     /// A skip of every request on `route`.
     pub(crate) fn route(route: Route) -> Self {
         Self {
@@ -127,9 +131,9 @@ impl Skip {
     }
 }
 
-impl fmt::Debug for Skip {
+impl fmt::Debug for CompiledSkip {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Skip")
+        f.debug_struct("CompiledSkip")
             .field("route", &self.route)
             .field("keys", &self.keys.as_ref().map(|list| list.keys.len()))
             .field("cidrs", &self.cidrs.as_ref().map(|list| &list.nets))
@@ -159,7 +163,7 @@ mod tests {
 
     #[test]
     fn keys_match_the_default_key_exactly() {
-        let skip = Skip::route(Route::default()).keys(
+        let skip = CompiledSkip::route(Route::default()).keys(
             Arc::new(key::Header::new("x-api-key")),
             HashSet::from(["internal".to_owned()]),
         );
@@ -170,8 +174,8 @@ mod tests {
 
     #[test]
     fn cidrs_match_the_peer_or_the_client_through_trusted_proxies() {
-        let peer =
-            Skip::route(Route::default()).cidrs(None, nets(&["10.0.0.0/8", "2001:db8::/96"]));
+        let peer = CompiledSkip::route(Route::default())
+            .cidrs(None, nets(&["10.0.0.0/8", "2001:db8::/96"]));
         assert!(peer.takes(&request("10.1.2.3:1", &[])));
         assert!(!peer.takes(&request("11.1.2.3:1", &[("x-forwarded-for", "10.0.0.1")])));
         // Narrower than an IPv6 /64: the whole address is compared.
@@ -179,7 +183,7 @@ mod tests {
         assert!(!peer.takes(&request("[2001:db8::1:0:0:1]:1", &[])));
 
         let proxy = nets(&["192.168.0.0/16"]);
-        let client = Skip::route(Route::default())
+        let client = CompiledSkip::route(Route::default())
             .cidrs(Some(key::ClientIp::trusting(proxy)), nets(&["10.0.0.0/8"]));
         assert!(client.takes(&request(
             "192.168.0.1:1",
@@ -192,7 +196,7 @@ mod tests {
 
     #[test]
     fn every_condition_must_hold() {
-        let skip = Skip::route(Route::default())
+        let skip = CompiledSkip::route(Route::default())
             .keys(
                 Arc::new(key::Header::new("x-api-key")),
                 HashSet::from(["k".to_owned()]),

@@ -15,7 +15,7 @@ pub(crate) struct Check<'a> {
     /// counted but never block, so their denial must not keep the others from counting.
     pub(crate) blocking: bool,
     /// Whether a denial of this check still records its cost ("charged while over", see
-    /// `State::charge`), as Envoy's rate limit service counts every hit. Only `rls` sets it;
+    /// `State::charge`), as Envoy's rate limit service counts every hit. Only the engine's charging modes for Envoy's service set it;
     /// the layer's refused requests consume nothing.
     pub(crate) charge: bool,
 }
@@ -39,7 +39,6 @@ impl<'a> Check<'a> {
     }
 
     /// Whether a denial of this check still records its cost (default false).
-    #[cfg_attr(not(feature = "rls"), allow(dead_code))]
     pub(crate) fn charge(mut self, charge: bool) -> Self {
         self.charge = charge;
         self

@@ -1,5 +1,5 @@
-//! [`StoreExt`], [`Leasing`] and [`QuotaOverrides`]: the crate-private contract between the
-//! stores and what sits on them.
+//! [`StoreExt`], [`Leasing`], [`QuotaOverrides`] and [`InFlightSlots`]: the crate-private
+//! contract between the stores and what sits on them.
 //!
 //! A [`Store`] (the public four methods) is what a user writes. The built-in stores
 //! (`MemoryStore`, `RedisStore`), the adapter that gives a user's store its fallbacks
@@ -18,9 +18,10 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{Policy, Quota};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 /// What the wrappers ask of the store below them beyond [`Store`], and what the limiter and
@@ -138,6 +139,47 @@ pub(crate) trait QuotaOverrides: StoreExt {
 /// How long an override set without an expiry lives on a store whose keys must expire (the
 /// state-backed stores, memcached): ten years.
 pub(crate) const LONGEST_OVERRIDE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Slots of requests in flight (see [`InFlight`]): taken, given back and renewed by id. Every
+/// store and every wrapper implements it; the wrappers pass it on untouched but for the
+/// failure handling, which bounds these calls as it bounds decisions and keeps the slots it
+/// took in its fallback while the store was away.
+///
+/// In a shared store a slot is a lease that ends `limit.ttl()` after it was taken or last
+/// renewed, and a slot whose lease ended no longer counts: the slots of an instance that
+/// crashed come back by themselves. The memory store's slots need no lease.
+pub(crate) trait InFlightSlots: StoreExt {
+    /// Takes the slot `id` of `key` under `limit` if fewer than `limit.max()` of its slots are
+    /// held (their leases not ended), in one atomic step: allowed, with what is left; or
+    /// refused, holding nothing, with a short `retry_after` hint.
+    fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Gives the slot `id` of `key` under `limit` back; nothing if it is not held (never
+    /// taken, or its lease ended).
+    fn give_back_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Gives the slot back at once, in this process, if this store can (the memory store,
+    /// a slot taken in a fallback): whether it did. `false`: nothing was done, and the slot
+    /// needs [`give_back_slot`](Self::give_back_slot).
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool;
+
+    /// Renews the leases of `slots` (still held) to their limit's `ttl` from now; a slot whose
+    /// lease ended is not taken again. One call for the batch where the store allows it.
+    fn renew_slots(
+        &self,
+        slots: &[HeldSlot<'_>],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
 
 /// The time wrappers keep their state by, in µs: `store`'s [`clock`](StoreExt::clock) when it
 /// has one here (so a `ManualClock` drives them too), else a monotonic clock of this process.

@@ -6,7 +6,7 @@
 //! own implements [`Store`]'s four methods, with the types they take and return here:
 //! [`Policy`] (what to decide by) and [`StoreError`] (what went wrong); or it only keeps bytes
 //! by key, with a version (a [`StateStore`]) or updated in one atomic step (an
-//! [`AtomicStateStore`]), and [`StateBackedStore`] runs every algorithm on it (see [`state`]).
+//! [`AtomicStateStore`]), and [`StateBackedStore`] runs every algorithm on it.
 //! Whichever store it is, the layer's builder
 //! ([`store`](crate::RateLimitLayerBuilder::store)) puts the same wrappers around it, in this
 //! order, outermost first:
@@ -41,13 +41,14 @@ use std::time::Duration;
 
 pub use crate::decision::Decision;
 pub use crate::error::StoreError;
-pub use crate::quota::Policy;
+pub use crate::quota::{InFlight, Policy};
 
 pub(crate) mod check;
 pub(crate) mod contract;
 pub(crate) mod grant;
 mod memory;
-pub mod state;
+pub(crate) mod slot;
+pub(crate) mod state;
 pub(crate) mod wrappers;
 pub(crate) use memory::block_after;
 pub use memory::MemoryStore;

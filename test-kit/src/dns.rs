@@ -12,6 +12,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 /// Answers every SRV query for any name with its servers (`ip:port`, as SRV targets with a time
 /// to live of zero); any other query with no record. Stops when dropped.
+#[derive(Debug)]
 pub struct SrvServer {
     address: SocketAddr,
     servers: Arc<Mutex<Vec<SocketAddr>>>,

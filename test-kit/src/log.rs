@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// What a subscriber wrote, one line per event (`<time> <LEVEL> <target>: <message>`).
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Log(Arc<Mutex<Vec<u8>>>);
 
 impl Log {
@@ -50,4 +50,17 @@ impl Write for Log {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// The lines `tracing` wrote while `f` ran on this thread (a subscriber for this thread only,
+/// with `tracing_subscriber::fmt`'s defaults): for unit tests that log from the calling thread.
+pub fn logged(f: impl FnOnce()) -> String {
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    log.text()
 }

@@ -4,7 +4,8 @@
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use super::{free_port, wait_for_port, ServerProcess};
+use crate::ports::{free_port, wait_for_port};
+use crate::process::ServerProcess;
 
 /// The URL of the memcached shared by this test binary: `TOLLGATE_MEMCACHED_URL` (set by
 /// scripts/test.sh), else a private memcached started once and stopped when the test process
@@ -34,9 +35,11 @@ pub fn shared_memcached_url() -> String {
 
 /// A memcached this test owns: it may stop, pause, resume and restart it (all of
 /// [`ServerProcess`]'s, which it dereferences to).
+#[derive(Debug)]
 pub struct MemcachedServer(ServerProcess);
 
 impl MemcachedServer {
+    /// A memcached on a free port, accepting connections.
     pub fn start() -> Self {
         let mut server = Self(ServerProcess::not_started("memcached", |port| {
             let port = port.to_string();

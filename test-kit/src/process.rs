@@ -4,11 +4,13 @@
 
 use std::process::{Child, Command, Stdio};
 
-use super::{free_port, wait_for_port};
+use crate::ports::{free_port, wait_for_port};
 
 /// A server process on `127.0.0.1:port`, started by `program` with the arguments `args`
 /// gives for the port.
+#[derive(Debug)]
 pub struct ServerProcess {
+    /// The loopback port it listens on, kept across restarts.
     pub port: u16,
     program: &'static str,
     args: fn(u16) -> Vec<String>,
@@ -51,6 +53,7 @@ impl ServerProcess {
         }
     }
 
+    /// Kills it and starts it again on the same port, with nothing of what it held.
     pub fn restart(&mut self) {
         self.stop();
         self.launch();

@@ -6,14 +6,14 @@ use crate::support::{shared_redis_url, unique_prefix};
 
 /// A built-in store a test runs on, one of each: memory, and Redis under a prefix of its own.
 #[derive(Debug, Clone)]
-pub enum BuiltIn {
+pub(crate) enum BuiltIn {
     Memory(tollgate::store::MemoryStore),
     Redis(tollgate::store::RedisStore),
 }
 
 impl BuiltIn {
     /// A memory store, and a Redis store on the shared server under a prefix for `test`.
-    pub fn both(test: &str) -> [Self; 2] {
+    pub(crate) fn both(test: &str) -> [Self; 2] {
         let redis = tollgate::store::RedisStore::from_url(&shared_redis_url())
             .unwrap()
             .prefix(unique_prefix(test));
@@ -24,7 +24,10 @@ impl BuiltIn {
     }
 
     /// `builder` with this store, as its own type (so the layer takes its built-in path).
-    pub fn on(self, builder: tollgate::RateLimitLayerBuilder) -> tollgate::RateLimitLayerBuilder {
+    pub(crate) fn on(
+        self,
+        builder: tollgate::RateLimitLayerBuilder,
+    ) -> tollgate::RateLimitLayerBuilder {
         match self {
             Self::Memory(store) => builder.store(store),
             Self::Redis(store) => builder.store(store),

@@ -323,3 +323,27 @@ fn leases_count_calls_and_units_granted_and_returned() {
         assert_eq!(metrics.requests("l_api", "allowed"), 6.0);
     });
 }
+
+#[test]
+fn slots_held_are_a_gauge_per_rule_and_refusals_are_denials() {
+    use tower::ServiceExt;
+    with_recorder(|metrics| async move {
+        let layer = RateLimitLayer::builder()
+            .key(key::Global)
+            .rule(Rule::in_flight("m_slow", 2))
+            .build()
+            .unwrap();
+        let service = tower::Layer::layer(&layer, crate::ok_service());
+        let call = || service.clone().oneshot(http::Request::new(()));
+        let (first, second) = (call().await.unwrap(), call().await.unwrap());
+        assert_eq!(call().await.unwrap().status(), 429);
+        let gauge = "tollgate_in_flight{rule=\"m_slow\"}";
+        assert_eq!(metrics.sample(gauge), 2.0);
+        assert_eq!(metrics.requests("m_slow", "allowed"), 2.0);
+        assert_eq!(metrics.requests("m_slow", "denied"), 1.0);
+        drop(first);
+        assert_eq!(metrics.sample(gauge), 1.0);
+        drop(second);
+        assert_eq!(metrics.sample(gauge), 0.0);
+    });
+}

@@ -22,7 +22,7 @@ mod ledger {
     /// Allows each client `limit` requests, ever; a client whose key starts with `down` finds
     /// the backend failing.
     #[derive(Default)]
-    pub struct Ledger {
+    pub(super) struct Ledger {
         used: Mutex<HashMap<String, u64>>,
         /// How many decisions it was asked for.
         pub checks: Arc<AtomicU64>,

@@ -10,7 +10,7 @@ use support::{RedisCluster, RedisSentinel, SecureRedis};
 
 /// The quickstart binary, which `cargo test` builds next to the test binaries (a filtered
 /// `cargo test --test integration quickstart::` does not: `cargo build --example quickstart` first).
-fn quickstart() -> Command {
+pub(crate) fn quickstart() -> Command {
     let deps = std::env::current_exe().expect("test binary path");
     let path: PathBuf = deps
         .parent()
@@ -27,6 +27,8 @@ fn quickstart() -> Command {
         "RULES_FILE",
         "ADMIN_TOKEN",
         "HEADERS",
+        "IN_FLIGHT",
+        "IN_FLIGHT_TTL",
     ] {
         command.env_remove(name);
     }
@@ -35,7 +37,7 @@ fn quickstart() -> Command {
 }
 
 /// A running quickstart, killed when dropped.
-struct Running(Child, u16);
+pub(crate) struct Running(pub(crate) Child, pub(crate) u16);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -45,7 +47,7 @@ impl Drop for Running {
 }
 
 /// Starts the quickstart with `vars` and waits for its `listening on` line.
-fn start(vars: &[(&str, &str)]) -> Running {
+pub(crate) fn start(vars: &[(&str, &str)]) -> Running {
     let port = support::free_port();
     let mut child = quickstart()
         .env("PORT", port.to_string())

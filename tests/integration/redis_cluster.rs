@@ -91,6 +91,46 @@ async fn every_algorithm_is_exact_on_every_master() {
         seen.push((peek.allowed, peek.remaining));
         assert_eq!(seen, [(true, 1), (true, 1), (true, 1), (false, 1)], "{key}");
     }
+
+    // Slots of requests in flight on every master, renewed in one call per client key (a
+    // script touches one hash slot only) and kept past their time to live.
+    let engine = tollgate::engine::Engine::builder()
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let ttl = Duration::from_millis(300);
+    let limit = tollgate::store::InFlight::new("slow", 1)
+        .unwrap()
+        .with_ttl(ttl)
+        .unwrap();
+    let mut held = Vec::new();
+    for key in &keys {
+        let slot = engine.new_slot();
+        assert!(
+            engine.take_slot(key, &limit, slot).await.unwrap().allowed,
+            "{key}"
+        );
+        held.push((key, slot));
+    }
+    for _ in 0..4 {
+        tokio::time::sleep(ttl / 3).await;
+        engine.renew_slots().await.unwrap();
+    }
+    for (key, slot) in held {
+        let refused = engine
+            .take_slot(key, &limit, engine.new_slot())
+            .await
+            .unwrap();
+        assert!(!refused.allowed, "{key}: renewed, still held");
+        engine.give_back_slot(key, &limit, slot).await.unwrap();
+        assert!(
+            engine
+                .take_slot(key, &limit, engine.new_slot())
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
 }
 
 /// An app limited per `x-key` header through the cluster, with the layer's default

@@ -1,12 +1,8 @@
-//! Stores of one's own through `StateBackedStore`, in both forms: the `custom_store` example
-//! (an `AtomicStateStore`) runs; it and a compare-and-set `StateStore` decide exactly as
-//! `MemoryStore` on the same seeded histories of every algorithm; two limiters sharing one
-//! backend of either form admit exactly the limit under concurrency; a backend that fails is
-//! answered by the layer's `OnStoreError`.
-
-#[path = "../../examples/custom_store.rs"]
-#[allow(dead_code)]
-mod example;
+//! Stores of one's own through `StateBackedStore`, in both forms: a compare-and-set
+//! `StateStore` decides exactly as `MemoryStore` on the same seeded histories of every
+//! algorithm; two limiters sharing one backend of either form admit exactly the limit under
+//! concurrency; a backend that fails is answered by the layer's `OnStoreError`. (The
+//! `custom_store` example, an `AtomicStateStore`, is tested in its own `mod tests`.)
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,15 +18,6 @@ use tollgate::store::{
 };
 use tollgate::{key, Algorithm, Quota, RateLimitLayer};
 use tower::{Service, ServiceExt};
-
-use example::MapStore;
-
-#[tokio::test]
-async fn the_example_admits_exactly_the_limit_for_every_algorithm() {
-    let allowed = example::run().await.unwrap();
-    let expected: Vec<_> = Algorithm::ALL.into_iter().map(|a| (a, 10)).collect();
-    assert_eq!(allowed, expected);
-}
 
 /// Quotas each algorithm's history runs with (a burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {
@@ -116,18 +103,10 @@ pub(crate) async fn decides_as_memory<S: Store>(steps: usize, make: impl Fn(Manu
     assert!(counted.iter().all(|&n| n > 20), "{counted:?}");
 }
 
-#[tokio::test]
-async fn the_example_store_decides_as_memory_on_every_algorithm() {
-    decides_as_memory(500, |clock| {
-        StateBackedStore::atomic(MapStore::default()).with_clock(clock)
-    })
-    .await;
-}
-
-/// The example's map as a compare-and-set store: each key's bytes, version and expiry, and
+/// A map as a compare-and-set store: each key's bytes, version and expiry, and
 /// the last version given out.
 #[derive(Clone, Default)]
-struct VersionedMap(Arc<Mutex<(Versions, u64)>>);
+pub(crate) struct VersionedMap(Arc<Mutex<(Versions, u64)>>);
 type Versions = HashMap<String, (Vec<u8>, u64, Instant)>;
 
 impl StateStore for VersionedMap {

@@ -8,13 +8,14 @@
 mod control_plane;
 mod support;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use control_plane::{limit, ControlPlane, Pki, Reply};
-use support::{free_port, request, Rls, Runtime};
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::RateLimitRequest;
+use support::{free_port, request, Rls, Runtime, HOSTS};
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::RateLimitRequest;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 /// What Envoy Gateway sets (its resource.go), with the files and addresses of this test;
@@ -400,4 +401,155 @@ async fn without_force_start_it_waits_for_the_first_configuration() {
         .await
         .unwrap();
     assert_eq!(first, (Code::Ok, Some(1)));
+}
+
+/// The environment without the shortened `XDS_CLIENT_BACKOFF_*`: the reference's defaults.
+fn with_the_references_backoff(mut env: Vec<(String, String)>) -> Vec<(String, String)> {
+    env.retain(|(k, _)| !k.starts_with("XDS_CLIENT_BACKOFF_"));
+    env
+}
+
+/// When the control plane's streams `0..count` were opened (waits up to `within`).
+async fn wait_for_subscriptions(cp: &ControlPlane, count: usize, within: Duration) -> Vec<Instant> {
+    let start = Instant::now();
+    loop {
+        let opened = cp.subscriptions();
+        if opened.len() >= count {
+            return opened;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{} stream(s) opened, not {count}, within {within:?}",
+            opened.len()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Under Envoy Gateway the rate limit pod often starts before the control plane. The
+/// reference dials with `grpc.Dial(.., grpc.WithBlock())` (src/provider/xds_grpc_sotw_provider.go
+/// lines 126-146), which keeps trying on gRPC's connection back-off (1 s, then ×1.6 with ±20 %
+/// jitter, up to 120 s: grpc/grpc doc/connection-backoff.md, grpc-go internal/backoff), and
+/// uses its `XDS_CLIENT_BACKOFF_*` wait (10 s) only after a stream breaks (lines 68-91, 112-124).
+/// So the first configuration is in force within about a second of the control plane
+/// listening. Here `localhost` resolves to `::1` first, where nothing listens, then to
+/// 127.0.0.1, where the control plane does (as in most systems' /etc/hosts): every address is
+/// tried, as gRPC does.
+#[tokio::test]
+async fn a_control_plane_that_starts_later_is_followed_within_2_s_of_listening() {
+    let pki = Pki::new("later");
+    let cp_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let domain = format!("eg-later-{}", std::process::id());
+    let hosts = pki.dir.join("hosts");
+    std::fs::write(&hosts, "::1 localhost\n127.0.0.1 localhost\n").unwrap();
+    let mut env = with_the_references_backoff(envoy_gateway_env(
+        &pki,
+        &format!("localhost:{}", cp_addr.port()),
+        &redis_address(),
+    ));
+    env.push((HOSTS.into(), hosts.to_string_lossy().into_owned()));
+
+    let started = Instant::now();
+    let rls = start(&env);
+    let mut envoy = client(&rls, &pki, Some("envoy")).await.unwrap();
+    tokio::time::sleep_until((started + Duration::from_secs(2)).into()).await;
+    let cp = ControlPlane::start(cp_addr, &pki);
+    let listening = Instant::now();
+    cp.push("1", vec![limit(&domain, "k", 2)]);
+    wait_for_limit(&mut envoy, &domain, "k", 2).await;
+    let took = listening.elapsed();
+    println!(
+        "control plane listening {:?} after tollgate-rls started; first configuration in \
+         force {took:?} after it listened",
+        listening - started
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_exact(&mut envoy, &domain, "k", 2).await;
+    let log = rls.stderr();
+    assert!(
+        log.contains("cannot connect"),
+        "dialed before it listened: {log}"
+    );
+    assert!(
+        !log.contains("control plane again in"),
+        "no reconnection wait: {log}"
+    );
+}
+
+/// After an established stream breaks, the reference sleeps jpillora/backoff's `Duration()`
+/// and dials again (src/provider/xds_grpc_sotw_provider.go lines 71-90 and 112-118). It
+/// passes `XDS_CLIENT_BACKOFF_RANDOM_FACTOR` as jpillora's `Factor`, the multiplier (line 74):
+/// with its defaults (10 s, 60 s, 0.5, jitter), `10 s × 0.5^n` is below the minimum and jitter
+/// picks between the two, so every wait is 10 s (jpillora/backoff v1.0.0 backoff.go:42-80),
+/// the second as the first.
+#[tokio::test]
+async fn a_broken_stream_is_opened_again_after_the_references_10_s() {
+    let pki = Pki::new("broken");
+    let cp = ControlPlane::start("127.0.0.1:0".parse().unwrap(), &pki);
+    let domain = format!("eg-broken-{}", std::process::id());
+    cp.push("1", vec![limit(&domain, "v1", 5)]);
+    let env = with_the_references_backoff(envoy_gateway_env(
+        &pki,
+        &format!("localhost:{}", cp.addr.port()),
+        &redis_address(),
+    ));
+    let rls = start(&env);
+    let mut envoy = client(&rls, &pki, Some("envoy")).await.unwrap();
+    wait_for_limit(&mut envoy, &domain, "v1", 5).await;
+    for (n, version) in [(1, "2"), (2, "3")] {
+        let cut = cp.cut_streams();
+        let key = format!("v{version}");
+        cp.push(version, vec![limit(&domain, &key, 3)]);
+        let opened = wait_for_subscriptions(&cp, n + 1, Duration::from_secs(15)).await[n];
+        let waited = opened - cut;
+        println!("stream {n} broken: opened again {waited:?} later");
+        assert!(
+            waited >= Duration::from_secs(10) && waited < Duration::from_millis(10_800),
+            "{waited:?}"
+        );
+        wait_for_limit(&mut envoy, &domain, &key, 3).await;
+    }
+    assert!(rls.stderr().contains("again in 10.00s"), "{}", rls.stderr());
+}
+
+/// The same jpillora/backoff with a factor above 1 (src/provider/xds_grpc_sotw_provider.go
+/// lines 71-76): each wait is the last one multiplied, up to the maximum, and the count of
+/// attempts is never reset (the reference never calls `Reset`), even after a stream that
+/// delivered a set.
+#[tokio::test]
+async fn the_reconnection_wait_grows_by_the_factor_up_to_the_maximum() {
+    let pki = Pki::new("factor");
+    let cp = ControlPlane::start("127.0.0.1:0".parse().unwrap(), &pki);
+    let domain = format!("eg-factor-{}", std::process::id());
+    cp.push("1", vec![limit(&domain, "v1", 5)]);
+    let mut env = with_the_references_backoff(envoy_gateway_env(
+        &pki,
+        &format!("localhost:{}", cp.addr.port()),
+        &redis_address(),
+    ));
+    for (name, value) in [
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "300ms"),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s"),
+        ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+        ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+    ] {
+        env.push((name.into(), value.into()));
+    }
+    let rls = start(&env);
+    let mut envoy = client(&rls, &pki, Some("envoy")).await.unwrap();
+    wait_for_limit(&mut envoy, &domain, "v1", 5).await;
+    for (n, expected) in [(1, 300), (2, 600), (3, 1000), (4, 1000)] {
+        let cut = cp.cut_streams();
+        let key = format!("v{}", n + 1);
+        cp.push(&(n + 1).to_string(), vec![limit(&domain, &key, 3)]);
+        let opened = wait_for_subscriptions(&cp, n + 1, Duration::from_secs(5)).await[n];
+        let waited = opened - cut;
+        println!("stream {n} broken: opened again {waited:?} later (wait {expected} ms)");
+        let expected = Duration::from_millis(expected);
+        assert!(
+            waited >= expected && waited < expected + Duration::from_millis(500),
+            "{waited:?}"
+        );
+        wait_for_limit(&mut envoy, &domain, &key, 3).await;
+    }
 }

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use support::{ask, request, run_to_exit, MemcachedServer, Rls, Runtime, SrvServer, RESOLV_CONF};
-use tollgate::rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_response::Code;
 
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
@@ -24,7 +24,7 @@ descriptors:
 /// 300 asks of `tenant` over both instances' `clients`, at most `in_flight` at once: how many
 /// were OK and how many over the limit.
 async fn asks(
-    clients: &[tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient<
+    clients: &[tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient<
         tonic::transport::Channel,
     >],
     tenant: &str,
@@ -68,6 +68,10 @@ async fn two_instances_on_one_memcached_admit_exactly_the_limit() {
     let a = Rls::start(&runtime, &env);
     let b = Rls::start(&runtime, &env);
     assert!(a.line.contains("store=memcached (127.0.0.1:"), "{}", a.line);
+    // Healthy: the reference's memcached deployment never is (`src/server/health.go` starts
+    // its Redis part unhealthy and only the Redis client heals it), a defect not kept.
+    let health = support::get_text(format!("http://{}/healthcheck", a.http)).await;
+    assert_eq!(health, "OK");
     let clients = [a.client().await, b.client().await];
     assert_eq!(asks(&clients, "all-at-once", 300).await, (100, 200));
     assert_eq!(asks(&clients, "64-in-flight", 64).await, (100, 200));
@@ -178,7 +182,7 @@ descriptors:
         }
     };
     assert_eq!(codes("victim".into()).await, [OK, OK, OVER]);
-    let long = "v".repeat(tollgate::rls::MAX_VALUE_BYTES - 2);
+    let long = "v".repeat(tollgate_rls::MAX_VALUE_BYTES - 2);
     for value in [
         "a b".to_owned(),
         "x\r\nflush_all\r\nmn".to_owned(),

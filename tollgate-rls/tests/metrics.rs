@@ -5,9 +5,9 @@
 mod support;
 
 use support::{ask, descriptor, http, request, Rls, Runtime};
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::RateLimitRequest;
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::RateLimitRequest;
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;
@@ -76,7 +76,7 @@ async fn client_chosen_values_leave_metrics_bounded() {
     send_all(&client, detailed).await;
     // 2,000 random unknown domains as long as a domain may be (`MAX_DOMAIN_BYTES`), and an
     // address.
-    let longest = tollgate::rls::MAX_DOMAIN_BYTES;
+    let longest = tollgate_rls::MAX_DOMAIN_BYTES;
     let mut unknown: Vec<_> = (0..2_000u64)
         .map(|seed| request(&random_text(seed + 1, longest), &[&[("user", "a")]]))
         .collect();
@@ -232,9 +232,11 @@ async fn use_prometheus_serves_the_metrics_on_prometheus_addr() {
 async fn calls_and_errors_are_counted_as_the_reference_names_them() {
     let runtime = Runtime::new("call-stats");
     runtime.write("values.yaml", VALUES);
-    // A Redis that is not there: every decision fails, answered with a gRPC error as the
-    // reference answers (src/service/ratelimit.go, ShouldRateLimit's recover).
-    let url = format!("127.0.0.1:{}", support::free_port());
+    // A Redis that stops answering after the start: every decision fails, answered with a
+    // gRPC error as the reference answers (src/service/ratelimit.go, ShouldRateLimit's
+    // recover).
+    let redis = support::RedisServer::start();
+    let url = format!("127.0.0.1:{}", redis.port);
     let rls = Rls::start(
         &runtime,
         &[
@@ -245,10 +247,11 @@ async fn calls_and_errors_are_counted_as_the_reference_names_them() {
         ],
     );
     let mut client = rls.client().await;
+    redis.pause();
     let failed = client
         .should_rate_limit(request("values", &[&[("remote_address", "a")]]))
         .await;
-    assert_eq!(failed.unwrap_err().code(), tonic::Code::Unavailable);
+    assert_eq!(failed.unwrap_err().code(), tonic::Code::Unknown);
     let malformed = client
         .should_rate_limit(request("", &[&[("user", "a")]]))
         .await;

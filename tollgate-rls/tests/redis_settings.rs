@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::Command;
 
 use support::{free_port, redis_cli, request, run_to_exit, temp_dir, Rls, Runtime, Spawned};
-use tollgate::rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_response::Code;
 
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
@@ -98,23 +98,27 @@ async fn assert_decided_in_redis(rls: &Rls, user: &str, port: u16, password: &st
     assert!(keys.iter().any(|k| k.contains(user)), "keys: {keys:?}");
 }
 
-/// Every decision failed (answered with the gRPC error UNAVAILABLE) and nothing was counted.
-async fn assert_decisions_fail(rls: &Rls, user: &str, port: u16, password: &str) {
-    let answers = three(rls, user).await;
-    let failed = || Answer::Failed(tonic::Code::Unavailable);
-    assert_eq!(
-        answers,
-        [failed(), failed(), failed()],
-        "stderr: {}",
-        rls.stderr()
+/// A Redis that never answers at start (a TLS handshake or credentials it refuses): nothing
+/// listens, as in the reference (its `driver_impl.go` retries until `REDIS_STARTUP_MAX_ELAPSED_TIME`,
+/// then stops), the exit is status 1 naming the store, and nothing was counted.
+fn assert_never_served(runtime: &Runtime, env: &[(&str, &str)], port: u16, password: &str) {
+    let mut env = env.to_vec();
+    env.extend([
+        ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+        ("REDIS_STARTUP_MAX_ELAPSED_TIME", "1s"),
+    ]);
+    let before = keys(port, password);
+    let (status, stderr) = support::run_to_exit(&runtime.root, &env);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("did not answer within REDIS_STARTUP_MAX_ELAPSED_TIME"),
+        "{stderr}"
     );
-    let keys = keys(port, password);
-    assert!(!keys.iter().any(|k| k.contains(user)), "keys: {keys:?}");
+    assert_eq!(keys(port, password), before, "nothing counted");
 }
 
-/// Nothing the binary printed holds any of `secrets`.
-fn assert_no_secret(rls: &Rls, secrets: &[&str]) {
-    let printed = format!("{}\n{}", rls.line, rls.stderr());
+/// Nothing the binary `printed` holds any of `secrets`.
+fn assert_no_secret(printed: &str, secrets: &[&str]) {
     for secret in secrets {
         assert!(
             !printed.contains(secret),
@@ -151,7 +155,7 @@ async fn a_unix_socket_with_a_password() {
         ],
     );
     assert_decided_in_redis(&rls, "unix", port, "uNix-pw").await;
-    assert_no_secret(&rls, &["uNix-pw"]);
+    assert_no_secret(&format!("{}\n{}", rls.line, rls.stderr()), &["uNix-pw"]);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -189,7 +193,10 @@ async fn a_url_with_redis_auth() {
             ],
         );
         assert_decided_in_redis(&rls, user, port, "root,p@ss").await;
-        assert_no_secret(&rls, &["root,p@ss", "p@ss", "app,pw"]);
+        assert_no_secret(
+            &format!("{}\n{}", rls.line, rls.stderr()),
+            &["root,p@ss", "p@ss", "app,pw"],
+        );
     }
     drop(redis);
 }
@@ -228,7 +235,10 @@ async fn a_sentinel_whose_master_has_a_password() {
         ],
     );
     assert_decided_in_redis(&rls, "sentinel", master_port, "master-pw").await;
-    assert_no_secret(&rls, &["master-pw", "sentinel-pw"]);
+    assert_no_secret(
+        &format!("{}\n{}", rls.line, rls.stderr()),
+        &["master-pw", "sentinel-pw"],
+    );
 }
 
 /// A private CA (`ca.pem`, `ca.key`) and another (`other-ca.pem`) in `dir`; `leaf` signs a
@@ -372,8 +382,7 @@ async fn tls_with_a_private_ca_and_with_client_certificates() {
         ("STORE_TIMEOUT", "2s"),
     ];
     // Without the CA the private certificate is not trusted: every decision fails.
-    let rls = Rls::start(&runtime, &tls);
-    assert_decisions_fail(&rls, "no-ca", plain_port, "").await;
+    assert_never_served(&runtime, &tls, plain_port, "");
     let with_ca = [&tls[..], &[("REDIS_TLS_CACERT", ca.as_str())]].concat();
     let rls = Rls::start(&runtime, &with_ca);
     assert_decided_in_redis(&rls, "private-ca", plain_port, "").await;
@@ -383,8 +392,7 @@ async fn tls_with_a_private_ca_and_with_client_certificates() {
     let address = format!("127.0.0.1:{tls_port}");
     let mut with_ca = with_ca.clone();
     with_ca[0].1 = &address;
-    let rls = Rls::start(&runtime, &with_ca);
-    assert_decisions_fail(&rls, "no-client-cert", plain_port, "").await;
+    assert_never_served(&runtime, &with_ca, plain_port, "");
     let mutual = [
         &with_ca[..],
         &[
@@ -459,26 +467,24 @@ async fn skip_hostname_verification_still_verifies_the_chain() {
     let (_redis, tls_port, plain_port) = tls_redis(&pki, "named", "no");
     let address = format!("127.0.0.1:{tls_port}");
     let (right, other) = (pki.path("ca.pem"), pki.path("other-ca.pem"));
-    let start = |ca: &str, skip: &str| {
-        let vars = [
-            ("REDIS_URL", address.as_str()),
+    fn vars<'a>(address: &'a str, ca: &'a str, skip: &'a str) -> [(&'a str, &'a str); 6] {
+        [
+            ("REDIS_URL", address),
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("REDIS_TLS", "true"),
             ("STORE_TIMEOUT", "2s"),
             ("REDIS_TLS_CACERT", ca),
             ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", skip),
-        ];
-        Rls::start(&runtime, &vars)
-    };
+        ]
+    }
+    let start = |ca: &str, skip: &str| Rls::start(&runtime, &vars(&address, ca, skip));
     // The right CA, the name checked: the name does not match, so nothing is decided.
-    let rls = start(&right, "false");
-    assert_decisions_fail(&rls, "name-checked", plain_port, "").await;
+    assert_never_served(&runtime, &vars(&address, &right, "false"), plain_port, "");
     // The right CA, the name not checked: decided.
     let rls = start(&right, "true");
     assert_decided_in_redis(&rls, "name-skipped", plain_port, "").await;
     // Another CA, the name not checked: the chain is still verified, so nothing is decided.
-    let rls = start(&other, "true");
-    assert_decisions_fail(&rls, "wrong-ca", plain_port, "").await;
+    assert_never_served(&runtime, &vars(&address, &other, "true"), plain_port, "");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -526,19 +532,25 @@ async fn no_secret_is_printed_whatever_the_url_form() {
     ] {
         let mut vars = vars;
         vars.extend([("LOG_LEVEL", "debug"), ("STORE_TIMEOUT", "2s")]);
-        let rls = Rls::start(&runtime, &vars);
+        let secrets = [
+            "Se,cret1", "cret1", "Qu,ery2", "ery2", "So,ck3", "ck3", "Li,st4", "st4",
+        ];
         if decided {
+            let rls = Rls::start(&runtime, &vars);
             assert_decided_in_redis(&rls, "secrets", port, "Se,cret1").await;
+            assert!(rls.line.contains("store=redis"), "{}", rls.line);
+            assert_no_secret(&format!("{}\n{}", rls.line, rls.stderr()), &secrets);
         } else {
-            let _ = three(&rls, "secrets-failing").await;
+            // Never answered: the retries at start and the exit are logged, without a secret.
+            vars.extend([
+                ("REDIS_STARTUP_INITIAL_INTERVAL", "50ms"),
+                ("REDIS_STARTUP_MAX_ELAPSED_TIME", "500ms"),
+            ]);
+            let (status, stderr) = support::run_to_exit(&runtime.root, &vars);
+            assert_eq!(status.code(), Some(1), "{stderr}");
+            assert!(stderr.contains("redis ("), "{stderr}");
+            assert_no_secret(&stderr, &secrets);
         }
-        assert!(rls.line.contains("store=redis"), "{}", rls.line);
-        assert_no_secret(
-            &rls,
-            &[
-                "Se,cret1", "cret1", "Qu,ery2", "ery2", "So,ck3", "ck3", "Li,st4", "st4",
-            ],
-        );
         // Keys from one run do not carry over into the next.
         redis_cli(port, &["-a", "Se,cret1", "--no-auth-warning", "FLUSHALL"]);
     }

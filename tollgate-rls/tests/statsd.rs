@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use support::{ask, request, run_to_exit, shared_redis_url, Rls, Runtime};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, UdpSocket};
-use tollgate::rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_response::Code;
 
 const PUSHED: &str = "\
 domain: pushed

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use support::{ask, eventually, http, request, RedisServer, Rls, Runtime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -33,15 +33,10 @@ fn runtime(test: &str) -> Runtime {
 /// server's socket is borrowed from its process (`pidfd_getfd`; the test runs as the same
 /// user) and found by its peer address, the client's own.
 fn server_side_nodelay(pid: u32, client: &TcpStream) -> bool {
-    use std::os::fd::FromRawFd;
+    use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
     let ours = client.local_addr().unwrap();
-    // SAFETY: plain system calls on descriptors this function opens and owns.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    assert!(
-        pidfd >= 0,
-        "pidfd_open: {}",
-        std::io::Error::last_os_error()
-    );
+    let pid = Pid::from_raw(pid as i32).expect("a process id");
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).expect("pidfd_open");
     let mut found = None;
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
         let entry = entry.unwrap();
@@ -52,18 +47,14 @@ fn server_side_nodelay(pid: u32, client: &TcpStream) -> bool {
         let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
-        // SAFETY: as above; the new descriptor is owned by the TcpStream made from it.
-        let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) } as i32;
-        if copy < 0 {
+        let Ok(copy) = pidfd_getfd(&pidfd, fd, PidfdGetfdFlags::empty()) else {
             continue;
-        }
-        let socket = unsafe { std::net::TcpStream::from_raw_fd(copy) };
+        };
+        let socket = std::net::TcpStream::from(copy);
         if socket.peer_addr().ok() == Some(ours) {
             found = Some(socket.nodelay().unwrap());
         }
     }
-    // SAFETY: closes the pidfd opened above.
-    unsafe { libc::close(pidfd) };
     found.expect("the server's end of the connection")
 }
 
@@ -259,16 +250,18 @@ async fn healthcheck(rls: &Rls) -> u16 {
     http().get(url).send().await.unwrap().status().as_u16()
 }
 
-/// The reference's health (`src/server/health.go`, `NewHealthChecker`): the Redis part
-/// starts unhealthy and turns healthy once Redis has answered a PING at start
-/// (`src/redis/driver_impl.go`, `NewClientImpl`); SIGTERM fails the `sigterm` part, so the
-/// status is NOT_SERVING from the signal on, while requests in flight finish.
+/// The reference's start and health: nothing listens before Redis has answered a PING
+/// (`src/service_cmd/runner/runner.go` creates the limiter, whose `NewClientImpl` in
+/// `src/redis/driver_impl.go` retries until Redis answers, before `srv.Start`), and health is
+/// then SERVING (`src/server/health.go`: the Redis part turns healthy once Redis answered);
+/// SIGTERM fails the `sigterm` part, so the status is NOT_SERVING from the signal on, while
+/// requests in flight finish.
 #[tokio::test]
-async fn health_waits_for_redis_at_start_and_fails_from_the_stop_signal() {
+async fn nothing_listens_before_redis_answers_and_health_fails_from_the_stop_signal() {
     let mut redis = RedisServer::not_started();
     let runtime = runtime("health");
     let url = redis.url();
-    let rls = Rls::start(
+    let mut starting = Rls::spawn(
         &runtime,
         &[
             ("REDIS_URL", url.as_str()),
@@ -276,19 +269,22 @@ async fn health_waits_for_redis_at_start_and_fails_from_the_stop_signal() {
             ("REDIS_STARTUP_MAX_INTERVAL", "200ms"),
         ],
     );
-    let not_serving = ServingStatus::NotServing as i32;
-    let serving = ServingStatus::Serving as i32;
-    assert_eq!(grpc_health(&rls).await, Some(not_serving));
-    assert_eq!(healthcheck(&rls).await, 500);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(grpc_health(&rls).await, Some(not_serving), "still no Redis");
+    assert!(
+        !starting.listens_within(Duration::from_millis(800)),
+        "listening before Redis answers"
+    );
+    assert!(
+        starting.stderr().contains("did not answer"),
+        "{}",
+        starting.stderr()
+    );
 
     redis.launch();
-    let up = eventually(Duration::from_secs(5), || async {
-        grpc_health(&rls).await == Some(serving) && healthcheck(&rls).await == 200
-    })
-    .await;
-    assert!(up, "SERVING once Redis answers");
+    let rls = starting.listening(Duration::from_secs(10));
+    let not_serving = ServingStatus::NotServing as i32;
+    let serving = ServingStatus::Serving as i32;
+    assert_eq!(grpc_health(&rls).await, Some(serving));
+    assert_eq!(healthcheck(&rls).await, 200);
 
     let mut watch = health_client(&rls).await.unwrap();
     let request = HealthCheckRequest {
@@ -323,4 +319,204 @@ async fn a_redis_that_never_answers_within_the_startup_time_stops_the_server() {
         stderr.contains("REDIS_STARTUP_MAX_ELAPSED_TIME"),
         "{stderr}"
     );
+}
+
+/// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true`: health follows Redis, as the reference's pool
+/// trace fails the Redis part when its last connection closes and heals it at the next one
+/// (`src/redis/driver_impl.go`, `poolTrace`); without it a Redis outage leaves health alone
+/// (the part turns healthy once, at start).
+#[tokio::test]
+async fn with_the_active_connection_check_health_follows_redis() {
+    let mut redis = RedisServer::start();
+    let runtime = runtime("health-follows");
+    let url = redis.url();
+    let env = |follow| {
+        [
+            ("REDIS_URL", url.clone()),
+            ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", String::from(follow)),
+            ("STORE_TIMEOUT", "100ms".to_owned()),
+        ]
+    };
+    let following = env("true");
+    let following: Vec<(&str, &str)> = following.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let rls = Rls::start(&runtime, &following);
+    let not_following = env("false");
+    let not_following: Vec<(&str, &str)> = not_following
+        .iter()
+        .map(|(k, v)| (*k, v.as_str()))
+        .collect();
+    let plain = Rls::start(&runtime, &not_following);
+    assert_eq!(healthcheck(&rls).await, 200);
+    let serving = ServingStatus::Serving as i32;
+    let not_serving = ServingStatus::NotServing as i32;
+
+    redis.stop();
+    let down = eventually(Duration::from_secs(5), || async {
+        healthcheck(&rls).await == 500 && grpc_health(&rls).await == Some(not_serving)
+    })
+    .await;
+    assert!(down, "health fails while Redis is down");
+    assert_eq!(healthcheck(&plain).await, 200, "the reference's default");
+
+    redis.launch();
+    let up = eventually(Duration::from_secs(5), || async {
+        healthcheck(&rls).await == 200 && grpc_health(&rls).await == Some(serving)
+    })
+    .await;
+    assert!(up, "health follows Redis back");
+}
+
+/// `/healthcheck` answers every method, as the reference's router path does
+/// (`src/server/server_impl.go`: `router.Path("/healthcheck").Handler(...)`, no method).
+#[tokio::test]
+async fn the_healthcheck_answers_every_method() {
+    let runtime = runtime("health-methods");
+    let rls = Rls::start(&runtime, &[]);
+    let url = format!("http://{}/healthcheck", rls.http);
+    for method in ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"] {
+        let method = http::Method::from_bytes(method.as_bytes()).unwrap();
+        let answer = http().request(method.clone(), &url).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{method}");
+    }
+}
+
+/// SIGHUP stops the server gracefully, as SIGTERM and SIGINT do: the reference's runner
+/// cancels its context on each of the three (`src/service_cmd/runner/runner.go`,
+/// `signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)`) and stops its
+/// servers; the exit status is 0.
+#[tokio::test]
+async fn sighup_stops_gracefully() {
+    let runtime = runtime("sighup");
+    let rls = Rls::start(&runtime, &[]);
+    assert_eq!(healthcheck(&rls).await, 200);
+    let status = rls.stop_with("-HUP");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// A gRPC C-core client (python grpcio) on `GRPC_UDS`, with the default authority it gives a
+/// `unix:` target (the socket's path, percent-encoded, which h2 alone refuses with
+/// RST_STREAM PROTOCOL_ERROR), gets the reference's answers, as from the reference's grpc-go
+/// server, which takes any authority.
+#[test]
+fn a_c_core_client_on_the_unix_socket_gets_ok() {
+    let runtime = Runtime::with(
+        "uds-python",
+        &[
+            "runtime/current/ratelimit/config/basic.yaml",
+            "runtime/current/ratelimit/config/another.yaml",
+        ],
+    );
+    let socket = runtime.root.join("rls.sock").display().to_string();
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("GRPC_UDS", socket.as_str()),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ],
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/envoy_client.py");
+    for target in [format!("unix:{socket}"), format!("unix://{socket}")] {
+        let out = std::process::Command::new("python3")
+            .args([script, &target])
+            .output()
+            .expect("python3 must be installed");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("No module named 'grpc'"),
+            "the Python client needs grpcio: pip install grpcio (scripts/test.sh does)"
+        );
+        assert!(out.status.success(), "{target}: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("all checks passed"));
+    }
+    drop(rls);
+}
+
+/// `GRPC_UDS` with `GRPC_SERVER_USE_TLS`: TLS on the Unix socket, as the reference's grpc-go
+/// serves its credentials on whichever listener it has (`src/server/server_impl.go`, lines
+/// 261-283 and 202-219).
+#[tokio::test]
+async fn tls_on_the_unix_socket() {
+    let runtime = runtime("uds-tls");
+    let dir = &runtime.root;
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output();
+        assert!(out.expect("openssl").status.success(), "openssl {args:?}");
+    };
+    // A CA and a certificate it signed for 127.0.0.1.
+    let new_key = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "1"];
+    openssl(
+        &[
+            &new_key[..],
+            &[
+                "-x509", "-subj", "/CN=ca", "-keyout", "ca.key", "-out", "ca.pem",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &new_key[..],
+            &["-subj", "/CN=rls", "-keyout", "key.pem", "-out", "rls.csr"],
+        ]
+        .concat(),
+    );
+    let ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n";
+    std::fs::write(dir.join("ext"), ext).unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "rls.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let socket = runtime.root.join("rls.sock");
+    let (cert_env, key_env, socket_env) = (
+        cert.display().to_string(),
+        key.display().to_string(),
+        socket.display().to_string(),
+    );
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("GRPC_UDS", socket_env.as_str()),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", cert_env.as_str()),
+            ("GRPC_SERVER_TLS_KEY", key_env.as_str()),
+        ],
+    );
+    let ca = tonic::transport::Certificate::from_pem(std::fs::read(dir.join("ca.pem")).unwrap());
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(ca)
+        .domain_name("127.0.0.1");
+    let path = socket.clone();
+    let channel = tonic::transport::Endpoint::from_static("https://127.0.0.1")
+        .tls_config(tls)
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let r = ask(&mut client, request("edge", &[&[("user", "a")]])).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert!(rls.line.contains(" grpc=unix:"), "{}", rls.line);
 }

@@ -6,8 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{ask, request, RedisServer, Rls, Runtime};
-use tollgate::rls::proto::rate_limit_response::Code;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::rate_limit_response::Code;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;

@@ -33,14 +33,25 @@
 //! quota = "20000/s"
 //! key = "global"
 //! lease = "auto"                  # or a number of tokens: hot keys, see Lease
+//!
+//! [[rule]]
+//! name = "inference"
+//! path = "/v1/*"
+//! in_flight = 4                   # at most 4 requests of one client at once, no quota
+//! in_flight_ttl = "30s"           # how long a crashed instance's slots stay taken
 //! ```
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
 //! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `lease`, `trusted_proxies` (networks whose forwarding headers
 //! `client_ip` believes), `quota_from` (the name of a quota lookup registered with the layer's
 //! builder: each client's quota is looked up at run time) and `overridable` (whether quotas
-//! set for clients at run time apply; true with `quota_from`). A rule also has `name` (required), `methods`, `path` and
-//! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes); a skip has
+//! set for clients at run time apply; true with `quota_from`). A rule also has `name`
+//! (required), `methods`, `path` and `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list
+//! mixing codes and classes), or instead of a quota `in_flight` (a limit on requests in
+//! flight, with `in_flight_ttl`, which `[defaults]` may set too; the rate settings `quota`,
+//! `algorithm`, `cost_header`, `max_cost`, `block_for`, `count_status`, `lease`, `quota_from`
+//! and `overridable` are refused on such a rule, and those of `[defaults]` do not apply to
+//! it); a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
 //! peer's networks, or the client's when `[defaults] key` reads `client_ip`), at least one of
 //! `path`, `keys` and `cidrs`, and takes a request when all it sets hold. A `max_delay` or
@@ -61,19 +72,23 @@ use serde::Deserialize;
 use toml::de::DeTable;
 use toml::Spanned;
 
-use super::{Mode, NamedLookups, Route, Rule, Setting, Skip};
+use super::{CompiledSkip, Mode, NamedLookups, Route, Rule, Setting};
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
 use crate::quota::Quota;
 
+mod limit;
 mod report;
 #[cfg(test)]
 mod tests;
 mod value;
 
+use limit::{client_quotas, rate_of, refuse_rate_settings};
 use report::{Scope, Source};
-use value::{Cidr, Header, KeySpec, LeaseSetting, MaxCost, MaxDelay, Method, StatusList, Text};
+use value::{
+    Cidr, Header, InFlightMax, KeySpec, LeaseSetting, MaxCost, MaxDelay, Method, StatusList, Text,
+};
 
 /// What a rules file says.
 #[derive(Debug, Clone)]
@@ -81,7 +96,7 @@ pub(crate) struct RulesFile {
     /// The rules, in file order, each with its algorithm and key set.
     pub(crate) rules: Vec<Rule>,
     /// Requests never limited.
-    pub(crate) skips: Vec<Skip>,
+    pub(crate) skips: Vec<CompiledSkip>,
 }
 
 /// Parses and fully validates a rules file; `origin` (the path) starts every error message.
@@ -143,6 +158,7 @@ struct Settings {
     lease: Option<Spanned<LeaseSetting>>,
     quota_from: Option<Spanned<String>>,
     overridable: Option<bool>,
+    in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
 }
 
 /// A `[[rule]]`: the settings written out again, because serde's `flatten` ignores
@@ -167,6 +183,9 @@ struct RuleDoc {
     lease: Option<Spanned<LeaseSetting>>,
     quota_from: Option<Spanned<String>>,
     overridable: Option<bool>,
+    /// A limit on requests in flight instead of a quota: a rule's own, never a default.
+    in_flight: Option<Spanned<InFlightMax>>,
+    in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
 }
 
 /// A `[[skip]]`.
@@ -230,12 +249,14 @@ fn build_rule(
             ),
         ));
     }
-    let Some(quota) = pick(&doc.quota, &defaults.quota) else {
-        return Err(fail(
-            header,
-            "quota",
-            &"missing: set quota in the rule or in [defaults], e.g. quota = \"100/min\"",
-        ));
+    let in_flight = doc.in_flight.as_ref().map(|max| max.get_ref().0);
+    // A limit on requests in flight, or a rate (and its quota).
+    let limit = match in_flight {
+        Some(max) => {
+            refuse_rate_settings(&doc, &fail)?;
+            Err(max)
+        }
+        None => Ok(rate_of(&doc, defaults, header.clone(), &fail)?),
     };
     let algorithm =
         pick(&doc.algorithm, &defaults.algorithm).map_or(Algorithm::Gcra, |a| a.get_ref().0);
@@ -254,54 +275,56 @@ fn build_rule(
         .map(|list| list.get_ref().iter().map(|c| c.0 .0).collect())
         .unwrap_or_default();
 
-    let mut rule = Rule::new(name.get_ref().as_str(), quota.get_ref().0)
-        .algorithm(algorithm)
+    let mut rule = match limit {
+        Ok(quota) => Rule::new(name.get_ref().as_str(), quota).algorithm(algorithm),
+        Err(max) => {
+            let rule = Rule::in_flight(name.get_ref().as_str(), max);
+            match pick(&doc.in_flight_ttl, &defaults.in_flight_ttl) {
+                Some(ttl) => rule.in_flight_ttl(ttl.get_ref().0 .0),
+                None => rule,
+            }
+        }
+    };
+    rule = rule
         .key(key.extractor(&proxies))
         .methods(method_list(doc.methods.as_ref(), &fail)?)
         .mode(mode);
     if let Some(path) = &doc.path {
         rule = rule.path(path.get_ref().as_str());
     }
-    if let Some(header) = pick(&doc.cost_header, &defaults.cost_header) {
-        rule = rule.cost_header(header.0 .0.as_str());
-    }
-    if let Some(max) = pick(&doc.max_cost, &defaults.max_cost) {
-        rule = rule.max_cost(max.0);
-    }
-    if let Some(statuses) = &doc.count_status {
-        rule = rule.count_status(statuses.get_ref().0.iter().copied());
+    if in_flight.is_none() {
+        if let Some(header) = pick(&doc.cost_header, &defaults.cost_header) {
+            rule = rule.cost_header(header.0 .0.as_str());
+        }
+        if let Some(max) = pick(&doc.max_cost, &defaults.max_cost) {
+            rule = rule.max_cost(max.0);
+        }
+        if let Some(statuses) = &doc.count_status {
+            rule = rule.count_status(statuses.get_ref().0.iter().copied());
+        }
+        if let Some(ttl) = &doc.in_flight_ttl {
+            return Err(fail(
+                ttl.span(),
+                "in_flight_ttl",
+                &"in_flight_ttl applies only to a limit on requests in flight: set in_flight, \
+                  or remove in_flight_ttl",
+            ));
+        }
     }
     // Outside delay mode max_delay is ignored, so a rule switches modes by its mode alone.
     if let (Mode::Delay, Some(delay)) = (mode, pick(&doc.max_delay, &defaults.max_delay)) {
         rule = rule.max_delay(delay.0 .0);
     }
-    let block_for = pick(&doc.block_for, &defaults.block_for);
+    let block_for = pick(&doc.block_for, &defaults.block_for).filter(|_| in_flight.is_none());
     if let Some(block_for) = block_for {
         rule = rule.block_for(block_for.get_ref().0 .0);
     }
 
-    if let Some(lease) = pick(&doc.lease, &defaults.lease) {
+    if let Some(lease) = pick(&doc.lease, &defaults.lease).filter(|_| in_flight.is_none()) {
         rule = rule.lease(lease.get_ref().0);
     }
-    if let Some(named) = pick(&doc.quota_from, &defaults.quota_from) {
-        let Some(lookup) = lookups.get(named.get_ref()) else {
-            let known: Vec<&str> = lookups.keys().map(String::as_str).collect();
-            let message = format!(
-                "unknown quota lookup {:?}: {}",
-                named.get_ref(),
-                match known.as_slice() {
-                    [] => "the layer's builder registers none; register it with \
-                           .quota_lookup(name, QuotaLookup::new(..))"
-                        .to_owned(),
-                    names => format!("the layer's builder registers {}", names.join(", ")),
-                }
-            );
-            return Err(fail(named.span(), "quota_from", &message));
-        };
-        rule = rule.quota_from(lookup.clone());
-    }
-    if let Some(overridable) = pick(&doc.overridable, &defaults.overridable) {
-        rule = rule.overridable(*overridable);
+    if in_flight.is_none() {
+        rule = client_quotas(rule, &doc, defaults, lookups, &fail)?;
     }
 
     // The rule sets its own key and algorithm, so the defaults given here never apply.
@@ -326,6 +349,14 @@ fn build_rule(
                 "count_status",
             ),
             Setting::Lease => (at(doc.lease.as_ref().map(Spanned::span)), "lease"),
+            Setting::InFlight => (at(doc.in_flight.as_ref().map(Spanned::span)), "in_flight"),
+            Setting::InFlightTtl => {
+                let own = doc
+                    .in_flight_ttl
+                    .as_ref()
+                    .or(defaults.in_flight_ttl.as_ref());
+                (at(own.map(Spanned::span)), "in_flight_ttl")
+            }
         };
         fail(span, field, &e)
     })?;
@@ -341,7 +372,7 @@ fn build_skip(
     index: usize,
     doc: Spanned<SkipDoc>,
     defaults: &Settings,
-) -> Result<Skip, ConfigError> {
+) -> Result<CompiledSkip, ConfigError> {
     let header = doc.span();
     let doc = doc.into_inner();
     let scope = Scope::Skip(index);
@@ -361,7 +392,7 @@ fn build_skip(
         let span = doc.path.as_ref().map_or(header.clone(), Spanned::span);
         fail(span, "path", &e)
     })?;
-    let mut skip = Skip::route(route);
+    let mut skip = CompiledSkip::route(route);
     let key = defaults
         .key
         .as_ref()

@@ -5,6 +5,7 @@ use super::*;
 use crate::rules::{CompiledRule, StatusMatch};
 use http::request::Parts;
 use proptest::prelude::*;
+use std::time::Duration;
 
 const EXAMPLE: &str = r#"[defaults]
 algorithm = "gcra"              # any of the seven, snake_case
@@ -928,4 +929,68 @@ fn lease_is_auto_or_a_number_and_bad_values_point_at_it() {
             "lease does not work with block_for",
         ],
     );
+}
+
+#[test]
+fn in_flight_makes_a_rule_a_limit_on_requests_in_flight() {
+    let source = r#"
+[defaults]
+quota = "10/s"
+algorithm = "fixed_window"
+cost_header = "x-cost"
+block_for = "1m"
+in_flight_ttl = "2s"
+
+[[rule]]
+name = "slow"
+path = "/slow"
+in_flight = 3
+
+[[rule]]
+name = "queue"
+in_flight = 1
+in_flight_ttl = "500ms"
+mode = "delay"
+max_delay = "1s"
+
+[[rule]]
+name = "rate"
+"#;
+    let file = parse(source, "rules.toml", &NamedLookups::default()).unwrap();
+    let slow = compile(&file.rules[0]);
+    let limit = &slow.in_flight.as_ref().unwrap().limit;
+    // The rate settings of [defaults] do not apply to it.
+    assert_eq!((limit.max(), limit.ttl()), (3, Duration::from_secs(2)));
+    assert_eq!(slow.in_flight.as_ref().unwrap().max_wait, Duration::ZERO);
+    assert_eq!(slow.header_item, "\"slow\";q=3;qu=\"concurrent-requests\"");
+    assert!(slow.route.matches(&parts("GET", "/slow")));
+    let queue = compile(&file.rules[1]);
+    let queue = queue.in_flight.as_ref().unwrap();
+    assert_eq!(queue.limit.ttl(), Duration::from_millis(500));
+    assert_eq!(queue.max_wait, Duration::from_secs(1));
+    let rate = compile(&file.rules[2]);
+    assert!(rate.in_flight.is_none());
+    assert_eq!(rate.policy.algorithm(), Algorithm::FixedWindow);
+}
+
+#[test]
+fn a_limit_on_requests_in_flight_refuses_rate_settings_where_they_are() {
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\nquota = \"1/s\"\n");
+    assert_error(&e, "4:9", &["rule \"a\"", "quota", "applies to a rate"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\ncost_header = \"x-cost\"\n");
+    assert_error(&e, "3:13", &["rule \"a\"", "cost_header applies to a rate"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\nquota_from = \"plan\"\n");
+    assert_error(&e, "4:14", &["rule \"a\"", "quota_from applies to a rate"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\noverridable = true\n");
+    assert_error(&e, "3:13", &["rule \"a\"", "overridable applies to a rate"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 0\n");
+    assert_error(&e, "3:13", &["in_flight 0 is out of range"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\nin_flight_ttl = \"10ms\"\n");
+    assert_error(&e, "4:17", &["in_flight_ttl", "out of range"]);
+    let e = error("[[rule]]\nname = \"a\"\nquota = \"1/s\"\nin_flight_ttl = \"1s\"\n");
+    assert_error(&e, "4:17", &["in_flight_ttl applies only"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\nmode = \"delay\"\n");
+    assert_error(&e, "4:8", &["mode", "needs max_delay"]);
+    let e = error("[[rule]]\nname = \"a\"\n");
+    assert_error(&e, "1:1", &["quota", "in_flight = 4"]);
 }

@@ -74,6 +74,30 @@ impl TryFrom<i64> for MaxCost {
     }
 }
 
+/// `in_flight`: how many of a client's requests may run at once, a whole number from 1 to
+/// `u32::MAX`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(try_from = "i64")]
+pub(super) struct InFlightMax(pub(super) u32);
+
+impl TryFrom<i64> for InFlightMax {
+    type Error = String;
+
+    fn try_from(n: i64) -> Result<Self, String> {
+        u32::try_from(n)
+            .ok()
+            .filter(|&n| n >= 1)
+            .map(InFlightMax)
+            .ok_or_else(|| {
+                format!(
+                    "in_flight {n} is out of range (use a whole number from 1 to {}: the \
+                     requests of one client running at once)",
+                    u32::MAX
+                )
+            })
+    }
+}
+
 /// `max_delay`: a duration such as `"500ms"` or `"2s"`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct MaxDelay(pub(super) Duration);

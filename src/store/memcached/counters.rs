@@ -1,5 +1,5 @@
-//! [`Counters`]: the aligned fixed window on memcached's own arithmetic: a plain counter per
-//! client per window, added to in one step, as the reference counts.
+//! [`FixedWindowCounters`]: the aligned fixed window on memcached's own arithmetic: a plain
+//! counter per client per window, added to in one step, as the reference counts.
 //!
 //! A decision adds its cost to the counter of the window that holds the store's `now`
 //! (creating it, to live until the window ends, if it is the window's first) and decides on
@@ -33,7 +33,7 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The fixed-window decisions of a memcached store, on its servers, with its blocks kept by
 /// its state-backed decisions.
-pub(super) struct Counters<'a> {
+pub(super) struct FixedWindowCounters<'a> {
     pub(super) servers: &'a Arc<Servers>,
     pub(super) state: &'a StateBackedStore,
 }
@@ -67,7 +67,7 @@ pub(super) fn counter_key(head: &str, start: u64, key: &str) -> String {
     format!("{head}@{start}:{key}")
 }
 
-impl Counters<'_> {
+impl FixedWindowCounters<'_> {
     fn at(&self, key: &str, policy: &Policy, now: u64, start: Option<u64>) -> At {
         let p = *policy.params();
         let block = self.state.state_key(key, policy);

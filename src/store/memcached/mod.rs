@@ -9,11 +9,11 @@ use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
-use crate::quota::Policy;
-use crate::quota::Quota;
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::state::StateBackedStore;
 use crate::store::Store;
 
@@ -21,7 +21,7 @@ mod counters;
 mod servers;
 mod srv;
 
-use counters::Counters;
+use counters::FixedWindowCounters;
 use servers::{ServerList, Servers};
 pub use srv::MemcachedSrv;
 
@@ -61,8 +61,9 @@ pub use srv::MemcachedSrv;
 ///
 /// | key | what |
 /// | --- | --- |
-/// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::state), or for the aligned fixed window only its block, if it is blocked |
+/// | `tollgate:api:<algorithm>:k` | its state in the [state format](super::StateBackedStore#the-states-bytes), or for the aligned fixed window only its block, if it is blocked |
 /// | `tollgate:api:fixed_window@<window start, µs since the epoch>:k` | the aligned fixed window's count in that window, in decimal, living until the window ends (and memcached's second more) |
+/// | `tollgate:api:slots:k` | under an in-flight limit `api`, the client's slots of requests in flight in the [state format](super::StateBackedStore), living until the last lease ends |
 ///
 /// A key longer than 250 bytes, or with bytes memcached does not take, is `#` and its SHA-256
 /// in hex. Blocks (after a breach, or [`block`](Store::block)) forget the window's count, as
@@ -178,8 +179,8 @@ impl MemcachedStore {
     }
 
     /// The fixed-window decisions on counters, if `policy` is an aligned fixed window.
-    fn counters(&self, policy: &Policy) -> Option<Counters<'_>> {
-        (policy.algorithm() == Algorithm::FixedWindow).then_some(Counters {
+    fn counters(&self, policy: &Policy) -> Option<FixedWindowCounters<'_>> {
+        (policy.algorithm() == Algorithm::FixedWindow).then_some(FixedWindowCounters {
             servers: &self.servers,
             state: &self.state,
         })
@@ -326,6 +327,32 @@ impl Leasing for MemcachedStore {
             Some(counters) => counters.release(key, policy, unused, grant).await,
             None => self.state.release(key, policy, unused, grant).await,
         }
+    }
+}
+
+/// Slots as the state-backed store keeps them: one key per client and limit (see the type's
+/// docs).
+impl InFlightSlots for MemcachedStore {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        self.state.take_slot(key, limit, id).await
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        self.state.give_back_slot(key, limit, id).await
+    }
+
+    /// Never at once: memcached is asked.
+    fn give_back_slot_now(&self, _: &str, _: &InFlight, _: u64) -> bool {
+        false
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        self.state.renew_slots(slots).await
     }
 }
 

@@ -8,14 +8,15 @@ use crate::algorithm::{self, State};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
-use crate::quota::Quota;
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 mod client_key;
+mod in_flight;
 mod key_hasher;
 mod lease;
 mod overrides;
@@ -24,6 +25,7 @@ mod slot_table;
 mod stacked;
 mod table;
 
+use in_flight::SlotCounts;
 use key_hasher::KeyHasher;
 use overrides::Overrides;
 use shard::{lock, Shard};
@@ -66,6 +68,8 @@ struct Inner {
     max_keys_per_shard: Option<usize>,
     /// Quotas set for clients at run time.
     overrides: Overrides,
+    /// The slots of requests in flight, counted per client and limit.
+    in_flight: SlotCounts,
 }
 
 impl MemoryStore {
@@ -81,10 +85,12 @@ impl MemoryStore {
         let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
         // A power of two (see `shard_index`).
         let shards = (parallelism * 4).next_power_of_two().max(16);
+        let hasher = KeyHasher::default();
         Self {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Mutex::default()).collect(),
-                hasher: KeyHasher::default(),
+                in_flight: SlotCounts::new(hasher.clone()),
+                hasher,
                 clock: Arc::new(clock),
                 max_keys_per_shard: None,
                 overrides: Overrides::default(),
@@ -102,6 +108,7 @@ impl MemoryStore {
             inner: Arc::new(Inner {
                 shards: (0..shards).map(|_| Mutex::default()).collect(),
                 hasher: self.inner.hasher.clone(),
+                in_flight: SlotCounts::new(self.inner.hasher.clone()),
                 clock: Arc::clone(&self.inner.clock),
                 max_keys_per_shard: Some(max.div_ceil(shards).max(1)),
                 overrides: Overrides::default(),
@@ -313,6 +320,42 @@ impl Leasing for MemoryStore {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         Ok(self.release_now(key, policy, unused, grant))
+    }
+}
+
+/// Slots counted in this process: exact without ids or leases (see `in_flight`).
+impl InFlightSlots for MemoryStore {
+    async fn take_slot(&self, key: &str, limit: &InFlight, _: u64) -> Result<Decision, StoreError> {
+        Ok(self.take_slot_now(key, limit))
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, _: u64) -> Result<(), StoreError> {
+        self.inner.in_flight.give_back(key, limit);
+        Ok(())
+    }
+
+    /// Always: the count is in this process.
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, _: u64) -> bool {
+        self.inner.in_flight.give_back(key, limit);
+        true
+    }
+
+    /// Nothing to renew: the slots live with the process.
+    async fn renew_slots(&self, _: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// Takes a slot of `key` under `limit` at once (see `InFlightSlots::take_slot`).
+    pub(crate) fn take_slot_now(&self, key: &str, limit: &InFlight) -> Decision {
+        self.inner.in_flight.take(key, limit)
+    }
+
+    /// How many slots of `key` under `limit` are held.
+    #[cfg(test)]
+    pub(crate) fn slots_held(&self, key: &str, limit: &InFlight) -> u32 {
+        self.inner.in_flight.held(key, limit)
     }
 }
 

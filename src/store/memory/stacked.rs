@@ -225,7 +225,7 @@ struct Pending<'a> {
 
 /// In a blocked stacked decision, records the cost of each denied check that charges
 /// ([`Check::charge`]) on its key's state as it was before the decision (nothing allowed in
-/// it is consumed), in the checks' order, as `lua/stacked.lua` does.
+/// it is consumed), in the checks' order, as `store/redis/lua/stacked.lua` does.
 fn charge_denied(
     guards: &mut [(usize, MutexGuard<'_, Shard>)],
     checks: &[Check<'_>],

@@ -379,3 +379,25 @@ mod leases {
         assert_eq!(d.remaining, 18);
     }
 }
+
+#[tokio::test]
+async fn slots_are_counted_per_client_and_limit_and_never_below_zero() {
+    let store = MemoryStore::new();
+    let slow = InFlight::new("slow", 2).unwrap();
+    let other = InFlight::new("other", 1).unwrap();
+    let allowed = |d: Decision| (d.allowed, d.remaining);
+    assert_eq!(allowed(store.take_slot_now("k", &slow)), (true, 1));
+    assert_eq!(allowed(store.take_slot_now("k", &slow)), (true, 0));
+    assert_eq!(allowed(store.take_slot_now("k", &slow)), (false, 0));
+    // Another client, another limit: slots of their own.
+    assert!(store.take_slot_now("j", &slow).allowed);
+    assert!(store.take_slot_now("k", &other).allowed);
+    assert!(store.give_back_slot_now("k", &slow, 0));
+    assert_eq!(store.slots_held("k", &slow), 1);
+    store.give_back_slot("k", &slow, 0).await.unwrap();
+    // A slot given back twice does not make room for a third.
+    assert!(store.give_back_slot_now("k", &slow, 0));
+    assert_eq!(store.slots_held("k", &slow), 0);
+    assert_eq!(store.slots_held("j", &slow), 1);
+    store.renew_slots(&[]).await.unwrap();
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::reply;
-use super::script::{self, Call, Control, Scripts};
+use super::script::{self, Call, ClientAction, Scripts};
 use super::RedisStore;
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -61,7 +61,12 @@ impl RedisStore {
     }
 
     /// Reset, block or refund one client: one call of `lua/control.lua`.
-    async fn act(&self, key: &str, policy: &Policy, action: Control) -> Result<(), StoreError> {
+    async fn act(
+        &self,
+        key: &str,
+        policy: &Policy,
+        action: ClientAction,
+    ) -> Result<(), StoreError> {
         let key = self.state_key(policy, key);
         let now = self.now_arg();
         self.eval(self.scripts().control(key, policy, action, &now))
@@ -108,7 +113,7 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Reset).await
+        self.act(key, policy, ClientAction::Reset).await
     }
 
     async fn block(
@@ -117,7 +122,7 @@ impl Store for RedisStore {
         policy: &Policy,
         duration: Duration,
     ) -> Result<(), StoreError> {
-        self.act(key, policy, Control::block(duration)).await
+        self.act(key, policy, ClientAction::block(duration)).await
     }
 }
 
@@ -134,7 +139,8 @@ impl StoreExt for RedisStore {
     }
 
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
-        self.act(key, policy, Control::Refund(u64::from(n))).await
+        self.act(key, policy, ClientAction::Refund(u64::from(n)))
+            .await
     }
 
     /// Never: every decision is a round trip.

@@ -13,6 +13,7 @@ mod calls;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
+mod in_flight;
 mod options;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 mod pools;
@@ -31,9 +32,9 @@ use script::{Scripts, DEFAULT_PREFIX};
 
 /// Keeps rate-limit state in Redis so that many app instances share one limit.
 ///
-/// Each decision is one `EVALSHA` of the algorithm's script in `lua/` (loaded again by `EVAL`
-/// on `NOSCRIPT`, after a restart, failover or `SCRIPT FLUSH`); stacked limits are one
-/// `EVALSHA` too, of all the algorithms' scripts and `lua/stacked.lua` assembled into one.
+/// Each decision is one `EVALSHA` of the algorithm's script in `src/store/redis/lua/` (loaded
+/// again by `EVAL` on `NOSCRIPT`, after a restart, failover or `SCRIPT FLUSH`); stacked limits
+/// are one `EVALSHA` too, of all the algorithms' scripts and `stacked.lua` assembled into one.
 /// Time comes from the Redis server's `TIME`, so app servers with skewed clocks agree, unless
 /// a [`Clock`] is given.
 ///

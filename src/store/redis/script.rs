@@ -30,6 +30,8 @@ pub(crate) struct Scripts {
     lease: LuaScript,
     /// The prelude and `lua/quota.lua`: quotas set for clients at run time.
     quota: LuaScript,
+    /// The prelude and `src/store/redis/lua/in_flight.lua`: slots of requests in flight.
+    pub(super) in_flight: LuaScript,
 }
 
 impl Scripts {
@@ -42,6 +44,7 @@ impl Scripts {
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
             lease: LuaScript::new(LEASE_SOURCE.as_str()),
             quota: LuaScript::new(QUOTA_SOURCE.as_str()),
+            in_flight: LuaScript::new(IN_FLIGHT_SOURCE.as_str()),
         }
     }
 
@@ -195,13 +198,13 @@ impl Scripts {
         &self,
         key: String,
         policy: &Policy,
-        action: Control,
+        action: ClientAction,
         now: &str,
     ) -> Call<'_> {
         let (op, amount) = match action {
-            Control::Reset => ("reset", 0),
-            Control::Block(micros) => ("block", micros),
-            Control::Refund(units) => ("refund", units),
+            ClientAction::Reset => ("reset", 0),
+            ClientAction::Block(micros) => ("block", micros),
+            ClientAction::Refund(units) => ("refund", units),
         };
         let p = policy.params();
         let numbers = [
@@ -233,7 +236,7 @@ fn home_of(policy: &Policy) -> Option<[u64; 2]> {
 
 /// What [`Scripts::control`] does to one client.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Control {
+pub(crate) enum ClientAction {
     /// Forget the state and any block.
     Reset,
     /// Block for this many µs from now (0: reset).
@@ -242,7 +245,7 @@ pub(crate) enum Control {
     Refund(u64),
 }
 
-impl Control {
+impl ClientAction {
     /// A block of `duration`, in µs as the script takes it.
     pub(crate) fn block(duration: std::time::Duration) -> Self {
         Self::Block(u64::try_from(duration.as_micros()).unwrap_or(u64::MAX))
@@ -258,7 +261,7 @@ pub(crate) struct Call<'a> {
 }
 
 /// The start of a call of `script` on `keys`: `EVALSHA <sha> <number of keys> <keys…>`.
-fn evalsha(script: &LuaScript, keys: &[String]) -> redis::Cmd {
+pub(super) fn evalsha(script: &LuaScript, keys: &[String]) -> redis::Cmd {
     let mut command = redis::cmd("EVALSHA");
     command.arg(&script.sha).arg(keys.len());
     for key in keys {
@@ -268,7 +271,7 @@ fn evalsha(script: &LuaScript, keys: &[String]) -> redis::Cmd {
 }
 
 impl<'a> Call<'a> {
-    fn new(script: &'a LuaScript, command: redis::Cmd) -> Self {
+    pub(super) fn new(script: &'a LuaScript, command: redis::Cmd) -> Self {
         Self { script, command }
     }
 
@@ -303,7 +306,7 @@ impl<'a> Call<'a> {
 }
 
 /// A script's source and SHA-1.
-struct LuaScript {
+pub(super) struct LuaScript {
     source: &'static str,
     sha: String,
 }
@@ -367,16 +370,16 @@ pub(crate) fn breaks_connection(error: &redis::RedisError) -> bool {
 
 /// What every script shares (the helpers of its rare paths: blocks, state it cannot read),
 /// written once in `lua/prelude.lua` and put in front of each script.
-const PRELUDE: &str = include_str!("../../../lua/prelude.lua");
+const PRELUDE: &str = include_str!("lua/prelude.lua");
 
 /// How every algorithm's script reads its arguments and the clock, written once in
 /// `lua/request.lua` and put at the top of each (plain statements: a helper function would be
 /// one more closure built on every call).
-const REQUEST: &str = include_str!("../../../lua/request.lua");
+const REQUEST: &str = include_str!("lua/request.lua");
 
 /// `lua/control.lua` as it runs: the prelude in front.
 static CONTROL_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/control.lua")));
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/control.lua")));
 
 /// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
 /// `lua/request.lua` and `lua/<algorithm>.lua`. Assembled once per process.
@@ -408,17 +411,20 @@ static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
             ),
         };
     }
-    source.push_str(include_str!("../../../lua/stacked.lua"));
+    source.push_str(include_str!("lua/stacked.lua"));
     source
 });
 
-/// The override script as it runs: the prelude, then `lua/quota.lua`.
+/// The override script as it runs: the prelude, then `src/store/redis/lua/quota.lua`.
 static QUOTA_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/quota.lua")));
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/quota.lua")));
+/// The in-flight script as it runs: the prelude, then `src/store/redis/lua/in_flight.lua`.
+static IN_FLIGHT_SOURCE: LazyLock<String> =
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/in_flight.lua")));
 
 /// The lease script as it runs: the prelude, then `lua/lease.lua`.
 static LEASE_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("../../../lua/lease.lua")));
+    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/lease.lua")));
 
 /// An algorithm's place in `Algorithm::ALL` (0-based): the index of its script in
 /// `Scripts::single`, and one less than its number in the stacked script.
@@ -451,11 +457,11 @@ fn algorithm_body(algorithm: Algorithm) -> String {
 fn script_source(algorithm: Algorithm) -> &'static str {
     match algorithm {
         // The leaky bucket decides exactly as GCRA, and runs its engine: see src/algorithm/gcra.rs.
-        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("../../../lua/gcra.lua"),
-        Algorithm::TokenBucket => include_str!("../../../lua/token_bucket.lua"),
-        Algorithm::FixedWindow => include_str!("../../../lua/fixed_window.lua"),
-        Algorithm::FixedWindowFromFirst => include_str!("../../../lua/fixed_window_from_first.lua"),
-        Algorithm::SlidingWindowLog => include_str!("../../../lua/sliding_window_log.lua"),
-        Algorithm::SlidingWindow => include_str!("../../../lua/sliding_window.lua"),
+        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("lua/gcra.lua"),
+        Algorithm::TokenBucket => include_str!("lua/token_bucket.lua"),
+        Algorithm::FixedWindow => include_str!("lua/fixed_window.lua"),
+        Algorithm::FixedWindowFromFirst => include_str!("lua/fixed_window_from_first.lua"),
+        Algorithm::SlidingWindowLog => include_str!("lua/sliding_window_log.lua"),
+        Algorithm::SlidingWindow => include_str!("lua/sliding_window.lua"),
     }
 }

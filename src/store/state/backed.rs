@@ -6,13 +6,14 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backend::Backend;
+use super::access::StateAccess;
 use super::Update;
+use crate::algorithm::slots::Slots;
 use crate::algorithm::{self, Params, Saved, State};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::Policy;
+use crate::quota::{InFlight, Policy};
 use crate::store::block_after;
 use crate::store::check::Check;
 use crate::store::grant::Grant;
@@ -43,7 +44,7 @@ enum Live {
 /// this many turns by a hash).
 const TURNS: usize = 256;
 
-/// The algorithms over a state store of either form (a [`Backend`]), deciding by `clock`.
+/// The algorithms over a state store of either form (a [`StateAccess`]), deciding by `clock`.
 ///
 /// In one instance, the decisions of one key on a [`StateStore`](super::StateStore) take
 /// turns: each reads and writes the state in its turn, so they never overwrite each other's
@@ -60,7 +61,7 @@ pub(crate) struct StateBacked<S> {
     hasher: foldhash::fast::RandomState,
 }
 
-impl<S: Backend> StateBacked<S> {
+impl<S: StateAccess> StateBacked<S> {
     /// `backend` deciding by `clock`, its keys under `prefix`.
     pub(crate) fn new(backend: S, clock: Arc<dyn Clock>, prefix: Arc<str>) -> Self {
         Self {
@@ -105,8 +106,43 @@ impl<S: Backend> StateBacked<S> {
         out
     }
 
+    /// `<prefix>:<limit name>:slots:<client key>`: where `key`'s slots under `limit` are.
+    pub(crate) fn slots_key(&self, key: &str, limit: &InFlight) -> String {
+        format!("{}:{}:slots:{key}", self.prefix, limit.name())
+    }
+
+    /// Lets `step` change the slots of `key` under `limit` (none when the key has no state),
+    /// at the time they are read; when it says they changed, they are written as one change
+    /// of the key, to live until their last lease ends. Returns `step`'s answer.
+    pub(super) async fn update_slots<T: Send>(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        mut step: impl FnMut(&mut Slots, u64) -> (bool, T) + Send,
+    ) -> Result<T, StoreError> {
+        let key = self.slots_key(key, limit);
+        let turn = &self.turns[self.hasher.hash_one(&key) as usize % TURNS];
+        let decide = |bytes: Option<&[u8]>| {
+            let now = self.clock.now();
+            let mut slots = match bytes.map(Saved::decode).transpose() {
+                Ok(None) => Slots::default(),
+                Ok(Some(Saved::Slots(slots))) => slots,
+                Ok(Some(_)) => return Err(StoreError::key_state("not the slots of requests")),
+                Err(e) => return Err(StoreError::key_state(e)),
+            };
+            let (changed, answer) = step(&mut slots, now);
+            if !changed {
+                return Ok((Update::Keep, answer));
+            }
+            let ttl = Duration::from_micros(slots.expires_at().saturating_sub(now).max(1));
+            let bytes = Saved::Slots(slots).encode();
+            Ok((Update::Set { bytes, ttl }, answer))
+        };
+        self.backend.apply(&key, turn, decide).await
+    }
+
     /// Lets `step` decide on `key`'s state at the time it is read, and has the backend store
-    /// what it asks for as one change of the key (see [`Backend`]).
+    /// what it asks for as one change of the key (see [`StateAccess`]).
     async fn update<T: Send>(
         &self,
         key: &str,

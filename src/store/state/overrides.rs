@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-use super::backend::Backend;
+use super::access::StateAccess;
 use super::{StateBacked, Update};
 use crate::error::StoreError;
 use crate::quota::Quota;
 use crate::store::contract::LONGEST_OVERRIDE;
 
-impl<S: Backend> StateBacked<S> {
+impl<S: StateAccess> StateBacked<S> {
     /// The quota set for `key` under the rule named `rule`, if any.
     pub(crate) async fn quota_override(
         &self,

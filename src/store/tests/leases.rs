@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::rules::Rule;
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::wrappers::user_store::check_in_order;
 use crate::store::wrappers::Backend;
+use crate::store::InFlight;
 use crate::store::{MemoryStore, RedisStore, Store};
 use crate::{
     clock::ManualClock,
@@ -305,6 +307,30 @@ impl QuotaOverrides for NotAtomic {
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
         self.redis.set_quota_override(rule, key, quota, ttl).await
+    }
+}
+
+/// The Redis store's slots.
+impl InFlightSlots for NotAtomic {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        self.redis.take_slot(key, limit, id).await
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        self.redis.give_back_slot(key, limit, id).await
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        self.redis.give_back_slot_now(key, limit, id)
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        self.redis.renew_slots(slots).await
     }
 }
 

@@ -15,15 +15,16 @@ use super::user_store::{BoxedStore, UserStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{Policy, Quota};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 #[cfg(feature = "memcached")]
 use crate::store::memcached::MemcachedStore;
 use crate::store::memory::MemoryStore;
 #[cfg(feature = "redis")]
 use crate::store::redis::RedisStore;
+use crate::store::slot::HeldSlot;
 use crate::store::state::StateBackedStore;
 use crate::store::Store;
 
@@ -64,7 +65,7 @@ impl Backend {
     /// A store that implements the contract itself, e.g. a test's store with a lease of its
     /// own making.
     #[cfg(test)]
-    pub(crate) fn custom<S: Leasing + QuotaOverrides>(store: S) -> Self {
+    pub(crate) fn custom<S: Leasing + QuotaOverrides + InFlightSlots>(store: S) -> Self {
         Self::User(Box::new(Native(store)))
     }
 
@@ -179,6 +180,29 @@ impl QuotaOverrides for Backend {
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
         dispatch!(self, store => store.set_quota_override(rule, key, quota, ttl).await)
+    }
+}
+
+impl InFlightSlots for Backend {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        dispatch!(self, store => store.take_slot(key, limit, id).await)
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        dispatch!(self, store => store.give_back_slot(key, limit, id).await)
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        dispatch!(self, store => store.give_back_slot_now(key, limit, id))
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        dispatch!(self, store => store.renew_slots(slots).await)
     }
 }
 

@@ -20,9 +20,10 @@ use foldhash::quality::RandomState;
 use super::on_drop::OnDrop;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{Policy, Quota};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{now_us, QuotaOverrides, StoreExt};
+use crate::store::contract::{now_us, InFlightSlots, QuotaOverrides, StoreExt};
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 const SHARDS: usize = 16;
@@ -353,6 +354,30 @@ impl<S: QuotaOverrides> QuotaOverrides for DenialCache<S> {
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
         self.inner.set_quota_override(rule, key, quota, ttl).await
+    }
+}
+
+/// A refusal for lack of a slot lasts until a request ends, not a known time: never cached.
+impl<S: InFlightSlots> InFlightSlots for DenialCache<S> {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        self.inner.take_slot(key, limit, id).await
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        self.inner.give_back_slot(key, limit, id).await
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        self.inner.give_back_slot_now(key, limit, id)
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        self.inner.renew_slots(slots).await
     }
 }
 

@@ -120,6 +120,11 @@ impl StoreFailure {
         }
     }
 
+    /// What a request gets while the store cannot decide.
+    pub fn on_store_error(&self) -> OnStoreError {
+        self.on_error
+    }
+
     /// The longest a decision may wait for the store (default 50 ms); must be longer than
     /// zero (checked by `build`).
     pub fn timeout(mut self, timeout: Duration) -> Self {

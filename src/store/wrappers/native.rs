@@ -9,16 +9,17 @@ use super::user_store::{BoxFuture, DynStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{Policy, Quota};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 /// A store of the contract's own as a boxed store.
 pub(crate) struct Native<S>(pub(crate) S);
 
-impl<S: Leasing + QuotaOverrides> DynStore for Native<S> {
+impl<S: Leasing + QuotaOverrides + InFlightSlots> DynStore for Native<S> {
     fn check<'a>(
         &'a self,
         key: &'a str,
@@ -108,6 +109,35 @@ impl<S: Leasing + QuotaOverrides> DynStore for Native<S> {
         Box::pin(QuotaOverrides::set_quota_override(
             &self.0, rule, key, quota, ttl,
         ))
+    }
+
+    fn take_slot<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a InFlight,
+        id: u64,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(InFlightSlots::take_slot(&self.0, key, limit, id))
+    }
+
+    fn give_back_slot<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a InFlight,
+        id: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(InFlightSlots::give_back_slot(&self.0, key, limit, id))
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        InFlightSlots::give_back_slot_now(&self.0, key, limit, id)
+    }
+
+    fn renew_slots<'a>(
+        &'a self,
+        slots: &'a [HeldSlot<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(InFlightSlots::renew_slots(&self.0, slots))
     }
 
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {

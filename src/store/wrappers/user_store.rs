@@ -15,9 +15,10 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{Policy, Quota};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
 /// Decides `checks` one by one, in order, with `store`'s [`check`](Store::check).
@@ -113,6 +114,23 @@ pub(crate) trait DynStore: Send + Sync {
         key: &'a str,
         quota: Option<Quota>,
         ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn take_slot<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a InFlight,
+        id: u64,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>>;
+    fn give_back_slot<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a InFlight,
+        id: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool;
+    fn renew_slots<'a>(
+        &'a self,
+        slots: &'a [HeldSlot<'a>],
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision>;
     fn clock(&self) -> Option<&dyn Clock>;
@@ -225,6 +243,37 @@ impl<S: Store> DynStore for UserStore<S> {
         _: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Err(StoreError::Unsupported("quota overrides")) })
+    }
+
+    /// Not the user's to keep: a [`Store`] has no slots, so an in-flight rule on it answers
+    /// as a store that cannot decide ([`StoreError::Unsupported`]); a
+    /// [`StateBackedStore`](crate::store::StateBackedStore) keeps them.
+    fn take_slot<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a InFlight,
+        _: u64,
+    ) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(async { Err(StoreError::Unsupported("requests in flight")) })
+    }
+
+    /// Nothing was taken: nothing to give back.
+    fn give_back_slot<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a InFlight,
+        _: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Nothing was taken: given back at once.
+    fn give_back_slot_now(&self, _: &str, _: &InFlight, _: u64) -> bool {
+        true
+    }
+
+    fn renew_slots<'a>(&'a self, _: &'a [HeldSlot<'a>]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
     }
 
     /// Nothing at once: the store is asked.

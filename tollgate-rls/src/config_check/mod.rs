@@ -7,20 +7,12 @@
 
 use std::process::ExitCode;
 
-use tollgate::rls::{DotFiles, DuplicateDomains, RlsConfig};
+use tollgate_rls::{DotFiles, DuplicateDomains, RlsConfig};
 
 const USAGE: &str = "usage: tollgate-rls check [--merge-domains] [--ignore-dot-files] DIR";
 
-/// Runs the check when the first argument is `check`; `None` otherwise (serve).
-pub(crate) fn from_args() -> Option<ExitCode> {
-    let mut args = std::env::args().skip(1);
-    if args.next().as_deref() != Some("check") {
-        return None;
-    }
-    Some(run(args))
-}
-
-fn run(args: impl Iterator<Item = String>) -> ExitCode {
+/// Runs the check with the arguments after `check`.
+pub(crate) fn run(args: impl Iterator<Item = String>) -> ExitCode {
     let mut merge_domains = false;
     let mut ignore_dot_files = false;
     let mut dir = None;
@@ -31,6 +23,10 @@ fn run(args: impl Iterator<Item = String>) -> ExitCode {
                 merge_domains = true;
             }
             "--ignore-dot-files" => ignore_dot_files = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
             "-config_dir" | "--config_dir" | "--config-dir" if args.peek().is_some() => {
                 dir = args.next();
             }

@@ -41,20 +41,48 @@ pub(crate) fn grpc_incoming(listener: TcpListener) -> TcpIncoming {
 /// How long a client may take over its TLS handshake.
 pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The gRPC listener's connections over TLS (`TCP_NODELAY` and keepalive set on each), each
-/// handshake on a task of its own so that a slow client holds up no other. A client that
-/// fails its handshake (no certificate, or one not signed by the CA) is logged and dropped.
-/// Accepting stops when the stream is dropped.
-pub(crate) fn grpc_tls_incoming(
-    listener: TcpListener,
+/// A listener gRPC is served on: TCP (`GRPC_PORT`) or a Unix socket (`GRPC_UDS`).
+pub(crate) trait GrpcAccept: Send + 'static {
+    /// One accepted connection.
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+
+    /// The next connection, tuned, and who it is from (for the log).
+    fn next(&self) -> impl Future<Output = std::io::Result<(Self::Stream, String)>> + Send;
+}
+
+impl GrpcAccept for TcpListener {
+    type Stream = TcpStream;
+
+    async fn next(&self) -> std::io::Result<(TcpStream, String)> {
+        let (stream, peer) = self.accept().await?;
+        tune(&stream);
+        Ok((stream, peer.to_string()))
+    }
+}
+
+impl GrpcAccept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+
+    async fn next(&self) -> std::io::Result<(tokio::net::UnixStream, String)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, "a Unix socket client".to_owned()))
+    }
+}
+
+/// The gRPC listener's connections over TLS (on TCP, `TCP_NODELAY` and keepalive set on
+/// each), each handshake on a task of its own so that a slow client holds up no other. A
+/// client that fails its handshake (no certificate, or one not signed by the CA) is logged
+/// and dropped. Accepting stops when the stream is dropped.
+pub(crate) fn grpc_tls_incoming<L: GrpcAccept>(
+    listener: L,
     config: Arc<rustls::ServerConfig>,
-) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+) -> ReceiverStream<std::io::Result<TlsStream<L::Stream>>> {
     let (connections, incoming) = mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {
         loop {
             let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
+                accepted = listener.next() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
                         tracing::warn!("cannot accept a gRPC connection: {e}");
@@ -64,7 +92,6 @@ pub(crate) fn grpc_tls_incoming(
                 },
                 () = connections.closed() => return,
             };
-            tune(&stream);
             let (acceptor, connections) = (acceptor.clone(), connections.clone());
             tokio::spawn(async move {
                 let handshake =

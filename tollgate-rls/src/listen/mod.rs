@@ -1,12 +1,14 @@
 //! The listeners the settings name, opened before the server says it listens: gRPC on
 //! `GRPC_HOST:GRPC_PORT` (over TLS with `GRPC_SERVER_USE_TLS`, `tls.rs`) or the Unix socket
 //! `GRPC_UDS`, HTTP on `HOST:PORT` and `DEBUG_HOST:DEBUG_PORT`, and with `USE_PROMETHEUS` the
-//! metrics' own on `PROMETHEUS_ADDR`; and what every accepted connection gets (`accept.rs`).
+//! metrics' own on `PROMETHEUS_ADDR`; and what every accepted connection gets (`accept.rs`),
+//! on `GRPC_UDS` the authority C-core clients send made one h2 takes (`authority.rs`).
 //!
 //! Addresses are the reference's: `HOST:PORT` with a host name (`localhost`), an IPv4 or an
 //! IPv6 address (`::`), or for gRPC a Unix socket path.
 
 mod accept;
+mod authority;
 mod tls;
 
 use std::fmt;
@@ -18,6 +20,7 @@ use tokio::net::{TcpListener, UnixListener};
 use crate::settings::{Prometheus, Server};
 
 pub(crate) use accept::{grpc_incoming, grpc_tls_incoming, serve_http};
+pub(crate) use authority::AuthorityFix;
 
 /// Every listener the server serves on.
 pub(crate) struct Listeners {

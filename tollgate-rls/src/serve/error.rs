@@ -4,8 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::BuildError;
-
 use super::logging::LoggingError;
 use crate::listen::ListenError;
 use crate::settings::SettingsError;
@@ -20,15 +18,22 @@ pub(crate) enum StartError {
     /// The async runtime cannot be started.
     Runtime(std::io::Error),
     /// The metrics recorder cannot be installed.
-    Metrics(BuildError),
+    Metrics(String),
+    /// The OTLP exporter cannot be set up (`TRACING_ENABLED`).
+    Traces(String),
     /// The statsd push's thread cannot be started.
     Statsd(std::io::Error),
     /// The configuration does not load (a file, or the service's own settings).
     Config(tollgate::ConfigError),
     /// A listener cannot be opened, or the gRPC port's TLS does not load.
     Listen(ListenError),
-    /// Redis did not answer within `REDIS_STARTUP_MAX_ELAPSED_TIME`; its last error.
-    StoreUnreachable { waited: Duration, last: String },
+    /// Redis (as described at start) did not answer within
+    /// `REDIS_STARTUP_MAX_ELAPSED_TIME`; its last error.
+    StoreUnreachable {
+        store: String,
+        waited: Duration,
+        last: String,
+    },
 }
 
 impl StartError {
@@ -48,12 +53,17 @@ impl fmt::Display for StartError {
             Self::Logging(e) => write!(f, "cannot set up logging: {e}"),
             Self::Runtime(e) => write!(f, "cannot start the async runtime: {e}"),
             Self::Metrics(e) => write!(f, "cannot set up metrics: {e}"),
+            Self::Traces(e) => write!(f, "TRACING_ENABLED: {e}"),
             Self::Statsd(e) => write!(f, "cannot start the statsd push: {e}"),
             Self::Config(e) => write!(f, "{e}"),
             Self::Listen(e) => write!(f, "{e}"),
-            Self::StoreUnreachable { waited, last } => write!(
+            Self::StoreUnreachable {
+                store,
+                waited,
+                last,
+            } => write!(
                 f,
-                "Redis did not answer within REDIS_STARTUP_MAX_ELAPSED_TIME ({waited:?}): {last}"
+                "{store} did not answer within REDIS_STARTUP_MAX_ELAPSED_TIME ({waited:?}): {last}"
             ),
         }
     }
@@ -65,7 +75,7 @@ impl std::error::Error for StartError {
             Self::Settings(e) => Some(e),
             Self::Logging(e) => Some(e.as_ref()),
             Self::Runtime(e) | Self::Statsd(e) => Some(e),
-            Self::Metrics(e) => Some(e),
+            Self::Metrics(_) | Self::Traces(_) => None,
             Self::Config(e) => Some(e),
             Self::Listen(e) => Some(e),
             Self::StoreUnreachable { .. } => None,
@@ -95,6 +105,7 @@ mod tests {
         assert_eq!(bad.exit_status(), 2);
         assert_eq!(bad.to_string(), "PORT=\"x\": expected a port");
         let down = StartError::StoreUnreachable {
+            store: "redis (single, h:1)".into(),
             waited: Duration::from_secs(1),
             last: "refused".into(),
         };

@@ -1,14 +1,16 @@
 //! Health as the reference reports it (`src/server/health.go`): healthy only when every part
-//! is — the store has answered once since the start, no stop signal has come, and (with
-//! `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`) a configuration holds a domain. Reported on
-//! `GET /healthcheck` (200 `OK` or 500) and as the gRPC health status of `ratelimit`.
+//! is — the store answers (asked before anything listens, and with
+//! `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` every second from then on), no stop signal has come,
+//! and (with `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`) a configuration holds a domain.
+//! Reported on `/healthcheck` (any method: 200 `OK` or 500) and as the gRPC health status of
+//! `ratelimit`.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::rls::RateLimitService;
 use tollgate::store::{Policy, RedisStore, Store};
 use tollgate::{Algorithm, Quota};
+use tollgate_rls::RateLimitService;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -21,9 +23,12 @@ const SERVICE_NAME: &str = "ratelimit";
 /// How often the gRPC status follows a change of configuration.
 const PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
 
+/// How often Redis is asked with `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`.
+const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The parts health is made of.
 pub(crate) struct Health {
-    store_answered: AtomicBool,
+    store_up: AtomicBool,
     terminating: AtomicBool,
     needs_config: bool,
     reporter: HealthReporter,
@@ -32,10 +37,10 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    /// Health before anything has happened: the store not yet answered, no signal.
+    /// Health once the store has answered (nothing listens before), before any signal.
     pub(crate) fn new(needs_config: bool, reporter: HealthReporter) -> Self {
         Self {
-            store_answered: AtomicBool::new(false),
+            store_up: AtomicBool::new(true),
             terminating: AtomicBool::new(false),
             needs_config,
             reporter,
@@ -46,15 +51,34 @@ impl Health {
     /// Whether the server should get traffic now.
     pub(crate) fn ok(&self, service: &RateLimitService) -> bool {
         let waiting_for_config = self.needs_config && service.config().is_empty();
-        self.store_answered.load(Ordering::Relaxed)
+        self.store_up.load(Ordering::Relaxed)
             && !self.terminating.load(Ordering::Relaxed)
             && !waiting_for_config
     }
 
-    /// The store answered: that part is healthy from now on.
-    pub(crate) async fn store_answered(&self, service: &RateLimitService) {
-        self.store_answered.store(true, Ordering::Relaxed);
-        self.publish(service).await;
+    /// Asks `store` every second and follows its answers (the reference's
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`, which fails health once its pool has no
+    /// connection left and heals it at the next one: `src/redis/driver_impl.go`, `poolTrace`),
+    /// until the server stops.
+    pub(crate) async fn follow_store(
+        &self,
+        service: &RateLimitService,
+        store: &RedisStore,
+        timeout: Duration,
+    ) {
+        let Ok(policy) = probe_policy() else { return };
+        while !self.terminating.load(Ordering::Relaxed) {
+            let answer = tokio::time::timeout(timeout, store.peek("health", &policy, 1)).await;
+            let up = matches!(answer, Ok(Ok(_)));
+            if self.store_up.swap(up, Ordering::Relaxed) != up {
+                match up {
+                    true => tracing::warn!("Redis answers again: health follows"),
+                    false => tracing::warn!("Redis does not answer: health fails until it does"),
+                }
+            }
+            self.publish(service).await;
+            tokio::time::sleep(STORE_PROBE_INTERVAL).await;
+        }
     }
 
     /// A stop signal came: NOT_SERVING from now on, before the servers drain.
@@ -90,18 +114,22 @@ impl Health {
     }
 }
 
-/// Asks `store` until it answers, as the reference connects to Redis at start: waits of
-/// `retry.initial` doubling up to `retry.max`, with jitter. Returns an error once
-/// `retry.max_elapsed` (if not zero) has passed without an answer.
+/// A look under a policy of its own, which changes nothing in the store.
+fn probe_policy() -> Result<Policy, tollgate::ConfigError> {
+    Quota::per_second(1).and_then(|q| Policy::new("tollgate-rls-health", q, Algorithm::FixedWindow))
+}
+
+/// Asks `store` (`described`, for the log) until it answers, as the reference connects to
+/// Redis at start, before it listens: waits of `retry.initial` doubling up to `retry.max`,
+/// with jitter. Returns an error once `retry.max_elapsed` (if not zero) has passed without an
+/// answer.
 pub(crate) async fn wait_for_store(
     store: &RedisStore,
+    described: &str,
     timeout: Duration,
     retry: StartupRetry,
 ) -> Result<(), StartError> {
-    let policy = Quota::per_second(1)
-        .and_then(|q| Policy::new("tollgate-rls-health", q, Algorithm::FixedWindow))
-        .map_err(StartError::Config)?;
-    // A look, under a policy of its own: it changes nothing in the store.
+    let policy = probe_policy().map_err(StartError::Config)?;
     let started = Instant::now();
     let mut wait = retry.initial;
     loop {
@@ -114,14 +142,15 @@ pub(crate) async fn wait_for_store(
         let elapsed = started.elapsed();
         if !retry.max_elapsed.is_zero() && elapsed >= retry.max_elapsed {
             return Err(StartError::StoreUnreachable {
+                store: described.to_owned(),
                 waited: retry.max_elapsed,
                 last: error,
             });
         }
         let jittered = wait.mul_f64(0.5 + jitter());
         tracing::warn!(
-            "Redis did not answer ({error}); trying again in {jittered:?} (health stays \
-             NOT_SERVING until it does)"
+            "{described} did not answer ({error}); trying again in {jittered:?} (nothing \
+             listens until it does, as in the reference)"
         );
         tokio::time::sleep(jittered).await;
         wait = (wait * 2).min(retry.max.max(retry.initial));

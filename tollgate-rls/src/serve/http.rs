@@ -1,5 +1,5 @@
-//! The reference's HTTP endpoints: `GET /healthcheck`, `/json` (any method) and `GET /metrics` on
-//! `HOST:PORT`; `GET /rlconfig` on the debug port.
+//! The reference's HTTP endpoints: `/healthcheck` and `/json` (any method) and `GET /metrics` on
+//! `HOST:PORT` (the debug port's are in `debug.rs`).
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tollgate::rls::RateLimitService;
+use tollgate_rls::RateLimitService;
 
 use super::health::Health;
 
@@ -28,7 +28,8 @@ pub(crate) fn main_router(
     metrics: PrometheusHandle,
 ) -> Router {
     Router::new()
-        .route("/healthcheck", get(healthcheck))
+        // Any method, as the reference's `router.Path("/healthcheck")` (server_impl.go).
+        .route("/healthcheck", any(healthcheck))
         // Any method, as the reference's `HandleFunc("/json", …)` (src/server/server_impl.go).
         .route("/json", any(json))
         .route("/metrics", get(render_metrics))
@@ -37,14 +38,6 @@ pub(crate) fn main_router(
             health,
             metrics,
         })
-}
-
-/// `DEBUG_HOST:DEBUG_PORT`: the configuration in force.
-pub(crate) fn debug_router(service: RateLimitService) -> Router {
-    Router::new()
-        .route("/", get(debug_index))
-        .route("/rlconfig", get(rlconfig))
-        .with_state(service)
 }
 
 async fn healthcheck(State(app): State<App>) -> Response {
@@ -86,15 +79,7 @@ pub(crate) fn prometheus_router(metrics: PrometheusHandle, path: String) -> Rout
 fn metrics_text(metrics: &PrometheusHandle) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics.render(),
+        super::metrics::render(metrics),
     )
         .into_response()
-}
-
-async fn rlconfig(State(service): State<RateLimitService>) -> String {
-    service.config().dump()
-}
-
-async fn debug_index() -> &'static str {
-    "/rlconfig: print out the currently loaded configuration for debugging\n"
 }

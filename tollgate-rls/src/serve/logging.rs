@@ -1,8 +1,10 @@
 //! Logs on stderr: `LOG_LEVEL` for this server and tollgate and warnings from everything else,
-//! or `RUST_LOG` instead when set; as text, or JSON with `LOG_FORMAT=json`.
+//! or `RUST_LOG` instead when set; as text, or with `LOG_FORMAT=json` as the reference's JSON
+//! (`json_log.rs`).
 
 use tracing_subscriber::EnvFilter;
 
+use super::json_log::LogrusJson;
 use crate::settings::Process;
 
 /// Why logging cannot be set up (a logger is already installed).
@@ -17,7 +19,7 @@ pub(crate) fn init(process: &Process) -> Result<(), LoggingError> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match process.log_json {
-        true => builder.json().try_init(),
+        true => builder.event_format(LogrusJson).try_init(),
         false => builder.try_init(),
     }
 }

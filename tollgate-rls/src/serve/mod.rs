@@ -1,12 +1,14 @@
 //! Starting and running the server, in steps: the settings are read (`crate::settings`), the
 //! store they name is built (`crate::store`), then the service (`service.rs`), then the
-//! listeners (`crate::listen`); once the server says it listens, it serves until a stop
-//! signal (`servers.rs`). Around them: logging, the runtime's threads, the metrics recorder,
+//! listeners (`crate::listen`), once Redis answers; once the server says it listens, it serves
+//! until a stop signal (`servers.rs`). Around them: logging, the runtime's threads, the metrics recorder,
 //! health, and the HTTP endpoints.
 
+mod debug;
 mod error;
 mod health;
 mod http;
+mod json_log;
 mod logging;
 mod metrics;
 mod runtime;
@@ -35,7 +37,16 @@ async fn run(settings: Settings) -> Result<ExitCode, StartError> {
     for (name, why) in &settings.ignored {
         tracing::warn!("{name} is ignored: {why}");
     }
-    let metrics = metrics::install().map_err(StartError::Metrics)?;
+    let mapping = settings
+        .stats
+        .prometheus
+        .as_ref()
+        .and_then(|p| p.mapping.as_deref());
+    let metrics = metrics::install(mapping).map_err(StartError::Metrics)?;
+    let traces = (settings.traces.as_ref())
+        .map(crate::traces::install)
+        .transpose()
+        .map_err(StartError::Traces)?;
     let store = store::build(&settings.store).await?;
     let service = service::build(&settings, &store).map_err(StartError::Config)?;
     if let Some(redis) = store.redis() {
@@ -46,6 +57,15 @@ async fn run(settings: Settings) -> Result<ExitCode, StartError> {
     }
     // Before the `listening` line: a SIGTERM right after it must find the handler in place.
     let mut signal = Box::pin(signal::stop_signal());
+    // Nothing listens before Redis answers, as in the reference (its runner.go creates the
+    // limiter, which waits for Redis, before `srv.Start`).
+    if let Some(redis) = store.redis() {
+        let (timeout, retry) = (settings.store.timeout, settings.store.startup);
+        tokio::select! {
+            waited = health::wait_for_store(redis, store.described(), timeout, retry) => waited?,
+            () = &mut signal => return Ok(ExitCode::SUCCESS),
+        }
+    }
     if !service::wait_for_first_config(&settings.config, &service, &mut signal).await {
         return Ok(ExitCode::SUCCESS);
     }
@@ -54,7 +74,11 @@ async fn run(settings: Settings) -> Result<ExitCode, StartError> {
     announce(&listeners, &store);
     service::log_config(&settings.config, &service);
     let redis = store.redis().cloned();
-    servers::until_stopped(&settings, service, redis, listeners, metrics, signal).await
+    let ended = servers::until_stopped(&settings, service, redis, listeners, metrics, signal).await;
+    if let Some(provider) = traces {
+        crate::traces::shut_down(provider).await;
+    }
+    ended
 }
 
 /// The one line on stdout: `tollgate-rls listening on grpc=ADDR http=ADDR debug=ADDR

@@ -1,7 +1,7 @@
 //! Serving until stopped: gRPC (the service and health), HTTP, debug and, with
-//! `USE_PROMETHEUS`, the metrics' own port, each on its listener. Health says SERVING once the
-//! store has answered; a stop signal turns it NOT_SERVING, stops accepting, and gives requests
-//! in flight a grace period.
+//! `USE_PROMETHEUS`, the metrics' own port, each on its listener. The store has answered
+//! before (nothing listens until it does); a stop signal turns health NOT_SERVING, stops
+//! accepting, and gives requests in flight a grace period.
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -11,23 +11,25 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tollgate::rls::RateLimitService;
 use tollgate::store::RedisStore;
+use tollgate_rls::RateLimitService;
 use tonic::transport::server::Router;
 use tonic::transport::Server;
 use tonic_health::pb::health_server::{Health as HealthService, HealthServer};
 
 use super::error::StartError;
-use super::health::{self, Health};
-use super::http;
-use crate::listen::{self, GrpcListener, Listeners};
-use crate::settings::{Server as ServerSettings, Settings, StartupRetry};
+use super::health::Health;
+use super::{debug, http};
+use tokio_stream::StreamExt as _;
+
+use crate::listen::{self, AuthorityFix, GrpcListener, Listeners};
+use crate::settings::{Server as ServerSettings, Settings};
 
 /// How long requests in flight may take to finish once a signal asks the server to stop.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// Serves `service` on `listeners` until `signal` (then after a grace period), or until a
-/// server fails (status 1); an error if Redis does not answer at start in time.
+/// server fails (status 1).
 pub(crate) async fn until_stopped(
     settings: &Settings,
     service: RateLimitService,
@@ -41,8 +43,14 @@ pub(crate) async fn until_stopped(
     health.publish(&service).await;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = Stopped(stop_rx);
-    let (timeout, retry) = (settings.store.timeout, settings.store.startup);
-    let startup = startup(Arc::clone(&health), service.clone(), redis, timeout, retry);
+    let store_followed = redis.filter(|_| settings.store.health_follows_redis());
+    let timeout = settings.store.timeout;
+    tokio::spawn(follow(
+        Arc::clone(&health),
+        service.clone(),
+        store_followed,
+        timeout,
+    ));
 
     let grpc = grpc_router(&settings.server, health_service, &service);
     let grpc = serve_grpc(grpc, listeners.grpc, listeners.grpc_tls, stopped.wait());
@@ -71,7 +79,6 @@ pub(crate) async fn until_stopped(
     let ended = tokio::select! {
         ended = servers => ended,
         () = grace => true,
-        Err(e) = startup => return Err(e),
     };
     match ended {
         true => Ok(ExitCode::SUCCESS),
@@ -91,21 +98,21 @@ impl Stopped {
     }
 }
 
-/// The store answers once before health says SERVING (the memory store at once); health then
-/// follows the configuration until the server stops.
-async fn startup(
+/// Health follows the configuration (and, with `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`, Redis)
+/// until the server stops.
+async fn follow(
     health: Arc<Health>,
     service: RateLimitService,
     redis: Option<RedisStore>,
     timeout: Duration,
-    retry: StartupRetry,
-) -> Result<(), StartError> {
-    if let Some(redis) = &redis {
-        health::wait_for_store(redis, timeout, retry).await?;
+) {
+    match redis {
+        Some(redis) => {
+            let store = health.follow_store(&service, &redis, timeout);
+            tokio::join!(health.follow(&service), store);
+        }
+        None => health.follow(&service).await,
     }
-    health.store_answered(&service).await;
-    health.follow(&service).await;
-    Ok(())
 }
 
 /// The gRPC server: the rate limit service and health, with the connections' limits.
@@ -123,7 +130,7 @@ fn grpc_router<H: HealthService>(
         .add_service(service.clone().into_server())
 }
 
-/// Serves `grpc` on its listener: TCP, TCP with TLS, or a Unix socket.
+/// Serves `grpc` on its listener: TCP or a Unix socket, each with or without TLS.
 async fn serve_grpc(
     grpc: Router,
     listener: GrpcListener,
@@ -139,8 +146,15 @@ async fn serve_grpc(
             let incoming = listen::grpc_incoming(listener);
             grpc.serve_with_incoming_shutdown(incoming, stopped).await
         }
-        (GrpcListener::Unix(listener, _), _) => {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        // C-core clients send the socket's path as `:authority` (listen/authority.rs).
+        (GrpcListener::Unix(listener, _), Some(config)) => {
+            let incoming = listen::grpc_tls_incoming(listener, config)
+                .map(|accepted| accepted.map(AuthorityFix::new));
+            grpc.serve_with_incoming_shutdown(incoming, stopped).await
+        }
+        (GrpcListener::Unix(listener, _), None) => {
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
+                .map(|accepted| accepted.map(AuthorityFix::new));
             grpc.serve_with_incoming_shutdown(incoming, stopped).await
         }
     }
@@ -169,9 +183,10 @@ impl HttpPorts {
             let app = http::prometheus_router(metrics.clone(), path);
             listen::serve_http(listener, app, stopped.wait())
         });
-        let main_app = http::main_router(service.clone(), health, metrics);
+        let main_app = http::main_router(service.clone(), health, metrics.clone());
         let main = listen::serve_http(self.main, main_app, stopped.wait());
-        let debug = listen::serve_http(self.debug, http::debug_router(service), stopped.wait());
+        let debug_app = debug::router(service, metrics);
+        let debug = listen::serve_http(self.debug, debug_app, stopped.wait());
         async {
             let prometheus = async {
                 match prometheus {

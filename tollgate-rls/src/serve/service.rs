@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use tollgate::rls::{RateLimitService, ResponseHeaders, XdsSource};
+use tollgate_rls::{RateLimitService, ResponseHeaders, RlsConfig, XdsSource};
 
 use crate::settings::{Config, ConfigSource, Settings};
 use crate::store::BuiltStore;
@@ -18,6 +18,7 @@ pub(crate) fn build(
     let builder = match &config.source {
         ConfigSource::Xds(xds) => RateLimitService::builder().config_xds(XdsSource::clone(xds)),
         ConfigSource::Dir(dir) => RateLimitService::builder().config_dir(dir),
+        ConfigSource::Nothing => RateLimitService::builder().config(RlsConfig::default()),
     };
     let mut builder = (store.serve(builder))
         .merge_domains(config.merge_domains)
@@ -29,7 +30,8 @@ pub(crate) fn build(
         .quota_mode(answers.quota_mode)
         .response_dynamic_metadata(answers.dynamic_metadata)
         .stats_max_series(stats.max_series)
-        .near_limit_ratio(stats.near_limit_ratio);
+        .near_limit_ratio(stats.near_limit_ratio)
+        .trace_requests(settings.traces.is_some());
     if let Some(policy) = settings.store.on_error {
         // Unset: the reference's answer, a gRPC error.
         builder = builder.on_store_error(policy);
@@ -71,6 +73,11 @@ pub(crate) fn log_config(config: &Config, service: &RateLimitService) {
         ConfigSource::Dir(dir) if !service.config_loaded() => tracing::warn!(
             "serving before the configuration in {} loads (FORCE_START_WITHOUT_INITIAL_CONFIG)",
             dir.display()
+        ),
+        ConfigSource::Nothing => tracing::warn!(
+            "RUNTIME_SUBDIRECTORY is empty: no configuration file is read and every domain is \
+             unknown, as in the reference (set RUNTIME_SUBDIRECTORY, or RUNTIME_WATCH_ROOT=false \
+             to read $RUNTIME_ROOT/$RUNTIME_APPDIRECTORY)"
         ),
         ConfigSource::Dir(dir) => tracing::info!(
             "configuration from {}: {} domain(s)",

@@ -1,21 +1,27 @@
-//! The stop signals: SIGTERM (Kubernetes, systemd) and SIGINT.
+//! The stop signals: SIGTERM (Kubernetes, systemd), SIGINT and SIGHUP, each a graceful stop
+//! as in the reference (its runner.go cancels on all three, then stops its servers).
 
 use std::future::Future;
 
-/// Resolves on SIGTERM or SIGINT; the handlers are installed when this is called.
+/// Resolves on SIGTERM, SIGINT or SIGHUP; the handlers are installed when this is called.
 pub(crate) fn stop_signal() -> impl Future<Output = ()> {
-    #[cfg(unix)]
-    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate()).ok();
+    let hangup = signal(SignalKind::hangup()).ok();
     let interrupt = tokio::signal::ctrl_c();
     async move {
-        #[cfg(unix)]
-        if let Some(mut term) = term {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = interrupt => {}
+        let received = |stream: Option<tokio::signal::unix::Signal>| async move {
+            match stream {
+                Some(mut stream) => {
+                    stream.recv().await;
+                }
+                None => std::future::pending().await,
             }
-            return;
+        };
+        tokio::select! {
+            () = received(term) => {}
+            () = received(hangup) => {}
+            _ = interrupt => {}
         }
-        let _ = interrupt.await;
     }
 }

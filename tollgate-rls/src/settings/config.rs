@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use tollgate::rls::XdsSource;
+use tollgate_rls::XdsSource;
 
 use super::error::SettingsError;
 use super::vars::Vars;
@@ -34,16 +34,38 @@ pub(crate) enum ConfigSource {
     Dir(PathBuf),
     /// `CONFIG_TYPE=GRPC_XDS_SOTW`: this xDS control plane.
     Xds(Box<XdsSource>),
+    /// An empty `RUNTIME_SUBDIRECTORY` (or `RUNTIME_ROOT`): no file is read, and the
+    /// configuration stays empty, as the reference's nil loader leaves it.
+    Nothing,
+}
+
+/// The reference's runtime directory (`src/provider/file_provider.go`, `setupRuntime`): with
+/// `RUNTIME_WATCH_ROOT` (the default) its loader is given `RUNTIME_ROOT` and
+/// `RUNTIME_SUBDIRECTORY`, and an empty one of them makes it goruntime's nil loader, which
+/// never reads a file (`loader.New2`); without it, `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY` and
+/// `RUNTIME_APPDIRECTORY`. Either way the files are those under
+/// `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`.
+fn files(vars: &Vars<'_>) -> Result<ConfigSource, SettingsError> {
+    let root = vars.get("RUNTIME_ROOT", "/srv/runtime_data/current");
+    let subdirectory = vars.get("RUNTIME_SUBDIRECTORY", "");
+    let app = vars.get("RUNTIME_APPDIRECTORY", "config");
+    let watch_root = vars.flag("RUNTIME_WATCH_ROOT", true)?;
+    let empty = match watch_root {
+        true => root.is_empty() || subdirectory.is_empty(),
+        false => (root.is_empty() && subdirectory.is_empty()) || app.is_empty(),
+    };
+    if empty {
+        return Ok(ConfigSource::Nothing);
+    }
+    Ok(ConfigSource::Dir(
+        PathBuf::from(root).join(subdirectory).join(app),
+    ))
 }
 
 /// The configuration `vars` name.
 pub(crate) fn read(vars: &Vars<'_>) -> Result<Config, SettingsError> {
     let source = match vars.get("CONFIG_TYPE", "FILE").as_str() {
-        "FILE" => ConfigSource::Dir(
-            PathBuf::from(vars.get("RUNTIME_ROOT", "/srv/runtime_data/current"))
-                .join(vars.get("RUNTIME_SUBDIRECTORY", ""))
-                .join(vars.get("RUNTIME_APPDIRECTORY", "config")),
-        ),
+        "FILE" => files(vars)?,
         "GRPC_XDS_SOTW" => ConfigSource::Xds(Box::new(xds::source(vars)?)),
         other => {
             let expected = "expected FILE or GRPC_XDS_SOTW";
@@ -74,15 +96,20 @@ mod tests {
     fn dir(config: Config) -> Option<PathBuf> {
         match config.source {
             ConfigSource::Dir(dir) => Some(dir),
-            ConfigSource::Xds(_) => None,
+            ConfigSource::Xds(_) | ConfigSource::Nothing => None,
         }
     }
 
+    /// The reference's `file_provider.go` (`setupRuntime`) and goruntime's `loader.New2`: with
+    /// `RUNTIME_WATCH_ROOT` (default true) an empty `RUNTIME_SUBDIRECTORY` is the nil loader,
+    /// which reads nothing; without it, the files of `$RUNTIME_ROOT/$RUNTIME_APPDIRECTORY`.
     #[test]
     fn the_references_runtime_directory() {
         let default = read_from(&[]).unwrap();
+        assert!(matches!(default.source, ConfigSource::Nothing));
+        let unwatched = read_from(&[("RUNTIME_WATCH_ROOT", "false")]).unwrap();
         assert_eq!(
-            dir(default),
+            dir(unwatched),
             Some(PathBuf::from("/srv/runtime_data/current/config"))
         );
         let named = read_from(&[

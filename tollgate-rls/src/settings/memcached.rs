@@ -27,7 +27,7 @@ const NAMES: [&str; 3] = ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_RE
 /// `MEMCACHE_SRV_REFRESH` without `MEMCACHE_SRV`.
 pub(crate) fn read(vars: &Vars<'_>, chosen: bool) -> Result<Option<Memcached>, SettingsError> {
     if !chosen {
-        return match NAMES.into_iter().find(|name| vars.set(name).is_some()) {
+        return match NAMES.into_iter().find(|name| set(vars, name).is_some()) {
             Some(name) => Err(SettingsError::conflict(
                 name,
                 "is set: memcached is used with BACKEND_TYPE=memcache only",
@@ -51,7 +51,7 @@ pub(crate) fn read(vars: &Vars<'_>, chosen: bool) -> Result<Option<Memcached>, S
             let name = name.trim().to_owned();
             Ok(Some(Memcached::Srv { name, refresh }))
         }
-        (Some(_), None) if vars.set("MEMCACHE_SRV_REFRESH").is_some() => {
+        (Some(_), None) if set(vars, "MEMCACHE_SRV_REFRESH").is_some() => {
             Err(SettingsError::conflict(
                 "MEMCACHE_SRV_REFRESH",
                 "is set: it refreshes the servers of MEMCACHE_SRV, not of MEMCACHE_HOST_PORT",
@@ -64,6 +64,14 @@ pub(crate) fn read(vars: &Vars<'_>, chosen: bool) -> Result<Option<Memcached>, S
         )),
         (Some(list), None) => servers(&list).map(|s| Some(Memcached::Servers(s))),
     }
+}
+
+/// `name`'s value when it asks for something: set, not blank, and for `MEMCACHE_SRV_REFRESH`
+/// not the reference's default, `0` (never refresh).
+fn set(vars: &Vars<'_>, name: &str) -> Option<String> {
+    let zero =
+        |v: &String| name == "MEMCACHE_SRV_REFRESH" && parse_duration(v) == Some(Duration::ZERO);
+    vars.set(name).filter(|v| !zero(v))
 }
 
 /// The `host:port` servers of the comma list `MEMCACHE_HOST_PORT`.

@@ -6,7 +6,7 @@
 //! One file per group of variables, each read by one function: `process.rs` (logs, threads),
 //! `server.rs` and `tls.rs` (listeners), `config.rs` and `xds.rs` (where the limits come from),
 //! `store.rs` with `redis.rs` and `memcached.rs` (the store), `answers.rs` (what an answer
-//! says and a hit charges), `stats.rs` and `statsd.rs` (statistics), `ignored.rs`. `vars.rs`
+//! says and a hit charges), `stats.rs` and `statsd.rs` (statistics), `traces.rs`, `ignored.rs`. `vars.rs`
 //! reads the values' forms (Go's booleans and durations).
 
 mod answers;
@@ -21,6 +21,7 @@ mod stats;
 mod statsd;
 mod store;
 mod tls;
+mod traces;
 mod vars;
 mod xds;
 
@@ -29,11 +30,12 @@ pub(crate) use config::{Config, ConfigSource};
 pub(crate) use error::SettingsError;
 pub(crate) use memcached::Memcached;
 pub(crate) use process::Process;
-pub(crate) use redis::{Redis, StartupRetry};
+pub(crate) use redis::{Redis, StartupRetry, DEFAULT_URL as DEFAULT_REDIS_URL};
 pub(crate) use server::Server;
 pub(crate) use stats::{Prometheus, Stats};
 pub(crate) use store::{Backend, StoreSettings};
 pub(crate) use tls::GrpcTls;
+pub(crate) use traces::Traces;
 
 use vars::Vars;
 
@@ -46,6 +48,8 @@ pub(crate) struct Settings {
     pub(crate) store: StoreSettings,
     pub(crate) answers: Answers,
     pub(crate) stats: Stats,
+    /// `TRACING_ENABLED`: how spans are exported.
+    pub(crate) traces: Option<Traces>,
     /// Set variables that are accepted and not used, with why.
     pub(crate) ignored: Vec<(String, &'static str)>,
 }
@@ -60,6 +64,7 @@ impl Settings {
     pub(crate) fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let vars = Vars::new(&var);
         ignored::refuse_unsupported(&vars)?;
+        ignored::refuse_unreadable(&vars)?;
         Ok(Self {
             store: store::read(&vars)?,
             config: config::read(&vars)?,
@@ -67,6 +72,7 @@ impl Settings {
             stats: stats::read(&vars)?,
             process: process::read(&vars)?,
             server: server::read(&vars)?,
+            traces: traces::read(&vars)?,
             ignored: ignored::read(&vars),
         })
     }
@@ -99,11 +105,9 @@ mod tests {
             (server.grpc_port, server.port, server.debug_port),
             (8081, 8080, 6070)
         );
-        assert!(matches!(
-            s.config.source,
-            ConfigSource::Dir(dir) if dir == Path::new("/srv/runtime_data/current/config")
-        ));
-        assert!(matches!(s.store.backend, Backend::Memory));
+        // No RUNTIME_SUBDIRECTORY: the reference's nil loader, no file read.
+        assert!(matches!(s.config.source, ConfigSource::Nothing));
+        assert!(matches!(s.store.backend, Backend::Redis(_)));
         assert!(s.answers.headers.is_none() && s.ignored.is_empty());
         assert_eq!(s.store.timeout, Duration::from_millis(50));
         assert_eq!(s.store.on_error, None);
@@ -133,6 +137,71 @@ mod tests {
         assert_eq!(s.ignored[0].0, "PROMETHEUS_MAPPER_YAML");
         assert_eq!(s.store.on_error, Some(OnStoreError::FallbackToMemory));
         assert_eq!(s.store.timeout, Duration::from_secs(90));
+    }
+
+    /// The reference's variables (`src/settings/settings.go` at f2fb157, kept as
+    /// `NAME=DEFAULT` lines by `scripts/reference_vars.sh`), but those another branch takes up.
+    fn reference_vars() -> Vec<(&'static str, &'static str)> {
+        let pending = include_str!("../../tests/rls/reference/settings_vars_pending.txt");
+        let pending: Vec<&str> = pending.lines().filter(|l| !l.starts_with('#')).collect();
+        include_str!("../../tests/rls/reference/settings_vars.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .filter(|(name, _)| !pending.contains(name))
+            .collect()
+    }
+
+    /// Every variable of the reference's `settings.go` is read (looked up by the settings,
+    /// with every group switched on in turn) or logged once as ignored; and the reference's
+    /// own defaults, all set at once, are taken.
+    #[test]
+    fn every_reference_variable_is_read_or_logged() {
+        let reference = reference_vars();
+        assert_eq!(reference.len(), 114 - 7);
+        let asked = std::cell::RefCell::new(std::collections::HashSet::<String>::new());
+        let mut logged = std::collections::HashSet::new();
+        let switched_on: [&[(&str, &str)]; 6] = [
+            &[],
+            &[
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            ],
+            &[
+                ("GRPC_SERVER_USE_TLS", "true"),
+                ("GRPC_SERVER_TLS_CERT", "/c.pem"),
+                ("GRPC_SERVER_TLS_KEY", "/k.pem"),
+                ("REDIS_TLS", "true"),
+                ("TRACING_ENABLED", "true"),
+            ],
+            &[("USE_STATSD", "false"), ("USE_PROMETHEUS", "true")],
+            &[
+                ("USE_STATSD", "false"),
+                ("USE_DOG_STATSD", "true"),
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ],
+            &[
+                ("BACKEND_TYPE", "memcache"),
+                ("MEMCACHE_HOST_PORT", "127.0.0.1:11211"),
+            ],
+        ];
+        for over in switched_on {
+            let value = |name: &str| {
+                let set = over.iter().chain(&reference).find(|(n, _)| *n == name);
+                set.map(|(_, v)| (*v).to_owned())
+            };
+            let lookup = |name: &str| {
+                asked.borrow_mut().insert(name.to_owned());
+                value(name)
+            };
+            let s = Settings::from_lookup(lookup).unwrap_or_else(|e| panic!("{over:?}: {e}"));
+            logged.extend(s.ignored.into_iter().map(|(name, _)| name));
+        }
+        let asked = asked.into_inner();
+        let dropped: Vec<&str> = (reference.iter().map(|(name, _)| *name))
+            .filter(|name| !asked.contains(*name) && !logged.contains(*name))
+            .collect();
+        assert!(dropped.is_empty(), "neither read nor logged: {dropped:?}");
     }
 
     /// Every group's errors reach the caller, naming the variable.

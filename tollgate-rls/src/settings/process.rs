@@ -10,7 +10,7 @@ pub(crate) struct Process {
     /// `LOG_LEVEL` (the reference's: trace, debug, info, warn, error; default warn) as a
     /// level of `tracing`: `trace`, `debug`, `info`, `warn` or `error`.
     pub(crate) log_level: &'static str,
-    /// `LOG_FORMAT=json`: one JSON object a line.
+    /// `LOG_FORMAT=json`: one JSON object a line (any other value: text, as the reference).
     pub(crate) log_json: bool,
     /// `TOKIO_WORKER_THREADS`: the async runtime's worker threads; unset, as
     /// `serve/runtime.rs` chooses from the cores this process may use.
@@ -30,14 +30,8 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<Process, SettingsError> {
             return Err(SettingsError::invalid("LOG_LEVEL", other, expected));
         }
     };
-    let log_json = match vars.get("LOG_FORMAT", "text").to_ascii_lowercase().as_str() {
-        "text" => false,
-        "json" => true,
-        other => {
-            let expected = "expected text or json";
-            return Err(SettingsError::invalid("LOG_FORMAT", other, expected));
-        }
-    };
+    // The reference's runner.go: JSON when `strings.ToLower(LOG_FORMAT) == "json"`, else text.
+    let log_json = vars.get("LOG_FORMAT", "text").eq_ignore_ascii_case("json");
     let worker_threads = vars.parsed(
         "TOKIO_WORKER_THREADS",
         None,
@@ -86,8 +80,17 @@ mod tests {
             "LOG_LEVEL=\"chatty\": expected debug, info, warn or error"
         );
         assert!(read_from(&[("LOG_FORMAT", "JSON")]).unwrap().log_json);
-        assert!(read_from(&[("LOG_FORMAT", "xml")])
-            .unwrap_err()
-            .starts_with("LOG_FORMAT=\"xml\""));
+    }
+
+    /// The reference's `src/service_cmd/runner/runner.go` (lines 159-167): JSON for `json` in
+    /// any case, text for anything else (`logfmt` included).
+    #[test]
+    fn any_other_log_format_is_text() {
+        for text in ["text", "logfmt", "xml", ""] {
+            assert!(
+                !read_from(&[("LOG_FORMAT", text)]).unwrap().log_json,
+                "{text}"
+            );
+        }
     }
 }

@@ -37,8 +37,8 @@ pub(crate) struct Server {
     pub(crate) grpc_max_concurrent_streams: u32,
 }
 
-/// The listeners `vars` name. TLS is served on `GRPC_PORT` only, so it does not go with
-/// `GRPC_UDS`.
+/// The listeners `vars` name. TLS is served on gRPC's listener, `GRPC_PORT` or `GRPC_UDS`,
+/// as the reference serves it on either.
 pub(crate) fn read(vars: &Vars<'_>) -> Result<Server, SettingsError> {
     let grpc_max_concurrent_streams = vars.parsed(
         "GRPC_MAX_CONCURRENT_STREAMS",
@@ -61,12 +61,6 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<Server, SettingsError> {
             .duration("GRPC_MAX_CONNECTION_AGE_GRACE", Duration::from_secs(3_600))?,
         grpc_max_concurrent_streams,
     };
-    if server.grpc_tls.is_some() && server.grpc_uds.is_some() {
-        return Err(SettingsError::unusable(
-            "GRPC_SERVER_USE_TLS",
-            "TLS is served on GRPC_PORT, not on GRPC_UDS",
-        ));
-    }
     Ok(server)
 }
 
@@ -99,15 +93,14 @@ mod tests {
         assert!(e.starts_with("GRPC_PORT="), "{e}");
         let e = read_from(&[("GRPC_MAX_CONCURRENT_STREAMS", "0")]).unwrap_err();
         assert!(e.starts_with("GRPC_MAX_CONCURRENT_STREAMS="), "{e}");
+        // The reference's server_impl.go (lines 261-283) serves its TLS on either listener.
         let tls_on_a_socket = [
             ("GRPC_UDS", "/tmp/rls.sock"),
             ("GRPC_SERVER_USE_TLS", "true"),
             ("GRPC_SERVER_TLS_CERT", "/c.pem"),
             ("GRPC_SERVER_TLS_KEY", "/k.pem"),
         ];
-        assert_eq!(
-            read_from(&tls_on_a_socket).unwrap_err(),
-            "GRPC_SERVER_USE_TLS: TLS is served on GRPC_PORT, not on GRPC_UDS"
-        );
+        let s = read_from(&tls_on_a_socket).unwrap();
+        assert!(s.grpc_uds.is_some() && s.grpc_tls.is_some());
     }
 }

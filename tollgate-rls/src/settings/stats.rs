@@ -1,12 +1,14 @@
 //! Where statistics go and how many there may be, as the reference's `src/settings/settings.go`
 //! and the sink switch of its `src/service_cmd/runner/runner.go` read them: `DISABLE_STATS` (no
 //! sink), else exactly one of `USE_STATSD` (on unless set false; its variables in `statsd.rs`),
-//! `USE_DOG_STATSD` and `USE_PROMETHEUS` (with `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`);
+//! `USE_DOG_STATSD` and `USE_PROMETHEUS` (with `PROMETHEUS_ADDR`, `PROMETHEUS_PATH`,
+//! `PROMETHEUS_MAPPER_YAML` and `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`);
 //! `NEAR_LIMIT_RATIO`, and tollgate's `STATS_MAX_SERIES`.
 
 use super::error::SettingsError;
 use super::statsd;
 use super::vars::Vars;
+use crate::mapper::{self, Mapper};
 use crate::statsd::Statsd;
 
 /// The statistics sinks the variables ask for (`HOST:PORT/metrics` is served whatever they
@@ -23,12 +25,17 @@ pub(crate) struct Stats {
     pub(crate) near_limit_ratio: f32,
 }
 
-/// `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and `PROMETHEUS_PATH`.
+/// `PROMETHEUS_ADDR` (Go's form, `:9090` for every interface) and `PROMETHEUS_PATH`; and the
+/// mapping of the reference's statistics to series, when it is not the default one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Prometheus {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) path: String,
+    /// The mapping's YAML: the file `PROMETHEUS_MAPPER_YAML` names, or with
+    /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` the default one without the response
+    /// time's scale; `None`: the default mapping.
+    pub(crate) mapping: Option<String>,
 }
 
 /// The statistics `vars` ask for.
@@ -118,7 +125,33 @@ fn prometheus_address(vars: &Vars<'_>) -> Result<Prometheus, SettingsError> {
         let expected = "expected a path such as /metrics";
         return Err(SettingsError::invalid("PROMETHEUS_PATH", path, expected));
     }
-    Ok(Prometheus { host, port, path })
+    Ok(Prometheus {
+        host,
+        port,
+        path,
+        mapping: mapping(vars)?,
+    })
+}
+
+/// The mapping the reference's Prometheus sink reads (`src/stats/prom/prometheus_sink.go`):
+/// the file `PROMETHEUS_MAPPER_YAML` names, else the default one, without its response time's
+/// `scale` with `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS` (`mapperConfig`). A file that
+/// cannot be read or is not a mapping stops the start (the reference would serve every series
+/// unmapped).
+fn mapping(vars: &Vars<'_>) -> Result<Option<String>, SettingsError> {
+    let milliseconds = vars.flag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)?;
+    let Some(path) = vars.set("PROMETHEUS_MAPPER_YAML") else {
+        return Ok(milliseconds.then(mapper::default_mapping_in_milliseconds));
+    };
+    let yaml = std::fs::read_to_string(&path).map_err(|e| {
+        let why = format!("cannot read it: {e}");
+        SettingsError::invalid("PROMETHEUS_MAPPER_YAML", &path, why)
+    })?;
+    if let Err(e) = Mapper::from_yaml(&yaml) {
+        let why = format!("not a statsd_exporter mapping: {e}");
+        return Err(SettingsError::invalid("PROMETHEUS_MAPPER_YAML", path, why));
+    }
+    Ok(Some(yaml))
 }
 
 #[cfg(test)]
@@ -138,6 +171,7 @@ mod tests {
             host: "0.0.0.0".into(),
             port,
             path: "/metrics".into(),
+            mapping: None,
         })
     }
 
@@ -201,6 +235,11 @@ mod tests {
         // Not used, not read.
         let off = read_from(&[("PROMETHEUS_ADDR", "nonsense")]).unwrap();
         assert_eq!(off.prometheus, None);
+        let ms = with(("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"));
+        let ms = ms.unwrap().unwrap().mapping.unwrap();
+        assert!(ms.contains("ratelimit_service_response_time_seconds") && !ms.contains("scale"));
+        let e = with(("PROMETHEUS_MAPPER_YAML", "/nonexistent/mapper.yaml")).unwrap_err();
+        assert!(e.starts_with("PROMETHEUS_MAPPER_YAML=\"/nonexistent/mapper.yaml\": cannot read"));
     }
 
     #[test]

@@ -25,12 +25,19 @@ pub(crate) struct StoreSettings {
     pub(crate) startup: StartupRetry,
 }
 
+impl StoreSettings {
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` with Redis as the store: health follows it.
+    pub(crate) fn health_follows_redis(&self) -> bool {
+        matches!(&self.backend, Backend::Redis(r) if r.health_follows)
+    }
+}
+
 /// The store `BACKEND_TYPE` and the addresses name.
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
-    /// Neither Redis nor memcached: each instance counts alone.
+    /// `BACKEND_TYPE=memory` (tollgate's): each instance counts alone.
     Memory,
-    /// `REDIS_URL`.
+    /// `BACKEND_TYPE=redis` or unset: Redis at `REDIS_URL`, or at the reference's default.
     Redis(Redis),
     /// `BACKEND_TYPE=memcache`: Redis is not used, as in the reference, even with `REDIS_URL`.
     Memcached(Memcached),
@@ -38,21 +45,31 @@ pub(crate) enum Backend {
 
 /// The store `vars` name. Everything else in `BACKEND_TYPE` stops the start.
 pub(crate) fn read(vars: &Vars<'_>) -> Result<StoreSettings, SettingsError> {
-    let memcache = match vars.var("BACKEND_TYPE").as_deref().map(str::trim) {
-        None | Some("" | "redis") => false,
-        Some("memcache") => true,
-        Some(other) => {
-            let expected = "expected redis or memcache";
+    let backend_type = vars.var("BACKEND_TYPE");
+    let backend_type = backend_type.as_deref().map(str::trim);
+    let memcached = memcached::read(vars, backend_type == Some("memcache"))?;
+    let backend = match (backend_type, memcached) {
+        (_, Some(memcached)) => {
+            // Checked all the same, so that a bad Redis setting is never silently kept.
+            if vars.set("REDIS_URL").is_some() {
+                redis::read(vars)?;
+            }
+            Backend::Memcached(memcached)
+        }
+        (None | Some("" | "redis"), None) => Backend::Redis(redis::read(vars)?),
+        (Some("memory"), None) if vars.set("REDIS_URL").is_some() => {
+            return Err(SettingsError::conflict_at(
+                "BACKEND_TYPE",
+                "memory",
+                "and REDIS_URL are both set: set one (memory counts in each instance alone)",
+            ));
+        }
+        (Some("memory"), None) => Backend::Memory,
+        (Some(other), None) => {
+            let expected = "expected redis, memcache or memory (tollgate's: each instance \
+                            counts alone)";
             return Err(SettingsError::invalid("BACKEND_TYPE", other, expected));
         }
-    };
-    let memcached = memcached::read(vars, memcache)?;
-    // Read whichever store is used, so that a bad Redis setting is never silently kept.
-    let redis = redis::read(vars)?;
-    let backend = match (memcached, redis) {
-        (Some(memcached), _) => Backend::Memcached(memcached),
-        (None, Some(redis)) => Backend::Redis(redis),
-        (None, None) => Backend::Memory,
     };
     let timeout = match vars
         .var("STORE_TIMEOUT")
@@ -74,7 +91,7 @@ pub(crate) fn read(vars: &Vars<'_>) -> Result<StoreSettings, SettingsError> {
         "closed" | "deny" => Some(OnStoreError::Deny),
         "local" | "fallback" => Some(OnStoreError::FallbackToMemory),
         other => {
-            let expected = "expected error (answer UNAVAILABLE, as the reference), open (answer \
+            let expected = "expected error (answer UNKNOWN, as the reference), open (answer \
                             OK), closed (answer OVER_LIMIT) or local (decide in this process)";
             return Err(SettingsError::invalid("ON_STORE_ERROR", other, expected));
         }
@@ -107,10 +124,18 @@ mod tests {
         })
     }
 
+    /// The reference's `settings.go`: `BACKEND_TYPE` defaults to `redis` and `REDIS_URL` to
+    /// its nutcracker socket; the memory store is tollgate's, asked for by name.
     #[test]
     fn the_references_defaults() {
         let s = read_from(&[]).unwrap();
-        assert!(matches!(s.backend, Backend::Memory));
+        assert!(matches!(&s.backend, Backend::Redis(r) if r.url == redis::DEFAULT_URL));
+        let memory = read_from(&[("BACKEND_TYPE", "memory")]).unwrap();
+        assert!(matches!(memory.backend, Backend::Memory));
+        let both = read_from(&[("BACKEND_TYPE", "memory"), ("REDIS_URL", "h:1")]);
+        assert!(both
+            .unwrap_err()
+            .starts_with("BACKEND_TYPE=memory and REDIS_URL"));
         assert_eq!(s.timeout, Duration::from_millis(50));
         assert_eq!(s.on_error, None);
         let s = read_from(&[("ON_STORE_ERROR", "local"), ("REDIS_TIMEOUT", "1m30s")]).unwrap();
@@ -196,7 +221,7 @@ mod tests {
         }
         let e = read_from(&[("BACKEND_TYPE", "dynamo")]).unwrap_err();
         assert!(
-            e.starts_with("BACKEND_TYPE=\"dynamo\": expected redis or memcache"),
+            e.starts_with("BACKEND_TYPE=\"dynamo\": expected redis, memcache or memory"),
             "{e}"
         );
         for name in ["MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH"] {

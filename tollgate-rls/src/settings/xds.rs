@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::rls::{XdsBackoff, XdsSource, XdsTls};
+use tollgate_rls::{XdsBackoff, XdsSource, XdsTls};
 
 use super::error::SettingsError;
 use super::vars::{parse_duration, Vars};
@@ -16,24 +16,25 @@ pub(crate) fn source(vars: &Vars<'_>) -> Result<XdsSource, SettingsError> {
         vars.parsed(name, default, parse_duration, expected)
     };
     let defaults = XdsBackoff::default();
-    let random_factor = vars.parsed(
+    // The reference passes it as jpillora's Factor, the multiplier: any number (≤ 0 means 2).
+    let factor = vars.parsed(
         "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-        defaults.random_factor,
-        |v| v.parse::<f64>().ok().filter(|f| (0.0..=1.0).contains(f)),
-        "expected a number from 0 to 1",
+        defaults.factor,
+        |v| v.trim().parse::<f64>().ok().filter(|f| f.is_finite()),
+        "expected a number",
     )?;
     let backoff = XdsBackoff {
         initial: duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", defaults.initial)?,
         max: duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", defaults.max)?,
-        random_factor,
+        factor,
         jitter: vars.flag("XDS_CLIENT_BACKOFF_JITTER", defaults.jitter)?,
     };
-    if backoff.initial.is_zero() {
-        return Err(SettingsError::unusable(
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-            "expected a duration above zero",
-        ));
-    }
+    // Checked as the reference checks it, and unused as there: its stream retry never retries
+    // (the xDS client's backoff.rs says why; ignored.rs logs it when set).
+    duration(
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        Duration::from_secs(3),
+    )?;
     let mut source = XdsSource::new(get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
         .node_id(get("CONFIG_GRPC_XDS_NODE_ID", "default"))
         .backoff(backoff);
@@ -107,7 +108,7 @@ mod tests {
         assert!(s.contains(r#"server_url: "localhost:18000""#), "{s}");
         assert!(s.contains(r#"node_id: "default""#), "{s}");
         assert!(
-            s.contains("initial: 10s, max: 60s, random_factor: 0.5, jitter: true"),
+            s.contains("initial: 10s, max: 60s, factor: 0.5, jitter: true"),
             "{s}"
         );
         let s = format!(
@@ -132,6 +133,32 @@ mod tests {
         assert!(s.contains(r#"server_ca: Some("/certs/ca.crt")"#), "{s}");
     }
 
+    /// The values the reference takes (envconfig into jpillora/backoff, whose zero values
+    /// are defaults: xds_grpc_sotw_provider.go:71-76) are taken.
+    #[test]
+    fn the_references_backoff_values_are_taken() {
+        let s = format!(
+            "{:?}",
+            read(&[
+                ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+                ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "0"),
+                ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1m30s"),
+                ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+                ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "5s"),
+            ])
+            .unwrap()
+        );
+        assert!(
+            s.contains("initial: 0ns, max: 90s, factor: 2.0, jitter: false"),
+            "{s}"
+        );
+        let s = format!(
+            "{:?}",
+            read(&[("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "-1")]).unwrap()
+        );
+        assert!(s.contains("factor: -1.0"), "{s}");
+    }
+
     #[test]
     fn bad_values_name_the_variable() {
         let e = read(&[("XDS_CLIENT_BACKOFF_JITTER", "sometimes")]).unwrap_err();
@@ -144,5 +171,12 @@ mod tests {
         assert!(e.contains("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "{e}");
         let e = read(&[("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "lots")]).unwrap_err();
         assert!(e.starts_with("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES="), "{e}");
+        let e = read(&[("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "half")]).unwrap_err();
+        assert!(e.starts_with("XDS_CLIENT_BACKOFF_RANDOM_FACTOR="), "{e}");
+        let e = read(&[("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "soon")]).unwrap_err();
+        assert!(
+            e.starts_with("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL="),
+            "{e}"
+        );
     }
 }

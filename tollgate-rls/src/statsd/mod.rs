@@ -22,6 +22,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use names::Stat;
 
 pub(crate) use mogrifier::Mogrifier;
+pub(crate) use names::{reference_name, Kind as StatKind};
 pub(crate) use options::{Protocol, Statsd};
 
 /// Starts the push: a thread that flushes every `settings.flush_interval` for the life of the

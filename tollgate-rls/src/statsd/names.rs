@@ -93,6 +93,37 @@ fn line(l: &str) -> Option<Sample<'_>> {
 
 /// The reference's statsd name of one series, if it has one.
 fn stat(name: &str, labels: &[(&str, String)], value: f64) -> Option<Stat> {
+    if let Some(base) = name.strip_suffix("_sum") {
+        let (statsd, Kind::Timer) = reference_name(base, labels)? else {
+            return None;
+        };
+        return Some(Stat::TimerSum(statsd, value));
+    }
+    if let Some(base) = name.strip_suffix("_count") {
+        let (statsd, Kind::Timer) = reference_name(base, labels)? else {
+            return None;
+        };
+        return Some(Stat::TimerCount(statsd, value));
+    }
+    Some(match reference_name(name, labels)? {
+        (statsd, Kind::Counter) => Stat::Counter(statsd, value),
+        (statsd, Kind::Gauge) => Stat::Gauge(statsd, value),
+        (_, Kind::Timer) => return None,
+    })
+}
+
+/// What a statistic of the reference is to statsd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Counter,
+    Gauge,
+    /// Milliseconds per call (`|ms`); the series records seconds.
+    Timer,
+}
+
+/// The reference's statsd name of the series `name{labels}` (as the reference's default
+/// mapping names it on `/metrics`), and what it is; `None` for a series of tollgate's own.
+pub(crate) fn reference_name(name: &str, labels: &[(&str, String)]) -> Option<(String, Kind)> {
     let label = |key: &str| {
         labels
             .iter()
@@ -117,40 +148,35 @@ fn stat(name: &str, labels: &[(&str, String)], value: f64) -> Option<Stat> {
             }
             _ => return None,
         };
-        return Some(Stat::Counter(name, value));
+        return Some((name, Kind::Counter));
     }
     let method = || label("grpc_method");
     Some(match name {
-        "ratelimit_service_should_rate_limit_error" => Stat::Counter(
+        "ratelimit_service_should_rate_limit_error" => (
             format!(
                 "ratelimit.service.call.should_rate_limit.{}",
                 label("err_type")?
             ),
-            value,
+            Kind::Counter,
         ),
-        "ratelimit_service_config_load_success" => {
-            Stat::Counter("ratelimit.service.config_load_success".into(), value)
-        }
+        "ratelimit_service_config_load_success" => (
+            "ratelimit.service.config_load_success".into(),
+            Kind::Counter,
+        ),
         "ratelimit_service_config_load_error" => {
-            Stat::Counter("ratelimit.service.config_load_error".into(), value)
+            ("ratelimit.service.config_load_error".into(), Kind::Counter)
         }
         "ratelimit_service_global_shadow_mode" => {
-            Stat::Counter("ratelimit.service.global_shadow_mode".into(), value)
+            ("ratelimit.service.global_shadow_mode".into(), Kind::Counter)
         }
-        "ratelimit_redis_pool_cx_active" => {
-            Stat::Gauge("ratelimit.redis_pool.cx_active".into(), value)
-        }
-        "ratelimit_service_total_requests" => Stat::Counter(
+        "ratelimit_redis_pool_cx_active" => ("ratelimit.redis_pool.cx_active".into(), Kind::Gauge),
+        "ratelimit_service_total_requests" => (
             format!("ratelimit_server.{}.total_requests", method()?),
-            value,
+            Kind::Counter,
         ),
-        "ratelimit_service_response_time_seconds_sum" => Stat::TimerSum(
+        "ratelimit_service_response_time_seconds" => (
             format!("ratelimit_server.{}.response_time", method()?),
-            value,
-        ),
-        "ratelimit_service_response_time_seconds_count" => Stat::TimerCount(
-            format!("ratelimit_server.{}.response_time", method()?),
-            value,
+            Kind::Timer,
         ),
         _ => return None,
     })

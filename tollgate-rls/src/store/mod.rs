@@ -5,8 +5,8 @@
 mod memcached;
 mod redis;
 
-use tollgate::rls::RateLimitServiceBuilder;
 use tollgate::store::{MemcachedStore, RedisStore};
+use tollgate_rls::RateLimitServiceBuilder;
 
 use crate::settings::{Backend, SettingsError, StoreSettings};
 

@@ -4,7 +4,7 @@
 
 use tollgate::store::{redacted_url, RedisOptions, RedisStore, RedisTls};
 
-use crate::settings::{Redis, SettingsError};
+use crate::settings::{Redis, SettingsError, DEFAULT_REDIS_URL as DEFAULT_URL};
 
 /// The Redis store `r` names, with the key prefix `prefix` (none when empty), and a
 /// description of it for the log (credentials left out).
@@ -45,7 +45,14 @@ pub(crate) fn build(r: &Redis, prefix: &str) -> Result<(RedisStore, String), Set
         "" => store,
         prefix => store.prefix(prefix),
     };
-    Ok((store, format!("redis ({}, {})", r.kind, redacted(&r.url))))
+    let described = match r.url == DEFAULT_URL {
+        true => format!(
+            "redis ({}, {DEFAULT_URL}: REDIS_URL unset, the reference's default)",
+            r.kind
+        ),
+        false => format!("redis ({}, {})", r.kind, redacted(&r.url)),
+    };
+    Ok((store, described))
 }
 
 /// The comma-separated list of `REDIS_URL`, trimmed. Where it holds URLs, it is split only at a
@@ -89,6 +96,12 @@ fn options(r: &Redis) -> Result<RedisOptions, SettingsError> {
             None => options.password(r.auth.as_str()),
         };
     }
+    // The TLS files are read only when Redis is reached over TLS, as the reference's
+    // `RedisTlsConfig` reads them (`src/settings/settings.go`); set without it, they are
+    // logged as ignored (`settings/ignored.rs`).
+    if !r.tls && !r.url.contains("rediss://") {
+        return Ok(options);
+    }
     let read = |name: &str, path: &str| {
         let cannot = |e| SettingsError::invalid(name, path, format!("cannot read it: {e}"));
         std::fs::read(path).map_err(cannot)
@@ -113,18 +126,6 @@ fn options(r: &Redis) -> Result<RedisOptions, SettingsError> {
                 read("REDIS_TLS_CLIENT_KEY", key)?,
             );
         }
-    }
-    let set = [
-        ("REDIS_TLS_CACERT", !r.tls_cacert.is_empty()),
-        ("REDIS_TLS_CLIENT_CERT", !r.tls_client_cert.is_empty()),
-        ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", r.tls_skip_hostname),
-    ];
-    let Some((first, _)) = set.iter().find(|(_, on)| *on) else {
-        return Ok(options);
-    };
-    if !r.tls && !r.url.contains("rediss://") {
-        let rest = "is set but Redis is not reached over TLS: set REDIS_TLS=true";
-        return Err(SettingsError::conflict(*first, rest));
     }
     Ok(options.tls(tls))
 }
@@ -212,6 +213,7 @@ mod tests {
             tls_client_cert: String::new(),
             tls_client_key: String::new(),
             pool_size: 10,
+            health_follows: false,
         }
     }
 
@@ -283,15 +285,15 @@ mod tests {
         assert!(built(&r).is_err());
     }
 
+    /// The reference's `settings.go` (`RedisTlsConfig`) reads the TLS files only with
+    /// `REDIS_TLS`: without it they are not read (and logged as ignored by the settings).
     #[test]
-    fn tls_settings_without_tls_stop_the_start() {
+    fn tls_files_are_read_with_tls_only() {
         let mut r = redis("h:1");
         r.tls_skip_hostname = true;
-        let e = built(&r).unwrap_err();
-        assert!(
-            e.starts_with("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION is set"),
-            "{e}"
-        );
+        r.tls_cacert = "/nonexistent/ca.pem".into();
+        assert!(built(&r).is_ok());
+        r.tls_cacert = String::new();
         r.tls = true;
         r.tls_client_cert = "/c.pem".into();
         let e = built(&r).unwrap_err();

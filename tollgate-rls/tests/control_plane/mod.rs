@@ -1,7 +1,8 @@
 //! Test helpers for Envoy Gateway's setting: a certificate authority made with openssl, and an
 //! xDS control plane (the aggregated discovery service, state of the world) over mutual TLS
-//! that pushes `RateLimitConfig` sets and records every ACK and NACK, on a runtime of its own
-//! so that stopping it cuts its streams as a killed process would.
+//! that pushes `RateLimitConfig` sets and records every ACK and NACK and when each stream was
+//! opened, on a runtime of its own so that stopping it cuts its streams as a killed process
+//! would; it can also end its streams while it keeps listening.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -27,15 +29,16 @@ use tokio_stream::Stream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
-pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+pub(crate) const TYPE_URL: &str =
+    "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 
 /// Certificates signed by one CA (and one by a CA nobody trusts), in a directory.
-pub struct Pki {
+pub(crate) struct Pki {
     pub dir: PathBuf,
 }
 
 impl Pki {
-    pub fn new(test: &str) -> Self {
+    pub(crate) fn new(test: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("tollgate-pki-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -64,11 +67,11 @@ impl Pki {
         pki
     }
 
-    pub fn path(&self, file: &str) -> String {
+    pub(crate) fn path(&self, file: &str) -> String {
         self.dir.join(file).to_string_lossy().into_owned()
     }
 
-    pub fn read(&self, file: &str) -> Vec<u8> {
+    pub(crate) fn read(&self, file: &str) -> Vec<u8> {
         std::fs::read(self.dir.join(file)).unwrap()
     }
 
@@ -85,7 +88,7 @@ impl Pki {
     }
 
     /// `name.crt` and `name.key`, signed by `ca`, for the names `san`.
-    pub fn leaf(&self, ca: &str, name: &str, cn: &str, san: &str, usage: &str) {
+    pub(crate) fn leaf(&self, ca: &str, name: &str, cn: &str, san: &str, usage: &str) {
         openssl(
             &self.dir,
             &format!(
@@ -129,7 +132,7 @@ fn openssl(dir: &Path, args: &str) {
 
 /// What tollgate-rls sent back for a response: the version it names and the error, if a NACK.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub nonce: String,
     pub version: String,
     pub error: Option<String>,
@@ -139,24 +142,26 @@ pub struct Reply {
 struct Log {
     replies: Mutex<Vec<Reply>>,
     nodes: Mutex<Vec<String>>,
+    subscriptions: Mutex<Vec<Instant>>,
 }
 
 /// The control plane: its current set (a version and its resources), pushed to every stream.
-pub struct ControlPlane {
+pub(crate) struct ControlPlane {
     pub addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
     snapshot: watch::Sender<Option<(String, Vec<RateLimitConfig>)>>,
+    cuts: watch::Sender<u64>,
     log: Arc<Log>,
 }
 
 impl ControlPlane {
     /// Serves on `addr` (mutual TLS: its certificate from `pki`, clients signed by its CA).
-    pub fn start(addr: SocketAddr, pki: &Pki) -> Self {
+    pub(crate) fn start(addr: SocketAddr, pki: &Pki) -> Self {
         Self::start_in(addr, &pki.dir)
     }
 
     /// [`start`](Self::start) with the certificates of the directory `pki`.
-    pub fn start_in(addr: SocketAddr, pki: &Path) -> Self {
+    pub(crate) fn start_in(addr: SocketAddr, pki: &Path) -> Self {
         let read = |file: &str| std::fs::read(pki.join(file)).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -164,9 +169,11 @@ impl ControlPlane {
             .build()
             .unwrap();
         let (snapshot, _) = watch::channel(None);
+        let (cuts, _) = watch::channel(0);
         let log = Arc::new(Log::default());
         let service = Ads {
             snapshot: snapshot.clone(),
+            cuts: cuts.clone(),
             log: Arc::clone(&log),
         };
         let tls = ServerTlsConfig::new()
@@ -193,26 +200,40 @@ impl ControlPlane {
             addr,
             runtime: Some(runtime),
             snapshot,
+            cuts,
             log,
         }
     }
 
     /// Pushes a new set to every stream, and to streams opened from now on.
-    pub fn push(&self, version: &str, resources: Vec<RateLimitConfig>) {
+    pub(crate) fn push(&self, version: &str, resources: Vec<RateLimitConfig>) {
         self.snapshot
             .send_replace(Some((version.to_owned(), resources)));
     }
 
-    pub fn replies(&self) -> Vec<Reply> {
+    pub(crate) fn replies(&self) -> Vec<Reply> {
         self.log.replies.lock().unwrap().clone()
     }
 
-    pub fn nodes(&self) -> Vec<String> {
+    pub(crate) fn nodes(&self) -> Vec<String> {
         self.log.nodes.lock().unwrap().clone()
     }
 
+    /// When each stream was opened (its first request came), in order.
+    pub(crate) fn subscriptions(&self) -> Vec<Instant> {
+        self.log.subscriptions.lock().unwrap().clone()
+    }
+
+    /// Ends every open stream with `UNAVAILABLE`, as a control plane that drops its clients
+    /// does, and keeps listening; the instant it did.
+    pub(crate) fn cut_streams(&self) -> Instant {
+        let now = Instant::now();
+        self.cuts.send_modify(|n| *n += 1);
+        now
+    }
+
     /// Stops at once, cutting every stream (its runtime goes, with its tasks).
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -229,6 +250,7 @@ impl Drop for ControlPlane {
 
 struct Ads {
     snapshot: watch::Sender<Option<(String, Vec<RateLimitConfig>)>>,
+    cuts: watch::Sender<u64>,
     log: Arc<Log>,
 }
 
@@ -245,6 +267,7 @@ impl AggregatedDiscoveryService for Ads {
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let mut requests = request.into_inner();
         let mut snapshot = self.snapshot.subscribe();
+        let mut cuts = self.cuts.subscribe();
         let log = Arc::clone(&self.log);
         let (responses, outgoing) = mpsc::channel(8);
         tokio::spawn(async move {
@@ -258,6 +281,9 @@ impl AggregatedDiscoveryService for Ads {
                         if let Some(node) = &request.node {
                             log.nodes.lock().unwrap().push(node.id.clone());
                         }
+                        if !subscribed {
+                            log.subscriptions.lock().unwrap().push(Instant::now());
+                        }
                         if !request.response_nonce.is_empty() {
                             log.replies.lock().unwrap().push(Reply {
                                 nonce: request.response_nonce.clone(),
@@ -268,6 +294,10 @@ impl AggregatedDiscoveryService for Ads {
                         }
                         subscribed = true;
                         snapshot.mark_changed();
+                    }
+                    _ = cuts.changed() => {
+                        let _ = responses.send(Err(Status::unavailable("cut by the test"))).await;
+                        return;
                     }
                     changed = snapshot.changed(), if subscribed => {
                         if changed.is_err() { return }
@@ -302,7 +332,7 @@ impl AggregatedDiscoveryService for Ads {
 }
 
 /// A set of one domain whose only limit is `key` at `per_minute` requests a minute.
-pub fn limit(domain: &str, key: &str, per_minute: u32) -> RateLimitConfig {
+pub(crate) fn limit(domain: &str, key: &str, per_minute: u32) -> RateLimitConfig {
     RateLimitConfig {
         name: format!("{domain}-{key}"),
         domain: domain.into(),

@@ -10,9 +10,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tollgate::rls::proto::rate_limit_descriptor::Entry;
-use tollgate::rls::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tollgate_rls::proto::rate_limit_descriptor::Entry;
+use tollgate_rls::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_rls::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
 pub use shared::dns::SrvServer;
@@ -26,7 +26,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate-rls");
 /// The library's test data: fixtures and the reference's integration runtime.
 pub fn data(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/integration/rls")
+        .join("tests/rls")
         .join(path)
 }
 
@@ -36,14 +36,15 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// Unique per call: tests of one binary run side by side in one process, and a shared
+    /// directory would be removed under another test's feet.
     pub fn new(test: &str) -> Self {
-        let root = std::env::temp_dir().join(format!("tollgate-rls-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = temp_dir(&format!("rls-{test}"));
         std::fs::create_dir_all(root.join("ratelimit/config")).unwrap();
         Self { root }
     }
 
-    /// A runtime holding copies of these files (paths under the library's `tests/integration/rls`).
+    /// A runtime holding copies of these files (paths under `tests/rls`).
     pub fn with(test: &str, files: &[&str]) -> Self {
         let runtime = Self::new(test);
         for file in files {
@@ -92,15 +93,22 @@ pub struct Rls {
 }
 
 fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
-    let resolv_conf = env.iter().find(|(k, _)| *k == RESOLV_CONF).map(|(_, v)| *v);
-    let mut command = match resolv_conf {
-        None => Command::new(BIN),
-        // In a mount namespace of its own, with the file bound over /etc/resolv.conf.
-        Some(file) => {
+    let bound: Vec<(&str, &str)> = [(RESOLV_CONF, "/etc/resolv.conf"), (HOSTS, "/etc/hosts")]
+        .into_iter()
+        .filter_map(|(var, over)| env.iter().find(|(k, _)| *k == var).map(|(_, f)| (*f, over)))
+        .collect();
+    let mut command = match bound.is_empty() {
+        true => Command::new(BIN),
+        // In a mount namespace of its own, with each file bound over the system's.
+        false => {
             let mut command = Command::new("unshare");
             command.args(["--mount", "--", "sh", "-c"]);
-            command.arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$1""#);
-            command.args([file, BIN]);
+            let mut script = String::new();
+            for (i, (_, over)) in bound.iter().enumerate() {
+                script.push_str(&format!(r#"mount --bind "${}" {over} && "#, i + 1));
+            }
+            command.arg(script + r#"exec "$0""#).arg(BIN);
+            command.args(bound.iter().map(|(file, _)| file));
             command
         }
     };
@@ -116,8 +124,16 @@ fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
         .env("DEBUG_HOST", "127.0.0.1")
         .env("DEBUG_PORT", "0")
         .env("LOG_LEVEL", "info");
-    for (k, v) in env.iter().filter(|(k, _)| *k != RESOLV_CONF) {
+    for (k, v) in env.iter().filter(|(k, _)| *k != RESOLV_CONF && *k != HOSTS) {
         command.env(k, v);
+    }
+    // Without a store named, the memory store (tollgate's `BACKEND_TYPE=memory`): unset,
+    // `BACKEND_TYPE` is the reference's `redis`, at its default socket.
+    if !env
+        .iter()
+        .any(|(k, _)| *k == "REDIS_URL" || *k == "BACKEND_TYPE")
+    {
+        command.env("BACKEND_TYPE", "memory");
     }
     command
 }
@@ -126,9 +142,81 @@ fn command(runtime: &Path, env: &[(&str, &str)]) -> Command {
 /// `/etc/resolv.conf` (through `unshare --mount`, as root), to ask a test's name server.
 pub const RESOLV_CONF: &str = "(resolv.conf)";
 
+/// Not a variable: in a test's `env`, starts the binary seeing this file as its `/etc/hosts`
+/// (through `unshare --mount`, as root), to resolve a name to the addresses a test chooses.
+pub const HOSTS: &str = "(hosts)";
+
+/// A started binary whose `listening on` line may not have come yet.
+pub struct Starting {
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+    lines: std::sync::mpsc::Receiver<String>,
+    line: Option<String>,
+}
+
+impl Starting {
+    /// Whether the `listening on` line comes within `within`.
+    pub fn listens_within(&mut self, within: Duration) -> bool {
+        if self.line.is_none() {
+            self.line = self.lines.recv_timeout(within).ok();
+        }
+        self.line.is_some()
+    }
+
+    /// What it logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits up to `within` for the `listening on` line; the running server.
+    pub fn listening(mut self, within: Duration) -> Rls {
+        self.listens_within(within);
+        let line = self.line.take().unwrap_or_default();
+        let stderr = Arc::clone(&self.stderr);
+        let addr = |name: &str| -> SocketAddr {
+            let found = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| {
+                    panic!("no {name}= in {line:?}; stderr: {}", stderr.lock().unwrap())
+                });
+            found.parse().unwrap()
+        };
+        // gRPC on a Unix socket (`grpc=unix:PATH`) has no address.
+        let grpc = match line.contains(" grpc=unix:") {
+            true => SocketAddr::from(([0, 0, 0, 0], 0)),
+            false => addr("grpc"),
+        };
+        let (http, debug) = (addr("http"), addr("debug"));
+        let child = self.child.take().expect("a started child");
+        Rls {
+            child,
+            grpc,
+            http,
+            debug,
+            line,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Rls {
     /// Starts the binary on `runtime` and waits for its `listening on` line.
     pub fn start(runtime: &Runtime, env: &[(&str, &str)]) -> Self {
+        Self::spawn(runtime, env).listening(Duration::from_secs(20))
+    }
+
+    /// Starts the binary on `runtime` without waiting for it to listen.
+    pub fn spawn(runtime: &Runtime, env: &[(&str, &str)]) -> Starting {
         let mut child = command(&runtime.root, env)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -149,35 +237,18 @@ impl Rls {
             }
         });
         let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
+            if BufReader::new(stdout).read_line(&mut line).is_ok() && !line.is_empty() {
+                let _ = tx.send(line);
+            }
         });
-        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-        let addr = |name: &str| -> SocketAddr {
-            let found = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| {
-                    panic!("no {name}= in {line:?}; stderr: {}", stderr.lock().unwrap())
-                });
-            found.parse().unwrap()
-        };
-        // gRPC on a Unix socket (`grpc=unix:PATH`) has no address.
-        let grpc = match line.contains(" grpc=unix:") {
-            true => SocketAddr::from(([0, 0, 0, 0], 0)),
-            false => addr("grpc"),
-        };
-        let (http, debug) = (addr("http"), addr("debug"));
-        Self {
-            child,
-            grpc,
-            http,
-            debug,
-            line,
+        Starting {
+            child: Some(child),
             stderr,
+            lines,
+            line: None,
         }
     }
 
@@ -209,9 +280,18 @@ impl Rls {
         self.terminate()
     }
 
+    /// Stops it with `signal` (`-HUP`, `-INT`, …) and waits; its exit status.
+    pub fn stop_with(mut self, signal: &str) -> ExitStatus {
+        self.signal_and_wait(signal)
+    }
+
     fn terminate(&mut self) -> ExitStatus {
+        self.signal_and_wait("-TERM")
+    }
+
+    fn signal_and_wait(&mut self, signal: &str) -> ExitStatus {
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([signal, &self.child.id().to_string()])
             .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

@@ -18,12 +18,12 @@
 //!   bucket is full again), and the store replies with it (the grant's `mark`).
 //! - **Giving back** `u` unused units at `now` takes back only what is still ahead of now: the
 //!   TAT moves back by `min(u·T, lease_end − now)`, by nothing if that is negative, and never
-//!   before `now` (`algorithm/lease.rs` is the reference `lua/lease.lua` matches). Units
-//!   whose slots have already drained were refilled by time itself; taking them back again
-//!   would erase other instances' later consumption and admit too much. For example, with
-//!   a lease of 10 at 0, 1 unit taken by another instance at 20T, and a return of 5 at 20T, the
-//!   TAT must end at 21T, not 20T (`a_return_on_redis_never_erases_later_consumption`
-//!   checks it on Redis).
+//!   before `now` (`algorithm/lease.rs` is the reference `store/redis/lua/lease.lua`
+//!   matches). Units whose slots have already drained were refilled by time itself; taking
+//!   them back again would erase other instances' later consumption and admit too much. For
+//!   example, with a lease of 10 at 0, 1 unit taken by another instance at 20T, and a return
+//!   of 5 at 20T, the TAT must end at 21T, not 20T
+//!   (`a_return_on_redis_never_erases_later_consumption` checks it on Redis).
 //! - **Fixed windows** (`FixedWindow`, `FixedWindowFromFirst`). A lease is an `INCRBY` of up
 //!   to `limit − count` in the current window (the `mark` is the window's start); unused units
 //!   are given back only within the same window: a later window starts whole anyway.
@@ -37,10 +37,11 @@ use super::on_drop::OnDrop;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{Policy, Quota};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{now_us, Leasing, QuotaOverrides, StoreExt};
+use crate::store::contract::{now_us, InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
+use crate::store::slot::HeldSlot;
 use crate::store::Store;
 use crate::telemetry;
 
@@ -436,6 +437,30 @@ impl<S: Leasing + QuotaOverrides> QuotaOverrides for Leases<S> {
         (self.shared.inner)
             .set_quota_override(rule, key, quota, ttl)
             .await
+    }
+}
+
+/// Slots are not leased units: passed on.
+impl<S: Leasing + InFlightSlots> InFlightSlots for Leases<S> {
+    async fn take_slot(
+        &self,
+        key: &str,
+        limit: &InFlight,
+        id: u64,
+    ) -> Result<Decision, StoreError> {
+        self.shared.inner.take_slot(key, limit, id).await
+    }
+
+    async fn give_back_slot(&self, key: &str, limit: &InFlight, id: u64) -> Result<(), StoreError> {
+        self.shared.inner.give_back_slot(key, limit, id).await
+    }
+
+    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool {
+        self.shared.inner.give_back_slot_now(key, limit, id)
+    }
+
+    async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
+        self.shared.inner.renew_slots(slots).await
     }
 }
 

@@ -1,3 +1,0 @@
-//! Helpers for the crate's own unit tests.
-
-pub(crate) mod log;
