@@ -152,6 +152,15 @@ pub enum ControlError {
     },
     /// The store could not answer.
     Store(StoreError),
+    /// The rule takes no quota set at run time: give it
+    /// [`quota_from`](crate::rules::Rule::quota_from) or
+    /// [`overridable`](crate::rules::Rule::overridable).
+    NotOverridable {
+        /// The rule's name.
+        rule: String,
+    },
+    /// The quota does not fit the rule (a burst under an algorithm that has none).
+    Quota(ConfigError),
 }
 
 impl fmt::Display for ControlError {
@@ -163,6 +172,12 @@ impl fmt::Display for ControlError {
                 known.join(", ")
             ),
             Self::Store(e) => e.fmt(f),
+            Self::NotOverridable { rule } => write!(
+                f,
+                "rule {rule:?} takes no quota set at run time (give it quota_from, or \
+                 overridable = true)"
+            ),
+            Self::Quota(e) => write!(f, "the quota does not fit the rule: {e}"),
         }
     }
 }
@@ -171,7 +186,8 @@ impl std::error::Error for ControlError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Store(e) => Some(e),
-            Self::UnknownRule { .. } => None,
+            Self::Quota(e) => Some(e),
+            Self::UnknownRule { .. } | Self::NotOverridable { .. } => None,
         }
     }
 }

@@ -104,6 +104,7 @@ pub mod key;
 mod layer;
 mod lease;
 mod limiter;
+mod lookup_cache;
 mod quiet_log;
 mod quota;
 pub mod reload;

@@ -208,6 +208,35 @@ pub(crate) fn lease_tokens_expired(rule: &str, units: u32) {
     }
 }
 
+/// Counts one quota lookup made for `rule` (see `rules::QuotaLookup`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn quota_lookup(rule: &Arc<str>) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_quota_lookups_total", "rule" => Arc::clone(rule)).increment(1);
+}
+
+/// Counts one request of `rule` whose quota came from a lookup's cache (or another request's
+/// lookup), without a lookup of its own.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn quota_lookup_cache_hit(rule: &Arc<str>) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tollgate_quota_lookup_cache_hits_total", "rule" => Arc::clone(rule))
+        .increment(1);
+}
+
+/// Counts one quota lookup for `rule` that failed (`reason` `error`) or timed out
+/// (`timeout`), answered with the rule's own quota.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn quota_lookup_failure(rule: &Arc<str>, reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(
+        "tollgate_quota_lookup_failures_total",
+        "rule" => Arc::clone(rule),
+        "reason" => reason
+    )
+    .increment(1);
+}
+
 /// Moves the `tollgate_in_flight{rule}` gauge, the slots of requests in flight this instance
 /// holds under the rule, by `delta` (1 taken, -1 given back).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]

@@ -8,6 +8,11 @@
 //! | 1 | what follows: 0 a block, 1 GCRA, 2 token bucket, 3 leaky bucket, 4 fixed window, 5 fixed window from first, 6 sliding window log, 7 sliding window, 8 slots of requests in flight |
 //! | 2.. | block: `until`; GCRA and leaky bucket: `tat`; token bucket: nothing (a full bucket) or `credit`, `updated_at`; both fixed windows: `start`, `count`; sliding window log: `base`, then `at`, `end` per entry, oldest first; sliding window: `start`, `prev`, `curr`; slots: `id`, `until` per slot, in the order they were taken |
 //!
+//! A bucket's state counted in another scale than its rule's (a client's own quota: see
+//! `Scale`) is followed by that scale, `T` then `B`: GCRA and leaky bucket `tat`, `T`, `B`;
+//! token bucket `credit`, `updated_at`, `T`, `B`. A reader of a version without scales refuses
+//! those lengths rather than misread them.
+//!
 //! A reader refuses a version it does not know, rather than misread a newer writer's state.
 
 use std::collections::VecDeque;
@@ -21,7 +26,7 @@ use super::sliding_window_log::{Entry, SlidingWindowLog};
 use super::slots::{Held, Slots};
 use super::token_bucket::{Bucket, TokenBucket};
 use super::window::Window;
-use super::{Algorithm, State};
+use super::{Algorithm, Params, Scale, State};
 
 /// The version of the format this file writes, and the only one it reads.
 pub(crate) const FORMAT: u8 = 1;
@@ -33,8 +38,20 @@ pub(crate) enum Saved {
     State(State),
     /// Every request is denied until this time (µs).
     Blocked(u64),
+    /// A bucket's state counted in this scale, not its rule's.
+    Scaled(State, Scale),
     /// The slots of a client's requests in flight.
     Slots(Slots),
+}
+
+impl Saved {
+    /// `state` as `p` writes it: marked with `p`'s scale when that is not its rule's.
+    pub(crate) fn kept(state: State, p: &Params) -> Self {
+        match p.mark(state.algorithm()) {
+            Some(scale) => Saved::Scaled(state, scale),
+            None => Saved::State(state),
+        }
+    }
 }
 
 /// Bytes that are not a state of this format.
@@ -77,7 +94,7 @@ impl Saved {
                 numbers.extend(slots.held.iter().flat_map(|s| [s.id, s.until]));
                 SLOTS
             }
-            Saved::State(state) => {
+            Saved::State(state) | Saved::Scaled(state, _) => {
                 match state {
                     State::Gcra(g) | State::LeakyBucket(g) => numbers.push(g.tat),
                     State::TokenBucket(t) => {
@@ -94,6 +111,12 @@ impl Saved {
                         numbers.extend(log.entries.iter().flat_map(|e| [e.at, e.end]));
                     }
                     State::SlidingWindow(s) => numbers.extend([s.start, s.prev, s.curr]),
+                }
+                // A full bucket holds nothing to read in a scale, a window counts requests.
+                let full = matches!(state, State::TokenBucket(t) if t.bucket.is_none());
+                let scaled = state.algorithm().uses_burst() && !full;
+                if let (Saved::Scaled(_, scale), true) = (self, scaled) {
+                    numbers.extend([scale.interval, scale.burst]);
                 }
                 kind_of(state.algorithm())
             }
@@ -124,15 +147,28 @@ impl Saved {
             start: n[0],
             count: n[1],
         };
+        let scale = |n: &[u64]| Scale {
+            interval: n[0],
+            burst: n[1],
+        };
+        let bucket = |n: &[u64]| Bucket {
+            credit: n[0],
+            updated_at: n[1],
+        };
         let saved = match (kind, n.len()) {
             (0, 1) => Saved::Blocked(n[0]),
             (1, 1) => Saved::State(State::Gcra(Gcra { tat: n[0] })),
+            (1, 3) => Saved::Scaled(State::Gcra(Gcra { tat: n[0] }), scale(&n[1..])),
+            (3, 3) => Saved::Scaled(State::LeakyBucket(Gcra { tat: n[0] }), scale(&n[1..])),
+            (2, 4) => Saved::Scaled(
+                State::TokenBucket(TokenBucket {
+                    bucket: Some(bucket(&n)),
+                }),
+                scale(&n[2..]),
+            ),
             (2, 0) => Saved::State(State::TokenBucket(TokenBucket { bucket: None })),
             (2, 2) => Saved::State(State::TokenBucket(TokenBucket {
-                bucket: Some(Bucket {
-                    credit: n[0],
-                    updated_at: n[1],
-                }),
+                bucket: Some(bucket(&n)),
             })),
             (3, 1) => Saved::State(State::LeakyBucket(Gcra { tat: n[0] })),
             (4, 2) => Saved::State(State::FixedWindow(FixedWindow(window(&n)))),
@@ -237,6 +273,30 @@ mod tests {
         let none = Saved::Slots(Slots::default());
         assert_eq!(none.encode(), [1, 8]);
         assert_eq!(Saved::decode(&none.encode()), Ok(none));
+    }
+
+    #[test]
+    fn a_state_in_another_scale_keeps_its_scale() {
+        let scale = Scale {
+            interval: 500_000,
+            burst: 20,
+        };
+        let gcra = Saved::Scaled(State::Gcra(Gcra { tat: 258 }), scale);
+        let bytes = gcra.encode();
+        assert_eq!(bytes.len(), 2 + 3 * 8);
+        assert_eq!(Saved::decode(&bytes), Ok(gcra));
+        let bucket = Saved::Scaled(
+            State::TokenBucket(TokenBucket {
+                bucket: Some(Bucket {
+                    credit: 1,
+                    updated_at: 2,
+                }),
+            }),
+            scale,
+        );
+        assert_eq!(Saved::decode(&bucket.encode()), Ok(bucket));
+        let windows = Saved::Scaled(State::new(Algorithm::FixedWindow), scale);
+        assert!(Saved::decode(&windows.encode()).is_ok());
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! bucket adds is the layer's delay mode: an allowed request waits until `start`
 //! (`reset_after − c·T` from its decision), so requests leave at a steady rate.
 
-use super::Params;
+use super::{rescaled, Params, Scale};
 use crate::decision::Decision;
 
 /// One key's GCRA state.
@@ -73,6 +73,18 @@ impl Gcra {
         if self.tat > now {
             let back = n.saturating_mul(p.interval.max(1));
             self.tat = self.tat.saturating_sub(back).max(now);
+        }
+    }
+
+    /// Reads a state kept in scale `from` in `p`'s (see `Scale`): the backlog is what was
+    /// used, `backlog / T` units, converted to as many of `p`'s and capped at two of its
+    /// buckets, as a debt charged while over is.
+    pub(crate) fn rescale(&mut self, from: Scale, p: &Params, now: u64) {
+        if self.tat > now {
+            let t = p.interval.max(1);
+            let cap = p.burst.saturating_mul(t).saturating_mul(2);
+            let backlog = rescaled(self.tat - now, from.interval.max(1), t, cap);
+            self.tat = now.saturating_add(backlog);
         }
     }
 

@@ -16,6 +16,7 @@ mod fixed_window;
 mod fixed_window_from_first;
 mod gcra;
 mod lease;
+mod scale;
 mod sliding_window;
 mod sliding_window_log;
 pub(crate) mod slots;
@@ -26,6 +27,7 @@ pub(crate) use encoding::Saved;
 #[cfg(feature = "memcached")]
 pub(crate) use fixed_window::window_start;
 pub(crate) use gcra::Gcra;
+pub(crate) use scale::{rescaled, Scale};
 
 /// How requests are counted against a [`Quota`](crate::Quota). See the
 /// [algorithms guide](crate::guide::algorithms) for when to pick which.
@@ -120,6 +122,10 @@ pub(crate) struct Params {
     /// `T = ceil(P / L)` in µs: the emission interval of the bucket algorithms. Rounded up so
     /// that a key never gets more than `limit` per `period` once its burst is spent.
     pub(crate) interval: u64,
+    /// The scale of the rule these params decide for (its own quota's): a bucket's state in
+    /// another scale is kept with a mark saying which (see [`Scale`]). Its own, unless the
+    /// params are a client's quota under a rule of another.
+    pub(crate) home: Scale,
 }
 
 impl Params {
@@ -133,11 +139,13 @@ impl Params {
         } else {
             limit
         };
+        let interval = period.div_ceil(limit.max(1));
         Self {
             limit,
             period,
             burst,
-            interval: period.div_ceil(limit.max(1)),
+            interval,
+            home: Scale { interval, burst },
         }
     }
 }

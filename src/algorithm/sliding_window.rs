@@ -238,7 +238,7 @@ mod tests {
 
     use super::super::tests::support::{d, setup, ALIGNED};
     use super::*;
-    use crate::algorithm::Algorithm;
+    use crate::algorithm::{Algorithm, Scale};
     use crate::quota::Quota;
 
     const T0: u64 = ALIGNED;
@@ -366,6 +366,10 @@ mod tests {
             period: 365 * 86_400_000_000,
             burst: 4_000_000_000,
             interval: 7_884,
+            home: Scale {
+                interval: 7_884,
+                burst: 4_000_000_000,
+            },
         };
         let start = 1_699_920_000_000_000 / p.period * p.period;
         let mut state = SlidingWindow::default();

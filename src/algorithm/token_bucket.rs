@@ -12,7 +12,7 @@
 //! A request whose cost is larger than the burst `B` can never be allowed: it is denied with
 //! `retry_after = None`.
 
-use super::Params;
+use super::{rescaled, Params, Scale};
 use crate::decision::Decision;
 
 /// One key's bucket. `None` is a key with no history: a full bucket.
@@ -104,6 +104,30 @@ impl TokenBucket {
                 updated_at: b.updated_at.max(now),
             });
         }
+    }
+
+    /// Reads a bucket kept in scale `from` in `p`'s (see `Scale`): what was used, the credit
+    /// missing from the old capacity and any refill still pending, is converted to as many of
+    /// `p`'s units, at most two of its buckets, and taken from a full bucket of `p`'s (the part
+    /// beyond it pending, as a debt charged while over is).
+    pub(crate) fn rescale(&mut self, from: Scale, p: &Params, now: u64) {
+        let Some(b) = self.bucket else {
+            return;
+        };
+        let old_t = from.interval.max(1);
+        let old_capacity = from.burst.saturating_mul(old_t);
+        let credit = (b.credit)
+            .saturating_add(now.saturating_sub(b.updated_at))
+            .min(old_capacity);
+        let used = (old_capacity - credit).saturating_add(b.updated_at.saturating_sub(now));
+        let t = p.interval.max(1);
+        let capacity = p.burst.saturating_mul(t);
+        let used = rescaled(used, old_t, t, capacity.saturating_mul(2));
+        let spent = used.min(capacity);
+        self.bucket = Some(Bucket {
+            credit: capacity - spent,
+            updated_at: now.saturating_add(used - spent),
+        });
     }
 
     pub(crate) fn expires_at(&self, p: &Params) -> u64 {

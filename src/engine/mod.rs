@@ -47,6 +47,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decision::Decision;
@@ -59,12 +60,14 @@ use crate::store::{OnStoreError, Store};
 mod ask;
 mod charging;
 mod decide;
+mod overrides;
 mod setup;
 mod slots;
 mod stats;
 
 pub use ask::Ask;
 pub use charging::Charging;
+pub use overrides::OVERRIDE_TTL;
 pub use setup::EngineBuilder;
 pub use slots::Slot;
 pub use stats::Stats;
@@ -80,8 +83,23 @@ pub struct Engine {
     on_error: OnStoreError,
     /// Requests a shadow-mode limit would have refused, as the front ends report them.
     shadow_denials: AtomicU64,
+    /// The longest a store call may take: what a request waiting for another's read of an
+    /// override waits at most.
+    timeout: Duration,
+    /// What this instance read of the quotas set for clients (see `set_quota`).
+    overrides: overrides::OverrideCache,
+    /// Quota lookups, as the front ends count them.
+    lookups: Arc<LookupCounts>,
     /// The slots of requests in flight it holds.
     slots: slots::SlotBook,
+}
+
+/// The counts of quota lookups (see [`Stats`]).
+#[derive(Debug, Default)]
+pub(crate) struct LookupCounts {
+    pub(crate) made: AtomicU64,
+    pub(crate) cache_hits: AtomicU64,
+    pub(crate) failures: AtomicU64,
 }
 
 impl Engine {
@@ -138,6 +156,11 @@ impl Engine {
         self.shadow_denials.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The counts of quota lookups, which the front ends that look quotas up keep.
+    pub(crate) fn lookup_counts(&self) -> &Arc<LookupCounts> {
+        &self.lookups
+    }
+
     /// The engine's figures now.
     pub fn stats(&self) -> Stats {
         let resilient = self.store.resilient();
@@ -146,6 +169,9 @@ impl Engine {
             circuit_open: resilient.circuit_open(),
             denial_cache_hits: self.store.hits(),
             shadow_denials: self.shadow_denials.load(Ordering::Relaxed),
+            quota_lookups: self.lookups.made.load(Ordering::Relaxed),
+            quota_lookup_cache_hits: self.lookups.cache_hits.load(Ordering::Relaxed),
+            quota_lookup_failures: self.lookups.failures.load(Ordering::Relaxed),
         }
     }
 }

@@ -104,6 +104,9 @@ impl EngineBuilder {
             store: wrappers::wrap(self.backend, &self.failure, self.denial_cache),
             on_error: self.failure.on_error,
             shadow_denials: Default::default(),
+            timeout: self.failure.timeout,
+            overrides: Default::default(),
+            lookups: Default::default(),
             slots: Default::default(),
         }
     }

@@ -17,4 +17,11 @@ pub struct Stats {
     pub denial_cache_hits: u64,
     /// How many requests a shadow-mode rule would have denied.
     pub shadow_denials: u64,
+    /// How many quota lookups were made (see [`QuotaLookup`](crate::rules::QuotaLookup)).
+    pub quota_lookups: u64,
+    /// How many requests had their quota from a lookup's cache, or from another request's
+    /// lookup they waited for, without one of their own.
+    pub quota_lookup_cache_hits: u64,
+    /// How many quota lookups failed or timed out (answered with the rule's own quota).
+    pub quota_lookup_failures: u64,
 }

@@ -17,7 +17,7 @@ use crate::limiter::{Limiter, OnMissingKey, SkipFn};
 use crate::quiet_log::QuietLog;
 use crate::quota::Quota;
 use crate::response::{DenyResponse, HeaderStyle};
-use crate::rules::{Rule, RuleSource};
+use crate::rules::{NamedLookups, QuotaLookup, Rule, RuleSource};
 #[cfg(test)]
 use crate::store::wrappers::Backend;
 use crate::store::{OnStoreError, Store, StoreFailure};
@@ -65,6 +65,7 @@ pub struct RateLimitLayerBuilder {
     on_missing_key: OnMissingKey,
     headers: HeaderStyle,
     deny: Option<DenyResponse>,
+    lookups: NamedLookups,
 }
 
 impl RateLimitLayerBuilder {
@@ -82,7 +83,31 @@ impl RateLimitLayerBuilder {
             on_missing_key: OnMissingKey::default(),
             headers: HeaderStyle::default(),
             deny: None,
+            lookups: NamedLookups::default(),
         }
+    }
+
+    /// Registers `lookup` under `name`, for a rules file's rules to name with
+    /// `quota_from = "<name>"` (code's rules take theirs with
+    /// [`Rule::quota_from`](crate::rules::Rule::quota_from)). The name is the file's to use:
+    /// a rule naming one that is not registered is an error with its line and column.
+    ///
+    /// ```
+    /// use http::request::Parts;
+    /// use tollgate::rules::QuotaLookup;
+    /// use tollgate::{Quota, RateLimitLayer};
+    ///
+    /// let plans = QuotaLookup::new(|_: &Parts, key: &str| {
+    ///     let pro = key.starts_with("pro-");
+    ///     async move { Ok::<_, std::io::Error>(pro.then(|| Quota::per_minute(600).expect("a valid quota"))) }
+    /// });
+    /// let builder = RateLimitLayer::builder().quota_lookup("plan", plans);
+    /// // rules.toml: [[rule]] name = "api" quota = "60/min" key = "header:x-api-key" quota_from = "plan"
+    /// # let _ = builder;
+    /// ```
+    pub fn quota_lookup(mut self, name: impl Into<String>, lookup: QuotaLookup) -> Self {
+        self.lookups.insert(name.into(), lookup);
+        self
     }
 
     /// A quota for every request (a rule named by [`name`](Self::name) that matches
@@ -273,6 +298,7 @@ impl RateLimitLayerBuilder {
             default_key,
             self.algorithm,
             self.rules_file.take(),
+            std::mem::take(&mut self.lookups),
         )?;
         rules.watch();
         Ok(self.assemble(engine, rules, when))

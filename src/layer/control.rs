@@ -11,6 +11,7 @@ use crate::decision::Decision;
 use crate::engine::Stats;
 use crate::error::{ConfigError, ControlError};
 use crate::limiter::{Limiter, Verdict};
+use crate::quota::Quota;
 
 /// A handle on a built [`RateLimitLayer`](crate::RateLimitLayer), from
 /// [`control`](crate::RateLimitLayer::control): its figures ([`stats`](Self::stats)), the rules
@@ -22,8 +23,9 @@ use crate::limiter::{Limiter, Verdict};
 /// goes into the router.
 ///
 /// A client is named by a rule and its key as the rule's key extractor reads it (the IP
-/// address as text, a header's value), sanitized as requests' keys are; a rule with tiers
-/// uses the key's tier. On Redis every instance sees a reset, block or refund; this
+/// address as text, a header's value), sanitized as requests' keys are; a rule with quotas
+/// per client uses the client's (its override, its lookup's answer, its tier; a lookup sees an
+/// empty request head). On Redis every instance sees a reset, block or refund; this
 /// instance's cache of denials forgets the client at once, and other instances' caches ask
 /// the store again within 5 s.
 ///
@@ -128,14 +130,14 @@ impl Control {
     /// [`OnStoreError::FallbackToMemory`](crate::store::OnStoreError::FallbackToMemory), the
     /// fallback answers instead).
     pub async fn peek(&self, rule: &str, key: &str) -> Result<Decision, ControlError> {
-        let (key, policy) = self.limiter.client(rule, key)?;
+        let (key, policy) = self.limiter.client(rule, key).await?;
         Ok(self.limiter.engine.peek(&key, &policy, 1).await?)
     }
 
     /// Forgets the state of client `key` under the rule named `rule`, and any block: its next
     /// request starts with a whole quota. Errors as for [`peek`](Self::peek).
     pub async fn reset(&self, rule: &str, key: &str) -> Result<(), ControlError> {
-        let (key, policy) = self.limiter.client(rule, key)?;
+        let (key, policy) = self.limiter.client(rule, key).await?;
         Ok(self.limiter.engine.reset(&key, &policy).await?)
     }
 
@@ -148,7 +150,7 @@ impl Control {
         key: &str,
         duration: Duration,
     ) -> Result<(), ControlError> {
-        let (key, policy) = self.limiter.client(rule, key)?;
+        let (key, policy) = self.limiter.client(rule, key).await?;
         Ok(self.limiter.engine.block(&key, &policy, duration).await?)
     }
 
@@ -163,8 +165,83 @@ impl Control {
     /// As for [`peek`](Self::peek); a store of your own answers
     /// [`StoreError::Unsupported`](crate::store::StoreError::Unsupported).
     pub async fn refund(&self, rule: &str, key: &str, n: u32) -> Result<(), ControlError> {
-        let (key, policy) = self.limiter.client(rule, key)?;
+        let (key, policy) = self.limiter.client(rule, key).await?;
         Ok(self.limiter.engine.refund(&key, &policy, n).await?)
+    }
+}
+
+/// Quotas set for one client at run time, seen by every instance on the store.
+impl Control {
+    /// Sets `quota` for the client `key` under the rule named `rule`, for `expires_after`
+    /// (`None`: until [cleared](Self::clear_quota); zero clears it): its requests are decided
+    /// by it, whatever the rule's lookup or tiers say. The quota is kept in the store, so
+    /// every instance on it decides by it within a second (this one at once); on the memory
+    /// store, only this instance. What the client has used counts against the new quota.
+    ///
+    /// The key is read as a request's would be (e.g. the `x-api-key` value), and sanitized
+    /// the same way.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::rules::Rule;
+    /// use tollgate::{key, Quota, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let control = RateLimitLayer::builder()
+    ///     .rule(Rule::new("api", "5/10s".parse()?).key(key::Header::new("x-api-key")).overridable(true))
+    ///     .build_control()?;
+    /// let big = "50/10s".parse()?;
+    /// control.set_quota("api", "key-123", big, Some(Duration::from_secs(3600))).await?;
+    /// assert_eq!(control.quota_override("api", "key-123").await?, Some(big));
+    /// assert_eq!(control.peek("api", "key-123").await?.limit, 50);
+    /// control.clear_quota("api", "key-123").await?;
+    /// assert_eq!(control.peek("api", "key-123").await?.limit, 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::UnknownRule`] for a rule that is not in force,
+    /// [`ControlError::NotOverridable`] for one that takes no quota set at run time,
+    /// [`ControlError::Quota`] for a quota that does not fit the rule, and
+    /// [`ControlError::Store`] when the store could not keep it (a store of your own that is
+    /// not a [`StateBackedStore`](crate::store::StateBackedStore) keeps none:
+    /// [`StoreError::Unsupported`](crate::store::StoreError::Unsupported)).
+    pub async fn set_quota(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Quota,
+        expires_after: Option<Duration>,
+    ) -> Result<(), ControlError> {
+        if expires_after.is_some_and(|d| d.is_zero()) {
+            return self.clear_quota(rule, key).await;
+        }
+        let key = self.limiter.overridable(rule, key, Some(quota))?;
+        let engine = &self.limiter.engine;
+        Ok(engine.set_quota(rule, &key, quota, expires_after).await?)
+    }
+
+    /// Clears the quota set for the client `key` under the rule named `rule`: its requests
+    /// are decided by the rule's lookup, tiers or quota again, on every instance within a
+    /// second. Errors as for [`set_quota`](Self::set_quota).
+    pub async fn clear_quota(&self, rule: &str, key: &str) -> Result<(), ControlError> {
+        let key = self.limiter.overridable(rule, key, None)?;
+        Ok(self.limiter.engine.clear_quota(rule, &key).await?)
+    }
+
+    /// The quota set for the client `key` under the rule named `rule`, as the store holds it
+    /// now; `None` when none is set (or it expired). Errors as for
+    /// [`set_quota`](Self::set_quota).
+    pub async fn quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+    ) -> Result<Option<Quota>, ControlError> {
+        let key = self.limiter.overridable(rule, key, None)?;
+        Ok(self.limiter.engine.read_quota(rule, &key).await?)
     }
 }
 
@@ -176,8 +253,9 @@ impl Control {
     /// headers and refusal in the [`Checked`] answer. Use it where the layer cannot see the
     /// key or the cost: a key read from a JSON body, each message of a WebSocket, a job.
     ///
-    /// The key is read as a request's would be (the raw key, e.g. a user id; the rule's tier
-    /// for it applies, and it is sanitized the same way). A delay-mode rule waits here for the
+    /// The key is read as a request's would be (the raw key, e.g. a user id; the client's own
+    /// quota applies, its lookup seeing an empty request head; and it is sanitized the same
+    /// way). A delay-mode rule waits here for the
     /// client's turn, as the layer would, and gives the turn back if this future is dropped.
     /// A rule with `count_status` is charged now (there is no response to count). A cost of
     /// 0 only looks. Under an [in-flight rule](crate::rules::Rule::in_flight) it takes one

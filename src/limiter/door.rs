@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
+use super::client_quota::ClientQuota;
 use super::slots::Slots;
 use super::verdict::Later;
-use super::{Limiter, Pending, Planned, Verdict};
+use super::{no_request, Limiter, Pending, Planned, Verdict};
 use crate::decision::Decision;
 use crate::error::ControlError;
 use crate::key;
+use crate::response::Headers;
 use crate::rules::{InFlightRule, InForce};
 
 impl Limiter {
@@ -34,18 +36,34 @@ impl Limiter {
         let Some(index) = rules.rules().iter().position(|r| r.policy.name() == rule) else {
             return Err(self.unknown_rule(rule));
         };
-        let tier = self.tier(&rules.rules()[index], key).map(Box::new);
+        let found = &rules.rules()[index];
+        let (sanitized, tier) = match found.has_client_quotas() {
+            true => match self.client_quota(found, &no_request(), key.to_owned()) {
+                (key, ClientQuota::Rule) => (key, None),
+                (key, ClientQuota::Tier(tier)) => (key, Some(tier)),
+                // Not limited by the rule: allowed, with nothing to report.
+                (_, ClientQuota::Unlimited) => {
+                    return Ok((None, Verdict::Proceed(Headers::default())));
+                }
+            },
+            false => (key::sanitize(key.to_owned()), None),
+        };
         let planned = Planned {
             rule: index,
-            key: key::sanitize(key.to_owned()),
+            key: sanitized,
             cost,
             tier,
         };
-        let pending = Pending {
+        let mut pending = Pending {
             rules,
             checks: SmallVec::from_buf([planned]),
         };
-        let one = &pending.checks[0];
+        if pending.finding() {
+            self.settle(&mut pending).await;
+        }
+        let Some(one) = pending.checks.first() else {
+            return Ok((None, Verdict::Proceed(Headers::default())));
+        };
         if let Some(in_flight) = &pending.rules.rules()[index].in_flight {
             let in_flight = match wait {
                 Some(max_wait) => &InFlightRule {

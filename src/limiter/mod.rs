@@ -18,9 +18,11 @@ use crate::quota::{Policy, Quota};
 use crate::response::{DenyResponse, HeaderStyle, Refusal};
 use crate::rules::{CompiledRule, InForce, Mode, RuleSource};
 use crate::telemetry::{self, Outcome};
+use client_quota::{ClientQuota, Tier};
 use count::Counted;
 use give_back::Place;
 
+mod client_quota;
 pub(crate) mod count;
 mod door;
 pub(crate) mod give_back;
@@ -107,9 +109,9 @@ impl Pending<'_> {
         (self.checks.into_iter())
             .filter_map(|c| {
                 let statuses = rules[c.rule].count_status.clone()?;
-                let policy = match c.tier {
-                    Some(tier) => tier.0,
-                    None => rules[c.rule].policy.clone(),
+                let policy = match c.tier.map(|tier| *tier) {
+                    Some(Tier::Known(policy, _)) => policy,
+                    _ => rules[c.rule].policy.clone(),
                 };
                 Some(Counted {
                     statuses,
@@ -136,10 +138,15 @@ impl Pending<'_> {
 
     /// The policy `check` is decided by: its tier's, or its rule's.
     fn policy<'a>(&'a self, check: &'a Planned) -> &'a Policy {
-        match &check.tier {
-            Some(tier) => &tier.0,
-            None => &self.rules.rules()[check.rule].policy,
+        match check.tier.as_deref() {
+            Some(Tier::Known(policy, _)) => policy,
+            _ => &self.rules.rules()[check.rule].policy,
         }
+    }
+
+    /// Whether a check's quota is still being found (see [`settle`](Limiter::settle)).
+    fn finding(&self) -> bool {
+        (self.checks.iter()).any(|c| matches!(c.tier.as_deref(), Some(Tier::Finding(_))))
     }
 
     /// What the engine is asked for `check`: a look for a rule with `count_status` (counted
@@ -158,9 +165,9 @@ impl Pending<'_> {
 
     /// The quota `check` is decided by: its tier's, or its rule's.
     fn quota(&self, check: &Planned) -> Quota {
-        match &check.tier {
-            Some(tier) => tier.1,
-            None => self.rules.rules()[check.rule].quota,
+        match check.tier.as_deref() {
+            Some(Tier::Known(_, quota)) => *quota,
+            _ => self.rules.rules()[check.rule].quota,
         }
     }
 }
@@ -171,9 +178,10 @@ struct Planned {
     rule: usize,
     key: String,
     cost: u32,
-    /// The tier's policy and quota when one applies to the key; else the rule's own are
-    /// used, not copied. Boxed: a policy is large, and most rules have no tiers.
-    tier: Option<Box<(Policy, Quota)>>,
+    /// The client's own quota when it has one (a tier, a lookup's, an override), or what
+    /// finding it waits for; else the rule's own is used, not copied. Boxed: a policy is
+    /// large, and most rules have no quotas per client.
+    tier: Option<Box<Tier>>,
 }
 
 impl Limiter {
@@ -206,10 +214,14 @@ impl Limiter {
         let mut checks = SmallVec::new();
         for (index, rule) in rules.matching(parts) {
             let (key, tier) = match rule.key.extract(parts) {
-                Some(key) => {
-                    let tier = self.tier(rule, &key).map(Box::new);
-                    (key::sanitize(key), tier)
+                Some(raw) if rule.has_client_quotas() => {
+                    match self.client_quota(rule, parts, raw) {
+                        (key, ClientQuota::Rule) => (key, None),
+                        (key, ClientQuota::Tier(tier)) => (key, Some(tier)),
+                        (_, ClientQuota::Unlimited) => continue,
+                    }
                 }
+                Some(key) => (key::sanitize(key), None),
                 None => match self.on_missing_key {
                     OnMissingKey::Skip => {
                         telemetry::request(&rule.policy, Outcome::Skipped);
@@ -243,6 +255,28 @@ impl Limiter {
         Plan::Check(Pending { rules, checks })
     }
 
+    /// Finds the quotas of the checks still finding theirs (see `client_quota`), and drops
+    /// the checks of clients their rule does not limit.
+    pub(crate) async fn settle(&self, pending: &mut Pending<'_>) {
+        let rules = &pending.rules;
+        let mut settled = SmallVec::<[Planned; 1]>::new();
+        for mut check in std::mem::take(&mut pending.checks) {
+            if let Some(Tier::Finding(_)) = check.tier.as_deref() {
+                let Some(Tier::Finding(finding)) = check.tier.take().map(|tier| *tier) else {
+                    continue;
+                };
+                let rule = &rules.rules()[check.rule];
+                match self.found(rule, &check.key, finding).await {
+                    ClientQuota::Rule => {}
+                    ClientQuota::Tier(tier) => check.tier = Some(tier),
+                    ClientQuota::Unlimited => continue,
+                }
+            }
+            settled.push(check);
+        }
+        pending.checks = settled;
+    }
+
     /// The policy and quota of `key`'s tier under `rule`, if the rule has tiers; `None`: the
     /// rule's own.
     pub(crate) fn tier(&self, rule: &CompiledRule, key: &str) -> Option<(Policy, Quota)> {
@@ -261,9 +295,14 @@ impl Limiter {
         }
     }
 
-    /// The sanitized key and the policy (the rule's, or its tier's) by which requests of the
-    /// client `key` are decided under the rule named `rule`: what acting on one client uses.
-    pub(crate) fn client(&self, rule: &str, key: &str) -> Result<(String, Policy), ControlError> {
+    /// The sanitized key and the policy (the rule's, or the client's own quota's) by which
+    /// requests of the client `key` are decided under the rule named `rule`: what acting on
+    /// one client uses. A lookup sees a request head with nothing in it.
+    pub(crate) async fn client(
+        &self,
+        rule: &str,
+        key: &str,
+    ) -> Result<(String, Policy), ControlError> {
         let rules = self.rules.current();
         let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
             return Err(self.unknown_rule(rule));
@@ -274,15 +313,55 @@ impl Limiter {
                 "peek, reset, block or refund of a limit on requests in flight",
             )));
         }
-        let policy = match self.tier(found, key) {
-            Some((policy, _)) => policy,
-            None => found.policy.clone(),
+        let (sanitized, mut quota) = match found.has_client_quotas() {
+            true => self.client_quota(found, &no_request(), key.to_owned()),
+            false => (key::sanitize(key.to_owned()), ClientQuota::Rule),
         };
-        Ok((key::sanitize(key.to_owned()), policy))
+        if let ClientQuota::Tier(tier) = quota {
+            quota = match *tier {
+                Tier::Finding(finding) => self.found(found, &sanitized, finding).await,
+                known => ClientQuota::Tier(Box::new(known)),
+            };
+        }
+        let policy = match quota {
+            ClientQuota::Tier(tier) => match *tier {
+                Tier::Known(policy, _) => policy,
+                Tier::Finding(_) => found.policy.clone(),
+            },
+            _ => found.policy.clone(),
+        };
+        Ok((sanitized, policy))
     }
 }
 
+/// The head of a request with nothing in it: what a lookup sees for a client acted on outside
+/// a request (the door, an admin's peek).
+pub(crate) fn no_request() -> Parts {
+    http::Request::new(()).into_parts().0
+}
+
 impl Limiter {
+    /// The sanitized key of the client `key` under the rule named `rule`, which must take
+    /// quotas set at run time; and `quota`, if given, must fit it.
+    pub(crate) fn overridable(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+    ) -> Result<String, ControlError> {
+        let rules = self.rules.current();
+        let Some(found) = rules.rules().iter().find(|r| r.policy.name() == rule) else {
+            return Err(self.unknown_rule(rule));
+        };
+        if !found.overridable {
+            return Err(ControlError::NotOverridable { rule: rule.into() });
+        }
+        if let Some(quota) = quota {
+            found.policy_for(quota).map_err(ControlError::Quota)?;
+        }
+        Ok(key::sanitize(key.to_owned()))
+    }
+
     /// The error for a rule named `rule` that is not in force, listing those that are.
     fn unknown_rule(&self, rule: &str) -> ControlError {
         let rules = self.rules.current();

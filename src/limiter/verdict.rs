@@ -8,6 +8,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 use tracing::Instrument;
 
+use super::client_quota::Tier;
 use super::count::Counter;
 use super::give_back::GiveBack;
 use super::slots::Slots;
@@ -57,7 +58,7 @@ impl Limiter {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
-        if pending.counts_later() || pending.holds_slots() {
+        if pending.counts_later() || pending.finding() || pending.holds_slots() {
             return None;
         }
         let span = decision_span(pending);
@@ -73,6 +74,13 @@ impl Limiter {
 
     /// The verdict of a request that waits for the store.
     pub(crate) async fn decide(self: Arc<Self>, mut pending: Pending<'static>) -> Verdict {
+        if pending.finding() {
+            self.settle(&mut pending).await;
+            if pending.checks.is_empty() {
+                // Every rule let the client go unlimited.
+                return Verdict::Proceed(Headers::default());
+            }
+        }
         if pending.rules.has_in_flight() {
             pending.slots_first();
         }
@@ -190,9 +198,10 @@ impl Limiter {
                 }
             }
             if headed {
-                let item = match &planned.tier {
-                    None => Cow::Borrowed(&rule.header_item),
-                    Some(tier) => Cow::Owned(rules::header_item(&tier.0)),
+                // The quota the client is under: its own, or its rule's.
+                let item = match planned.tier.as_deref() {
+                    Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
+                    _ => Cow::Borrowed(&rule.header_item),
                 };
                 let name = rule.policy.name();
                 seen.push((Shown { name, item }, *decision));

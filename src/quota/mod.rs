@@ -11,6 +11,7 @@ use crate::telemetry::{Metered, RequestKeys};
 mod in_flight;
 mod name;
 mod parse;
+mod stored;
 pub use in_flight::InFlight;
 pub(crate) use name::check_policy_name;
 pub(crate) use parse::parse_period;
@@ -457,6 +458,15 @@ impl Policy {
         if self.name == rule.name {
             self.request_keys = rule.request_keys.clone();
         }
+        self
+    }
+
+    /// This policy (a client's quota under `rule`, of the same name) with its buckets' state
+    /// kept in `rule`'s scale, marked when its own differs (see `algorithm::Scale`), so that
+    /// a client whose quota changes keeps what it has used.
+    #[must_use]
+    pub(crate) fn kept_as(mut self, rule: &Policy) -> Self {
+        self.params.home = rule.params.home;
         self
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 
 use super::{
-    count_status, Cost, CostSpec, DelayQueue, InFlightRule, Limit, Mode, Route, Rule, StatusMatch,
-    TierFn,
+    count_status, Cost, CostSpec, DelayQueue, InFlightRule, Limit, Mode, QuotaLookup, Route, Rule,
+    StatusMatch, TierFn,
 };
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
@@ -143,6 +143,8 @@ impl Rule {
             cost,
             max_cost,
             quota_for: self.quota_for.clone(),
+            quota_from: self.quota_from.clone(),
+            overridable: self.overridable,
             count_status,
         })
     }
@@ -240,6 +242,10 @@ pub(crate) struct CompiledRule {
     pub(crate) cost: Cost,
     pub(crate) max_cost: u32,
     pub(crate) quota_for: Option<TierFn>,
+    /// Each client's quota, looked up at run time.
+    pub(crate) quota_from: Option<QuotaLookup>,
+    /// Whether a quota set for a client at run time decides its requests.
+    pub(crate) overridable: bool,
     /// Only responses with these statuses are counted (see [`Rule::count_status`]).
     pub(crate) count_status: Option<Arc<[StatusMatch]>>,
 }
@@ -260,8 +266,16 @@ impl CompiledRule {
             cost: Cost::One,
             max_cost: quota.capacity(),
             quota_for: None,
+            quota_from: None,
+            overridable: false,
             count_status: None,
         }
+    }
+
+    /// Whether some client's quota under this rule may differ from the rule's own: tiers, a
+    /// lookup, or overrides.
+    pub(crate) fn has_client_quotas(&self) -> bool {
+        self.quota_for.is_some() || self.quota_from.is_some() || self.overridable
     }
 
     /// The policy of this rule for another quota (a tier's), in the rule's mode.
@@ -270,7 +284,8 @@ impl CompiledRule {
             Some(queue) => queue.policy(self.policy.name(), quota),
             None => Policy::new(self.policy.name(), quota, self.policy.algorithm()),
         }?
-        .counted_as(&self.policy);
+        .counted_as(&self.policy)
+        .kept_as(&self.policy);
         // A tier blocks and leases as the rule does.
         let policy = match self.policy.block_for() {
             Some(block_for) => policy.with_block_for(block_for),

@@ -37,6 +37,8 @@ impl Rule {
             (!matches!(self.cost, CostSpec::One), "a cost"),
             (self.max_cost.is_some(), "max_cost"),
             (self.quota_for.is_some(), "tiers (quota_for)"),
+            (self.quota_from.is_some(), "a quota lookup (quota_from)"),
+            (self.overridable, "overridable"),
             (self.block_for.is_some(), "block_for"),
             (self.count_status.is_some(), "count_status"),
             (self.lease.is_some(), "lease"),
@@ -86,6 +88,8 @@ impl Rule {
             cost: Cost::One,
             max_cost: 1,
             quota_for: None,
+            quota_from: None,
+            overridable: false,
             count_status: None,
         })
     }

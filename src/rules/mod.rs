@@ -23,6 +23,7 @@ mod delay;
 mod file;
 mod in_flight;
 mod index;
+mod lookup;
 mod route;
 mod rules_file;
 mod set;
@@ -36,6 +37,8 @@ pub(crate) use count_status::ALLOWED as COUNT_STATUS_ALLOWED;
 pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
 pub(crate) use in_flight::InFlightRule;
+pub(crate) use lookup::{Looked, NamedLookups};
+pub use lookup::{Lookup, LookupError, QuotaLookup, QuotaResolver};
 pub(crate) use route::{parse_methods, Route};
 pub use rules_file::MAX_FILE_BYTES;
 pub(crate) use set::RuleSet;
@@ -117,6 +120,8 @@ pub struct Rule {
     mode: Mode,
     max_delay: Option<Duration>,
     quota_for: Option<TierFn>,
+    quota_from: Option<QuotaLookup>,
+    overridable: bool,
     block_for: Option<Duration>,
     count_status: Option<Vec<StatusMatch>>,
     lease: Option<Lease>,
@@ -175,8 +180,9 @@ impl Rule {
     /// In a shared store each slot is a lease of [`in_flight_ttl`](Self::in_flight_ttl)
     /// (default 30 s) that its instance renews while the request runs, so the slots of an
     /// instance that crashed come back after at most that long. A `max` of 0 is a
-    /// [`ConfigError`] at `build`. Cost, tiers, `block_for`, `count_status` and leases are
-    /// for rates: an in-flight rule with one of them is a [`ConfigError`] too.
+    /// [`ConfigError`] at `build`. Cost, tiers, quotas per client (`quota_from`,
+    /// `overridable`), `block_for`, `count_status` and leases are for rates: an in-flight rule
+    /// with one of them is a [`ConfigError`] too.
     ///
     /// ```
     /// use std::time::Duration;
@@ -212,6 +218,8 @@ impl Rule {
             mode: Mode::Enforce,
             max_delay: None,
             quota_for: None,
+            quota_from: None,
+            overridable: false,
             block_for: None,
             count_status: None,
             lease: None,
@@ -305,6 +313,36 @@ impl Rule {
         F: Fn(&str) -> Option<Quota> + Send + Sync + 'static,
     {
         self.quota_for = Some(Arc::new(tiers));
+        self
+    }
+
+    /// Looks each client's quota up at run time with `lookup` (a plan in a database, a claim
+    /// an auth layer attached to the request): see [`QuotaLookup`]. The lookup's answer is
+    /// the client's quota, or none for a client this rule does not limit; a lookup that fails
+    /// or times out is answered with the quota [`quota_for`](Self::quota_for) gives, else the
+    /// rule's own. A quota set for the client at run time
+    /// ([`Control::set_quota`](crate::Control::set_quota)) comes first: the rule is
+    /// [`overridable`](Self::overridable).
+    ///
+    /// A client whose quota changes keeps what it has used: the requests it made under the
+    /// old quota count against the new one (see the [rules guide](crate::guide::rules)).
+    #[must_use]
+    pub fn quota_from(mut self, lookup: QuotaLookup) -> Self {
+        self.quota_from = Some(lookup);
+        self.overridable = true;
+        self
+    }
+
+    /// Whether a quota set for a client at run time
+    /// ([`Control::set_quota`](crate::Control::set_quota)) decides its requests under this
+    /// rule (default false; true with [`quota_from`](Self::quota_from)). Each instance reads
+    /// a client's override from the store at most every
+    /// [`OVERRIDE_TTL`](crate::engine::OVERRIDE_TTL), so a change reaches every instance
+    /// within a second; it costs that read per active client, so rules that never need one
+    /// leave it off.
+    #[must_use]
+    pub fn overridable(mut self, overridable: bool) -> Self {
+        self.overridable = overridable;
         self
     }
 
@@ -426,6 +464,8 @@ impl fmt::Debug for Rule {
             .field("block_for", &self.block_for)
             .field("count_status", &self.count_status)
             .field("lease", &self.lease)
+            .field("quota_from", &self.quota_from)
+            .field("overridable", &self.overridable)
             .finish_non_exhaustive()
     }
 }

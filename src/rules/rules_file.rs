@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{parse_file, CompiledRule, CompiledSkip, RuleSet};
+use super::{parse_file, CompiledRule, CompiledSkip, NamedLookups, RuleSet};
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::key::KeyExtractor;
@@ -36,6 +36,8 @@ pub(super) struct CodeRules {
     /// For the file's rules: they set both, so these only matter to the code's rules.
     pub(super) default_key: Arc<dyn KeyExtractor>,
     pub(super) default_algorithm: Algorithm,
+    /// The quota lookups the file's rules may name.
+    pub(super) lookups: NamedLookups,
 }
 
 impl CodeRules {
@@ -52,7 +54,7 @@ impl CodeRules {
         };
         let text = std::str::from_utf8(bytes)
             .map_err(|e| fail(format!("the rules file is not UTF-8 text ({e})")))?;
-        let file = parse_file(text, &origin)?;
+        let file = parse_file(text, &origin, &self.lookups)?;
         if file.rules.is_empty() {
             return Err(fail(
                 "the rules file has no [[rule]]; an empty file would lift every limit, so it \

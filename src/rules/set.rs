@@ -53,7 +53,7 @@ impl RuleSet {
                 skips.is_empty()
                     && rule_index.takes_all()
                     && matches!(rule.cost, Cost::One)
-                    && rule.quota_for.is_none()
+                    && !rule.has_client_quotas()
                     && rule.in_flight.is_none()
             }
             _ => false,
@@ -77,8 +77,8 @@ impl RuleSet {
     }
 
     /// The rule, when the set is one rule for every request (any path and method, no skips)
-    /// at cost 1, without tiers, limiting a rate: the usual setup of a layer, whose requests need no
-    /// route matched, tier looked up or cost read.
+    /// at cost 1, limiting a rate without quotas per client (tiers, lookups, overrides): the
+    /// usual setup of a layer, whose requests need no route matched, quota found or cost read.
     #[inline]
     pub(crate) fn sole(&self) -> Option<&CompiledRule> {
         self.rules.first().filter(|_| self.sole)

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::rules_file::{CodeRules, RulesFile};
-use super::{CompiledSkip, Rule, RuleSet};
+use super::{CompiledSkip, NamedLookups, Rule, RuleSet};
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
 use crate::key::KeyExtractor;
@@ -70,6 +70,7 @@ impl RuleSource {
         default_key: Arc<dyn KeyExtractor>,
         default_algorithm: Algorithm,
         file: Option<PathBuf>,
+        lookups: NamedLookups,
     ) -> Result<Arc<Self>, ConfigError> {
         let code = CodeRules {
             rules: code_rules
@@ -79,6 +80,7 @@ impl RuleSource {
             skips: code_skips,
             default_key,
             default_algorithm,
+            lookups,
         };
         let current = match file {
             None => Current::Fixed(Arc::new(code.alone()?)),
@@ -196,6 +198,7 @@ mod tests {
             Arc::new(key::Global),
             Algorithm::Gcra,
             Some(file.0.clone()),
+            NamedLookups::default(),
         )
     }
 
@@ -301,6 +304,7 @@ mod tests {
             Arc::new(key::Global),
             Algorithm::Gcra,
             None,
+            NamedLookups::default(),
         )
         .unwrap();
         source.reload().unwrap();

@@ -1,5 +1,5 @@
-//! [`StoreExt`], [`Leasing`] and [`InFlightSlots`]: the crate-private contract between the
-//! stores and what sits on them.
+//! [`StoreExt`], [`Leasing`], [`QuotaOverrides`] and [`InFlightSlots`]: the crate-private
+//! contract between the stores and what sits on them.
 //!
 //! A [`Store`] (the public four methods) is what a user writes. The built-in stores
 //! (`MemoryStore`, `RedisStore`), the adapter that gives a user's store its fallbacks
@@ -13,11 +13,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
@@ -109,6 +110,35 @@ pub(crate) trait Leasing: StoreExt {
         grant: &Grant,
     ) -> impl Future<Output = Result<u32, StoreError>> + Send;
 }
+
+/// Quotas set for one client under one rule at run time (see
+/// [`Control::set_quota`](crate::Control::set_quota)), kept in the store, so that every instance
+/// on it sees them. The stores and every wrapper implement it; a user's [`Store`] answers
+/// [`StoreError::Unsupported`] (a [`StateBackedStore`](crate::store::StateBackedStore) keeps
+/// them in its backend). An override is kept as `L:P:B` (limit, period in µs, burst or 0) at
+/// the key `<prefix>:<rule>:quota:<client key>` (the client key as each store writes keys).
+pub(crate) trait QuotaOverrides: StoreExt {
+    /// The quota set for `key` under the rule named `rule`, if one is set and has not expired.
+    fn quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Quota>, StoreError>> + Send;
+
+    /// Sets `quota` for `key` under the rule named `rule`, for `ttl` (`None`: until cleared;
+    /// a store that needs an expiry keeps it for [`LONGEST_OVERRIDE`]), or clears it (`None`).
+    fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// How long an override set without an expiry lives on a store whose keys must expire (the
+/// state-backed stores, memcached): ten years.
+pub(crate) const LONGEST_OVERRIDE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// Slots of requests in flight (see [`InFlight`]): taken, given back and renewed by id. Every
 /// store and every wrapper implements it; the wrappers pass it on untouched but for the

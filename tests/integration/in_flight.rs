@@ -290,6 +290,10 @@ fn a_rule_that_mixes_a_rate_into_a_limit_on_requests_in_flight_is_refused() {
             "block_for applies to a rate",
         ),
         (
+            Rule::in_flight("a", 1).overridable(true),
+            "overridable applies to a rate",
+        ),
+        (
             Rule::in_flight("a", 1).in_flight_ttl(Duration::from_millis(10)),
             "in_flight_ttl 10ms is out of range",
         ),

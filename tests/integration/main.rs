@@ -25,6 +25,7 @@ fn ok_service() -> impl tower::Service<
 
 mod allow_list;
 mod client_control;
+mod client_quotas;
 mod concurrency;
 mod count_status;
 mod decided_at_once;
@@ -50,3 +51,4 @@ mod rules;
 mod rules_file_faults;
 mod state_store;
 mod store_outage_log;
+mod tenants;

@@ -394,3 +394,58 @@ fn a_refund_reaches_neither_past_windows_nor_before_now() {
     assert_eq!(state.expires_at(&swl), 11 * S);
     assert_eq!(left_after_one(&state, &swl, 3 * S), 3);
 }
+
+/// Params of a bucket algorithm whose numbers stay where `f64` is exact in a conversion
+/// (periods up to a second): what `used_units_survive_a_change_of_quota` draws from.
+fn bucket_params(algorithm: Algorithm) -> impl Strategy<Value = Params> {
+    (1u32..=50, 50u64..=1_000_000, 1u32..=50).prop_map(move |(limit, period, burst)| {
+        let limit = limit.min(u32::try_from(period).unwrap_or(u32::MAX));
+        let quota = Quota::new(limit, Duration::from_micros(period))
+            .and_then(|q| q.burst(burst))
+            .unwrap();
+        *Policy::new("p", quota, algorithm).unwrap().params()
+    })
+}
+
+/// Units used at `now`, rounded up: the capacity less what a look leaves.
+fn used(state: &State, p: &Params, now: u64) -> u64 {
+    p.burst - state.look(p, now).remaining
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+    /// A bucket read under another quota (a client's changed) counts at least the units it
+    /// used against the new one (all of the new one when it used more), and read back under
+    /// the old quota gives none back (but what two buckets of the new one could not carry).
+    #[test]
+    fn used_units_survive_a_change_of_quota(
+        (algorithm, old, mut new) in prop::sample::select(vec![
+            Algorithm::Gcra,
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+        ])
+        .prop_flat_map(|a| (Just(a), bucket_params(a), bucket_params(a))),
+        start in 0u64..1 << 40,
+        steps in history(false),
+    ) {
+        new.home = old.scale();
+        let mut state = State::new(algorithm);
+        let mut now = start;
+        for step in &steps {
+            now = step.next(now, &old, algorithm);
+            state.check(&old, now, step.cost(&old));
+        }
+        let before = used(&state, &old, now);
+        let mut moved = state.clone();
+        moved.rescale(old.scale(), &new, now);
+        prop_assert!(used(&moved, &new, now) >= before.min(new.burst));
+        // Moved back, none is given back; unless the new quota's cap (two of its buckets) cut
+        // what it carried over.
+        if before < new.burst {
+            let mut back = moved.clone();
+            back.rescale(new.scale(), &old, now);
+            prop_assert!(used(&back, &old, now) >= before);
+        }
+    }
+}

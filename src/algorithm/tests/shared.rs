@@ -12,7 +12,7 @@ mod buckets {
     use super::super::{history, params, start};
     use crate::algorithm::gcra::Gcra;
     use crate::algorithm::token_bucket::TokenBucket;
-    use crate::algorithm::{Algorithm, Params, State};
+    use crate::algorithm::{Algorithm, Params, Scale, State};
     use crate::decision::Decision;
     use crate::{
         clock::ManualClock,
@@ -181,6 +181,10 @@ mod buckets {
                 period: u64::MAX,
                 burst: u64::MAX,
                 interval: u64::MAX,
+                home: Scale {
+                    interval: u64::MAX,
+                    burst: u64::MAX,
+                },
             };
             let mut s = State::new(a);
             for now in [0, u64::MAX, 1] {

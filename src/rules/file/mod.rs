@@ -43,12 +43,15 @@
 //!
 //! Fields of `[defaults]` and of a rule: `algorithm`, `key`, `quota`, `cost_header`,
 //! `max_cost`, `mode`, `max_delay`, `block_for` (not in delay mode), `lease`, `trusted_proxies` (networks whose forwarding headers
-//! `client_ip` believes). A rule also has `name` (required), `methods`, `path` and
-//! `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list mixing codes and classes), or
-//! instead of a quota `in_flight` (a limit on requests in flight, with `in_flight_ttl`, which
-//! `[defaults]` may set too; the rate settings `quota`, `algorithm`, `cost_header`,
-//! `max_cost`, `block_for`, `count_status` and `lease` are refused on such a rule, and those
-//! of `[defaults]` do not apply to it); a skip has
+//! `client_ip` believes), `quota_from` (the name of a quota lookup registered with the layer's
+//! builder: each client's quota is looked up at run time) and `overridable` (whether quotas
+//! set for clients at run time apply; true with `quota_from`). A rule also has `name`
+//! (required), `methods`, `path` and `count_status` (`[401, 403]`, `"4xx"`, `"5xx"`, or a list
+//! mixing codes and classes), or instead of a quota `in_flight` (a limit on requests in
+//! flight, with `in_flight_ttl`, which `[defaults]` may set too; the rate settings `quota`,
+//! `algorithm`, `cost_header`, `max_cost`, `block_for`, `count_status`, `lease`, `quota_from`
+//! and `overridable` are refused on such a rule, and those of `[defaults]` do not apply to
+//! it); a skip has
 //! `path`, `methods`, `keys` (client keys as `[defaults] key` reads them) and `cidrs` (the
 //! peer's networks, or the client's when `[defaults] key` reads `client_ip`), at least one of
 //! `path`, `keys` and `cidrs`, and takes a request when all it sets hold. A `max_delay` or
@@ -69,17 +72,19 @@ use serde::Deserialize;
 use toml::de::DeTable;
 use toml::Spanned;
 
-use super::{CompiledSkip, Mode, Route, Rule, Setting};
+use super::{CompiledSkip, Mode, NamedLookups, Route, Rule, Setting};
 use crate::algorithm::Algorithm;
 use crate::error::ConfigError;
 use crate::key::{self, KeyExtractor};
 use crate::quota::Quota;
 
+mod limit;
 mod report;
 #[cfg(test)]
 mod tests;
 mod value;
 
+use limit::{client_quotas, rate_of, refuse_rate_settings};
 use report::{Scope, Source};
 use value::{
     Cidr, Header, InFlightMax, KeySpec, LeaseSetting, MaxCost, MaxDelay, Method, StatusList, Text,
@@ -98,7 +103,13 @@ pub(crate) struct RulesFile {
 ///
 /// Each rule is checked as the layer will compile it, with the position of the offending
 /// value, so a broken file never gets as far as replacing working rules.
-pub(crate) fn parse(text: &str, origin: &str) -> Result<RulesFile, ConfigError> {
+///
+/// `lookups` are the quota lookups a rule's `quota_from` may name.
+pub(crate) fn parse(
+    text: &str,
+    origin: &str,
+    lookups: &NamedLookups,
+) -> Result<RulesFile, ConfigError> {
     let src = Source { text, origin };
     // Syntax first, so a syntax error keeps toml's own message rather than a shape complaint.
     // toml reports the span of any error; the path of one in the document's shape says the
@@ -112,7 +123,7 @@ pub(crate) fn parse(text: &str, origin: &str) -> Result<RulesFile, ConfigError> 
         .collect::<Result<_, _>>()?;
     let mut names = HashMap::with_capacity(doc.rule.len());
     let rules = (doc.rule.into_iter().enumerate())
-        .map(|(i, rule)| build_rule(&src, i + 1, rule, &defaults, &mut names))
+        .map(|(i, rule)| build_rule(&src, i + 1, rule, &defaults, &mut names, lookups))
         .collect::<Result<_, _>>()?;
     Ok(RulesFile { rules, skips })
 }
@@ -145,6 +156,8 @@ struct Settings {
     trusted_proxies: Option<List<Cidr>>,
     block_for: Option<Spanned<Text<MaxDelay>>>,
     lease: Option<Spanned<LeaseSetting>>,
+    quota_from: Option<Spanned<String>>,
+    overridable: Option<bool>,
     in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
 }
 
@@ -168,6 +181,8 @@ struct RuleDoc {
     /// Only responses with these statuses are counted: a rule's own, never a default.
     count_status: Option<Spanned<StatusList>>,
     lease: Option<Spanned<LeaseSetting>>,
+    quota_from: Option<Spanned<String>>,
+    overridable: Option<bool>,
     /// A limit on requests in flight instead of a quota: a rule's own, never a default.
     in_flight: Option<Spanned<InFlightMax>>,
     in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
@@ -201,6 +216,7 @@ fn build_rule(
     doc: Spanned<RuleDoc>,
     defaults: &Settings,
     names: &mut HashMap<String, usize>,
+    lookups: &NamedLookups,
 ) -> Result<Rule, ConfigError> {
     let header = doc.span();
     let doc = doc.into_inner();
@@ -307,6 +323,9 @@ fn build_rule(
     if let Some(lease) = pick(&doc.lease, &defaults.lease).filter(|_| in_flight.is_none()) {
         rule = rule.lease(lease.get_ref().0);
     }
+    if in_flight.is_none() {
+        rule = client_quotas(rule, &doc, defaults, lookups, &fail)?;
+    }
 
     // The rule sets its own key and algorithm, so the defaults given here never apply.
     let unused_key: Arc<dyn KeyExtractor> = Arc::new(key::Global);
@@ -342,55 +361,6 @@ fn build_rule(
         fail(span, field, &e)
     })?;
     Ok(rule)
-}
-
-/// The quota of a rate rule (its own, else `[defaults]`'s).
-fn rate_of(
-    doc: &RuleDoc,
-    defaults: &Settings,
-    header: Range<usize>,
-    fail: &Fail<'_>,
-) -> Result<Quota, ConfigError> {
-    match pick(&doc.quota, &defaults.quota) {
-        Some(quota) => Ok(quota.get_ref().0),
-        None => Err(fail(
-            header,
-            "quota",
-            &"missing: set quota in the rule or in [defaults], e.g. quota = \"100/min\" (or \
-              in_flight = 4 for a limit on requests in flight)",
-        )),
-    }
-}
-
-/// Refuses the rate settings a limit on requests in flight cannot have, where the rule itself
-/// sets them (those of `[defaults]` do not apply to it).
-fn refuse_rate_settings(doc: &RuleDoc, fail: &Fail<'_>) -> Result<(), ConfigError> {
-    let span = |v: Option<Range<usize>>, field: &'static str| v.map(|span| (span, field));
-    let set = [
-        span(doc.quota.as_ref().map(Spanned::span), "quota"),
-        span(doc.algorithm.as_ref().map(Spanned::span), "algorithm"),
-        span(doc.cost_header.as_ref().map(|_| 0..0), "cost_header"),
-        span(doc.max_cost.as_ref().map(|_| 0..0), "max_cost"),
-        span(doc.block_for.as_ref().map(Spanned::span), "block_for"),
-        span(doc.count_status.as_ref().map(Spanned::span), "count_status"),
-        span(doc.lease.as_ref().map(Spanned::span), "lease"),
-    ];
-    let Some((span, field)) = set.into_iter().flatten().next() else {
-        return Ok(());
-    };
-    let span = match span {
-        // Read without a span: point at in_flight, which makes them wrong.
-        span if span == (0..0) => doc.in_flight.as_ref().map_or(span, Spanned::span),
-        span => span,
-    };
-    Err(fail(
-        span,
-        field,
-        &format!(
-            "{field} applies to a rate, and this rule limits requests in flight (in_flight): \
-             write the rate as a rule of its own"
-        ),
-    ))
 }
 
 /// Checks one `[[skip]]` and builds it: its route (any path when it has `keys` or `cidrs`

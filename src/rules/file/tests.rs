@@ -48,7 +48,9 @@ fn compile(rule: &Rule) -> CompiledRule {
 
 /// The error message for `source` read as `rules.toml`.
 fn error(source: &str) -> String {
-    parse(source, "rules.toml").unwrap_err().to_string()
+    parse(source, "rules.toml", &NamedLookups::default())
+        .unwrap_err()
+        .to_string()
 }
 
 /// Asserts `message` starts with `rules.toml:<at>: ` and contains every part.
@@ -69,7 +71,7 @@ fn assert_error(message: &str, at: &str, parts: &[&str]) {
 
 #[test]
 fn the_example_parses_to_its_rules() {
-    let file = parse(EXAMPLE, "rules.toml").unwrap();
+    let file = parse(EXAMPLE, "rules.toml", &NamedLookups::default()).unwrap();
     let names: Vec<_> = file.rules.iter().map(Rule::name).collect();
     assert_eq!(names, ["login", "api"]);
 
@@ -106,7 +108,12 @@ fn the_example_parses_to_its_rules() {
 
 #[test]
 fn without_defaults_gcra_and_peer_ip() {
-    let file = parse("[[rule]]\nname = \"all\"\nquota = \"10/s\"\n", "rules.toml").unwrap();
+    let file = parse(
+        "[[rule]]\nname = \"all\"\nquota = \"10/s\"\n",
+        "rules.toml",
+        &NamedLookups::default(),
+    )
+    .unwrap();
     assert!(file.skips.is_empty());
     let all = compile(&file.rules[0]);
     assert_eq!(all.policy.algorithm(), Algorithm::Gcra);
@@ -117,7 +124,7 @@ fn without_defaults_gcra_and_peer_ip() {
 
 #[test]
 fn an_empty_file_has_no_rules() {
-    let file = parse("# nothing yet\n", "rules.toml").unwrap();
+    let file = parse("# nothing yet\n", "rules.toml", &NamedLookups::default()).unwrap();
     assert!(file.rules.is_empty() && file.skips.is_empty());
 }
 
@@ -155,7 +162,7 @@ mode = "delay"
 name = "own-proxies"
 trusted_proxies = ["172.16.0.0/12"]
 "#;
-    let file = parse(source, "rules.toml").unwrap();
+    let file = parse(source, "rules.toml", &NamedLookups::default()).unwrap();
     let inherits = compile(&file.rules[0]);
     assert_eq!(inherits.policy.algorithm(), Algorithm::TokenBucket);
     assert_eq!(inherits.quota, Quota::per_second(10).unwrap());
@@ -217,6 +224,7 @@ fn inline_tables_work_too() {
     let file = parse(
         "rule = [{ name = \"a\", quota = \"1/s\" }, { name = \"b\", quota = \"2/s\" }]\n",
         "rules.toml",
+        &NamedLookups::default(),
     )
     .unwrap();
     assert_eq!(file.rules.len(), 2);
@@ -438,7 +446,7 @@ fn max_delay_outside_delay_mode_is_ignored() {
         "[[rule]]\nname = \"api\"\nquota = \"1/s\"\nmode = \"shadow\"\nmax_delay = \"2s\"\n",
         "[[rule]]\nname = \"api\"\nquota = \"1/s\"\nmax_delay = \"2s\"\n",
     ] {
-        let file = parse(source, "rules.toml").unwrap();
+        let file = parse(source, "rules.toml", &NamedLookups::default()).unwrap();
         assert!(format!("{:?}", file.rules[0]).contains("max_delay: None"));
     }
 }
@@ -612,7 +620,7 @@ fn toml_syntax_error() {
 
 #[test]
 fn errors_use_the_origin_given() {
-    let e = parse("x = 1", "/etc/app/limits.toml")
+    let e = parse("x = 1", "/etc/app/limits.toml", &NamedLookups::default())
         .unwrap_err()
         .to_string();
     assert!(e.starts_with("/etc/app/limits.toml:1:1: "), "{e}");
@@ -644,13 +652,13 @@ fn fragment() -> impl Strategy<Value = String> {
 proptest! {
     #[test]
     fn parse_never_panics_on_any_text(text in any::<String>()) {
-        let _ = parse(&text, "rules.toml");
+        let _ = parse(&text, "rules.toml", &NamedLookups::default());
     }
 
     #[test]
     fn parse_never_panics_on_rules_like_text(lines in prop::collection::vec(fragment(), 0..16)) {
         let text = lines.join("\n");
-        if let Err(e) = parse(&text, "rules.toml") {
+        if let Err(e) = parse(&text, "rules.toml", &NamedLookups::default()) {
             prop_assert!(e.to_string().starts_with("rules.toml:"), "{}", e);
         }
     }
@@ -662,6 +670,7 @@ fn block_for_from_the_rule_or_the_defaults() {
         "[defaults]\nblock_for = \"15m\"\n\n[[rule]]\nname = \"login\"\nquota = \"5/min\"\n\n\
          [[rule]]\nname = \"api\"\nquota = \"10/s\"\nblock_for = \"30s\"\n",
         "rules.toml",
+        &NamedLookups::default(),
     )
     .unwrap();
     let shown: Vec<String> = file.rules.iter().map(|r| format!("{r:?}")).collect();
@@ -677,6 +686,7 @@ fn block_for_from_the_rule_or_the_defaults() {
     let file = parse(
         "[[rule]]\nname = \"api\"\nquota = \"1/s\"\nmode = \"shadow\"\nblock_for = \"1m\"\n",
         "rules.toml",
+        &NamedLookups::default(),
     )
     .unwrap();
     let api = file.rules[0].compile(&unused, Algorithm::Gcra).unwrap();
@@ -759,6 +769,7 @@ name = "every"
 quota = "3/min"
 "#,
         "rules.toml",
+        &NamedLookups::default(),
     )
     .unwrap();
     let statuses: Vec<Option<Vec<StatusMatch>>> = file
@@ -843,6 +854,7 @@ fn lease_is_auto_or_a_number_and_bad_values_point_at_it() {
         "[[rule]]\nname = \"global\"\nquota = \"20000/s\"\nkey = \"global\"\nlease = \"auto\"\n\
          [[rule]]\nname = \"partner\"\nquota = \"500/s\"\nlease = 25\n",
         "rules.toml",
+        &NamedLookups::default(),
     )
     .unwrap();
     assert_eq!(
@@ -944,7 +956,7 @@ max_delay = "1s"
 [[rule]]
 name = "rate"
 "#;
-    let file = parse(source, "rules.toml").unwrap();
+    let file = parse(source, "rules.toml", &NamedLookups::default()).unwrap();
     let slow = compile(&file.rules[0]);
     let limit = &slow.in_flight.as_ref().unwrap().limit;
     // The rate settings of [defaults] do not apply to it.
@@ -967,6 +979,10 @@ fn a_limit_on_requests_in_flight_refuses_rate_settings_where_they_are() {
     assert_error(&e, "4:9", &["rule \"a\"", "quota", "applies to a rate"]);
     let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\ncost_header = \"x-cost\"\n");
     assert_error(&e, "3:13", &["rule \"a\"", "cost_header applies to a rate"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\nquota_from = \"plan\"\n");
+    assert_error(&e, "4:14", &["rule \"a\"", "quota_from applies to a rate"]);
+    let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\noverridable = true\n");
+    assert_error(&e, "3:13", &["rule \"a\"", "overridable applies to a rate"]);
     let e = error("[[rule]]\nname = \"a\"\nin_flight = 0\n");
     assert_error(&e, "3:13", &["in_flight 0 is out of range"]);
     let e = error("[[rule]]\nname = \"a\"\nin_flight = 2\nin_flight_ttl = \"10ms\"\n");

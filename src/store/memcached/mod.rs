@@ -9,9 +9,9 @@ use crate::algorithm::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, ConfigErrorKind, StoreError};
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
 use crate::store::state::StateBackedStore;
@@ -281,12 +281,13 @@ impl StoreExt for MemcachedStore {
                 Some(counters) => {
                     (counters.check(c.key, c.policy, c.cost, c.blocking, c.charge)).await?
                 }
-                None => {
+                None if checks.len() == 1 => {
                     let one = self.state.check_many(std::slice::from_ref(c)).await?;
                     one.into_iter().next().ok_or_else(|| {
                         StoreError::backend("memcached: a check without its decision")
                     })?
                 }
+                None => self.state.check_stacked(c).await?,
             };
             decisions.push(decision);
         }
@@ -319,6 +320,24 @@ impl StoreExt for MemcachedStore {
 
     fn label(&self) -> Arc<str> {
         "memcached".into()
+    }
+}
+
+/// As the state-backed store keeps them: `<prefix>:<rule>:quota:<client key>` (digested as
+/// every key memcached cannot take), `L:P:B`.
+impl QuotaOverrides for MemcachedStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        self.state.quota_override(rule, key).await
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.state.set_quota_override(rule, key, quota, ttl).await
     }
 }
 

@@ -8,9 +8,9 @@ use crate::algorithm::{self, State};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
 use crate::store::Store;
@@ -19,6 +19,7 @@ mod client_key;
 mod in_flight;
 mod key_hasher;
 mod lease;
+mod overrides;
 mod shard;
 mod slot_table;
 mod stacked;
@@ -26,6 +27,7 @@ mod table;
 
 use in_flight::SlotCounts;
 use key_hasher::KeyHasher;
+use overrides::Overrides;
 use shard::{lock, Shard};
 pub(crate) use table::block_after;
 
@@ -40,7 +42,10 @@ pub(crate) use table::block_after;
 ///
 /// A tracked GCRA or leaky-bucket key costs 32 bytes of table (its state and, up to 22 bytes
 /// long, the key itself), about 70 bytes of memory with the table's free room; a decision hashes
-/// the key once and allocates nothing unless the key is new.
+/// the key once and allocates nothing unless the key is new. A rule whose clients have quotas
+/// of their own ([`Rule::quota_from`](crate::rules::Rule::quota_from), overrides, tiers) keeps
+/// each bucket state with the scale it is counted in, about 100 bytes of table, once one of its
+/// clients is decided under another quota than the rule's.
 ///
 /// Clones share the same state.
 ///
@@ -61,6 +66,8 @@ struct Inner {
     hasher: KeyHasher,
     clock: Arc<dyn Clock>,
     max_keys_per_shard: Option<usize>,
+    /// Quotas set for clients at run time.
+    overrides: Overrides,
     /// The slots of requests in flight, counted per client and limit.
     in_flight: SlotCounts,
 }
@@ -86,6 +93,7 @@ impl MemoryStore {
                 hasher,
                 clock: Arc::new(clock),
                 max_keys_per_shard: None,
+                overrides: Overrides::default(),
             }),
         }
     }
@@ -103,6 +111,7 @@ impl MemoryStore {
                 in_flight: SlotCounts::new(self.inner.hasher.clone()),
                 clock: Arc::clone(&self.inner.clock),
                 max_keys_per_shard: Some(max.div_ceil(shards).max(1)),
+                overrides: Overrides::default(),
             }),
         }
     }
@@ -136,7 +145,7 @@ impl MemoryStore {
         let (hash, shard) = self.locate(key);
         let found = lock(shard).find(policy).map(|table| {
             let until = table.live_block(key, hash, now);
-            (until, table.live_state(key, hash, now))
+            (until, table.live_state(key, hash, p, now))
         });
         match found {
             Some((Some(until), _)) => algorithm::blocked(p, now, until, cost),
@@ -268,6 +277,27 @@ impl StoreExt for MemoryStore {
 
     fn label(&self) -> Arc<str> {
         crate::telemetry::store_label::<Self>()
+    }
+}
+
+/// In this process: the instance that decides on the store is the only one to see them.
+impl QuotaOverrides for MemoryStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        Ok(self.inner.overrides.get(rule, key, self.inner.clock.now()))
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let until =
+            ttl.map(|ttl| now.saturating_add(u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX)));
+        self.inner.overrides.set(rule, key, quota, until, now);
+        Ok(())
     }
 }
 

@@ -119,6 +119,17 @@ impl<K> SlotTable<K> {
         }
     }
 
+    /// The same keys in the same cells, each kept value mapped by `f`.
+    pub(super) fn map<L>(self, mut f: impl FnMut(K) -> L) -> SlotTable<L> {
+        let cells = (self.cells.into_vec().into_iter())
+            .map(|cell| cell.map(|Slot { key, kept }| Slot { key, kept: f(kept) }))
+            .collect();
+        SlotTable {
+            cells,
+            len: self.len,
+        }
+    }
+
     /// Gives back room: keeps room for `keys` slots (or for those it holds, if more).
     pub(super) fn shrink_to(&mut self, keys: usize, hasher: &KeyHasher) {
         let cells = cells_for(keys.max(self.len));

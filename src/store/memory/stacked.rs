@@ -87,7 +87,7 @@ impl MemoryStore {
             let slot = *known
                 .entry((shard_index, table, check.key))
                 .or_insert_with(|| {
-                    let state = found.live_state(check.key, hash, now);
+                    let state = found.live_state(check.key, hash, p, now);
                     pending.push(Pending {
                         key: check.key,
                         policy: check.policy,
@@ -104,6 +104,8 @@ impl MemoryStore {
             let Some(q) = pending.get_mut(slot) else {
                 continue;
             };
+            // A second check of the key under another quota reads it in its own scale.
+            q.state.rescale(q.params.scale(), p, now);
             q.params = p;
             let decision = match check.charge {
                 true => q.state.charge(p, now, cost),
@@ -251,7 +253,7 @@ fn charge_denied(
         let table = shard.table_index(check.policy);
         let live = shard
             .table_at(table)
-            .and_then(|t| t.live_state(check.key, hash, now));
+            .and_then(|t| t.live_state(check.key, hash, p, now));
         let mut state = live.unwrap_or_else(|| State::new(check.policy.algorithm()));
         state.charge(p, now, u64::from(check.cost));
         if let Some(max) = max {

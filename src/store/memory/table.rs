@@ -4,12 +4,18 @@
 //! the algorithm's state: 32 bytes for GCRA and the leaky bucket (a key of up to 22 bytes in
 //! place, and the TAT, which is also when the state expires). Lookups hash the client key once,
 //! with the store's seeded hasher, and build nothing: no key is allocated but a new one kept.
+//!
+//! A bucket's state written under a client's own quota, in another scale than its rule's (see
+//! `algorithm::Scale`), is kept with its scale, as the other stores keep it in the state's
+//! value: the first such decision turns the table's slots into slots that keep one
+//! ([`Slots::Scaled`]), once. A table of a rule without quotas per client never turns, and its
+//! decisions read nothing more than before.
 
 use std::sync::Arc;
 
 use super::key_hasher::KeyHasher;
 use super::slot_table::SlotTable;
-use crate::algorithm::{self, Algorithm, Gcra, Params, State};
+use crate::algorithm::{self, Algorithm, Gcra, Params, Scale, State};
 use crate::decision::Decision;
 use crate::quota::Policy;
 
@@ -29,6 +35,9 @@ enum Slots {
     Gcra(SlotTable<Gcra>),
     /// Every other algorithm: its state and when it expires.
     Other(SlotTable<Tracked>),
+    /// A bucket's states, each with the scale it is counted in: once a client of the table
+    /// was decided under its own quota.
+    Scaled(SlotTable<Scaled>),
 }
 
 /// Runs `$body` on the typed table inside `$slots`, whichever it is.
@@ -37,6 +46,7 @@ macro_rules! each {
         match $slots {
             Slots::Gcra($table) => $body,
             Slots::Other($table) => $body,
+            Slots::Scaled($table) => $body,
         }
     };
 }
@@ -53,6 +63,10 @@ trait Kept: Sized {
     fn state(&self, algorithm: Algorithm) -> State;
     /// Keeps `state` (of the table's algorithm), which expires by `p`.
     fn keep(state: State, p: &Params) -> Self;
+    /// The scale the state is counted in: the rule's (`home`) but in a scaled slot.
+    fn scale(&self, home: Scale) -> Scale {
+        home
+    }
 }
 
 impl Kept for Gcra {
@@ -121,6 +135,49 @@ impl Kept for Tracked {
     }
 }
 
+/// A bucket's state with the scale it is counted in (`None`: a new state, counted in none).
+struct Scaled {
+    tracked: Tracked,
+    scale: Option<Scale>,
+}
+
+impl Kept for Scaled {
+    fn fresh(algorithm: Algorithm) -> Self {
+        Self {
+            tracked: Tracked::fresh(algorithm),
+            scale: None,
+        }
+    }
+
+    fn expiry(&self) -> u64 {
+        self.tracked.expires_at
+    }
+
+    /// Read in `p`'s scale first (see `State::rescale`), and kept in it.
+    fn decide(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
+        if let Some(from) = self.scale {
+            self.tracked.state.rescale(from, p, now);
+        }
+        self.scale = Some(p.scale());
+        self.tracked.decide(p, now, cost)
+    }
+
+    fn state(&self, _: Algorithm) -> State {
+        self.tracked.state.clone()
+    }
+
+    fn keep(state: State, p: &Params) -> Self {
+        Self {
+            tracked: Tracked::keep(state, p),
+            scale: Some(p.scale()),
+        }
+    }
+
+    fn scale(&self, home: Scale) -> Scale {
+        self.scale.unwrap_or(home)
+    }
+}
+
 impl PolicyTable {
     pub(super) fn new(policy: &Policy) -> Self {
         let algorithm = policy.algorithm();
@@ -133,6 +190,28 @@ impl PolicyTable {
             },
             blocks: SlotTable::default(),
         }
+    }
+
+    /// Turns the table's slots into scaled ones (see [`Slots::Scaled`]) when `p` counts in
+    /// another scale than the rule's and they are not yet: once, keeping every state as it is,
+    /// in the rule's scale.
+    fn scaled_for(&mut self, p: &Params) {
+        if p.mark(self.algorithm).is_none() || matches!(self.slots, Slots::Scaled(_)) {
+            return;
+        }
+        let (algorithm, home) = (self.algorithm, p.home);
+        let empty = Slots::Scaled(SlotTable::default());
+        let scaled = move |state: State, expires_at: u64| Scaled {
+            tracked: Tracked { state, expires_at },
+            scale: Some(home),
+        };
+        self.slots = match std::mem::replace(&mut self.slots, empty) {
+            Slots::Gcra(t) => {
+                Slots::Scaled(t.map(|g| scaled(Kept::state(&g, algorithm), g.expiry())))
+            }
+            Slots::Other(t) => Slots::Scaled(t.map(|t| scaled(t.state, t.expires_at))),
+            slots => slots,
+        };
     }
 
     /// Whether this table holds `policy`'s clients: the same name and algorithm. (A policy
@@ -184,6 +263,9 @@ impl PolicyTable {
             return algorithm::blocked(p, now, until, cost);
         }
         let algorithm = self.algorithm;
+        if !matches!(self.slots, Slots::Scaled(_)) && p.scale() != p.home {
+            self.scaled_for(p);
+        }
         let decision =
             each!(&mut self.slots, t => check_in(t, key, hash, algorithm, p, now, cost, hasher));
         match block_after(&decision, policy, now) {
@@ -195,17 +277,21 @@ impl PolicyTable {
         }
     }
 
-    /// A copy of `key`'s state while it decides (not expired, not blocked).
-    pub(super) fn live_state(&self, key: &str, hash: u64, now: u64) -> Option<State> {
+    /// A copy of `key`'s state while it decides (not expired, not blocked), read in `p`'s
+    /// scale.
+    pub(super) fn live_state(&self, key: &str, hash: u64, p: &Params, now: u64) -> Option<State> {
         let algorithm = self.algorithm;
-        each!(&self.slots, t => t
+        let (mut state, from) = each!(&self.slots, t => t
             .find(hash, key)
             .filter(|s| s.kept.expiry() > now)
-            .map(|s| s.kept.state(algorithm)))
+            .map(|s| (s.kept.state(algorithm), s.kept.scale(p.home))))?;
+        state.rescale(from, p, now);
+        Some(state)
     }
 
     /// Keeps `state` (decided by `p`) as `key`'s.
     pub(super) fn store(&mut self, key: &str, hash: u64, state: State, p: &Params, h: &KeyHasher) {
+        self.scaled_for(p);
         each!(&mut self.slots, t => store_in(t, key, hash, Kept::keep(state, p), h));
     }
 
@@ -222,6 +308,7 @@ impl PolicyTable {
         if self.live_block(key, hash, now).is_some() {
             return None;
         }
+        self.scaled_for(p);
         let algorithm = self.algorithm;
         each!(&mut self.slots, t => {
             let slot = t.find_mut(hash, key)?;
@@ -229,6 +316,7 @@ impl PolicyTable {
                 return None;
             }
             let mut state = slot.kept.state(algorithm);
+            state.rescale(slot.kept.scale(p.home), p, now);
             let result = f(&mut state);
             slot.kept = Kept::keep(state, p);
             Some(result)
@@ -247,7 +335,7 @@ impl PolicyTable {
         f: impl FnOnce(&mut State) -> (R, bool),
     ) -> R {
         let tracked = each!(&self.slots, t => t.find(hash, key).is_some());
-        let live = self.live_state(key, hash, now);
+        let live = self.live_state(key, hash, p, now);
         let mut state = live.unwrap_or_else(|| State::new(self.algorithm));
         let (result, keep) = f(&mut state);
         if tracked || keep {

@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use super::counters::{self, counter_key};
 use super::reply;
-use super::script::{Call, ClientAction, Scripts};
+use super::script::{self, Call, ClientAction, Scripts};
 use super::RedisStore;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::lease::Lease;
 use crate::quota::Policy;
+use crate::quota::Quota;
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::Store;
 
@@ -243,6 +244,44 @@ impl StoreExt for RedisStore {
     /// `redis`, `redis_sentinel` or `redis_cluster`, by where the calls go.
     fn label(&self) -> Arc<str> {
         self.shared.connection.label().into()
+    }
+}
+
+/// One call of `lua/quota.lua` each: a `GET`, a `SET` (with `PX` for an expiry) or a `DEL` of
+/// `<prefix>:<rule>:quota:{<client key>}`.
+impl QuotaOverrides for RedisStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        let key = script::quota_key(&self.prefix, rule, key);
+        match self.eval(self.scripts().quota(key, None)).await?[..] {
+            [] => Ok(None),
+            [l, p, b] => {
+                let n = |v: i64| u64::try_from(v).unwrap_or(0);
+                Quota::from_numbers([n(l), n(p), n(b)]).map(Some)
+            }
+            ref other => Err(StoreError::backend(format!(
+                "unexpected quota script reply {other:?} (expected 0 or 3 integers)"
+            ))),
+        }
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let key = script::quota_key(&self.prefix, rule, key);
+        // Whole ms, rounded up, at least 1: PX takes no less.
+        let ms = |ttl: Duration| {
+            u64::try_from(ttl.as_micros().div_ceil(1000))
+                .unwrap_or(u64::MAX)
+                .max(1)
+        };
+        let set = quota.map(|quota| (quota, ttl.map_or(0, ms)));
+        self.eval(self.scripts().quota(key, Some(set)))
+            .await
+            .map(drop)
     }
 }
 

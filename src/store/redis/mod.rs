@@ -22,6 +22,7 @@ mod pools;
 pub(crate) mod redact;
 mod reply;
 pub(crate) mod script;
+mod sources;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 use connection::Connection;

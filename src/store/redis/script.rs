@@ -1,18 +1,20 @@
-//! What every Redis store shares: the scripts, how a decision becomes a script call, how its
-//! reply becomes a decision, the key layout and the sorting of errors. Generic over the
-//! connection, so a standalone connection and a cluster connection run the same calls.
-
-use std::fmt::Write as _;
-use std::sync::LazyLock;
+//! What every Redis store shares: the scripts (their sources are assembled in `sources.rs`),
+//! how a decision becomes a script call, and the key layout (`reply.rs` reads the replies and
+//! sorts the errors). Generic over the connection, so a standalone connection and a cluster
+//! connection run the same calls.
 
 use deadpool_redis::redis::aio::ConnectionLike;
 use deadpool_redis::redis::{self, Script};
 
 use super::on_connection::OnConnection;
+use super::sources::{
+    algorithm_index, script_number, ALGORITHM_SOURCES, CONTROL_SOURCE, IN_FLIGHT_SOURCE,
+    LEASE_SOURCE, PLAIN_SOURCE, PLAIN_TOGETHER_SOURCE, QUOTA_SOURCE, STACKED_SOURCE,
+};
 use crate::algorithm::Algorithm;
 #[cfg(doc)]
 use crate::lease::Lease;
-use crate::quota::Policy;
+use crate::quota::{Policy, Quota};
 use crate::store::check::Check;
 
 /// The default key prefix: keys look like `tollgate:<policy>:<algorithm>:{<client key>}`.
@@ -26,12 +28,14 @@ pub(crate) struct Scripts {
     plain: LuaScript,
     /// `lua/plain_counters.lua`: plain counters decided together, a refusal consuming nothing.
     plain_together: LuaScript,
-    /// Every algorithm's script and `lua/stacked.lua` in one: see [`STACKED_SOURCE`].
+    /// Every algorithm's script and `lua/stacked.lua` in one: see `STACKED_SOURCE` in `sources.rs`.
     stacked: LuaScript,
     /// `lua/control.lua`: reset, block and refund one client.
     control: LuaScript,
     /// The prelude and `lua/lease.lua`: leases for hot keys.
     lease: LuaScript,
+    /// The prelude and `lua/quota.lua`: quotas set for clients at run time.
+    quota: LuaScript,
     /// The prelude and `src/store/redis/lua/in_flight.lua`: slots of requests in flight.
     pub(super) in_flight: LuaScript,
 }
@@ -47,8 +51,21 @@ impl Scripts {
             stacked: LuaScript::new(STACKED_SOURCE.as_str()),
             control: LuaScript::new(CONTROL_SOURCE.as_str()),
             lease: LuaScript::new(LEASE_SOURCE.as_str()),
+            quota: LuaScript::new(QUOTA_SOURCE.as_str()),
             in_flight: LuaScript::new(IN_FLIGHT_SOURCE.as_str()),
         }
+    }
+
+    /// The call that reads (`None`), sets (a quota, for `ttl_ms`, 0 for ever) or clears
+    /// (`Some(None)`) the quota set for a client, at `key` (see `lua/quota.lua`).
+    pub(crate) fn quota(&self, key: String, set: Option<Option<(Quota, u64)>>) -> Call<'_> {
+        let mut command = evalsha(&self.quota, &[key]);
+        match set {
+            None => command.arg("get"),
+            Some(None) => command.arg("clear"),
+            Some(Some((quota, ttl_ms))) => command.arg("set").arg(&quota.numbers()[..]).arg(ttl_ms),
+        };
+        Call::new(&self.quota, command)
     }
 
     /// The call that leases from `min` to `max` units of the state at `key` under `policy`
@@ -98,6 +115,10 @@ impl Scripts {
         ];
         let mut command = evalsha(&self.lease, &[key]);
         command.arg(&numbers[..]).arg(op).arg(a).arg(b).arg(now);
+        if let Some(home) = home_of(policy) {
+            // ARGV[10], ARGV[11]: the rule's scale, for a client's own quota.
+            command.arg(&home[..]);
+        }
         Call::new(&self.lease, command)
     }
 
@@ -139,15 +160,28 @@ impl Scripts {
         };
         let mut command = evalsha(script, &[key]);
         command.arg(&numbers[..]).arg(now);
+        let home = home_of(policy);
         if dry {
             // ARGV[7]: a dry run, which sets no block.
             command.arg("1");
+            if home.is_some() {
+                command.arg("0");
+            }
         } else if mode == Mode::Charge {
-            // ARGV[7]: charged while over, which sets no block either.
+            // ARGV[7]: charged while over, which sets no block either (ARGV[8], if the rule's
+            // scale follows).
             command.arg("c");
-        } else if policy.block_for_us() > 0 {
-            // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block.
+            if home.is_some() {
+                command.arg("0");
+            }
+        } else if policy.block_for_us() > 0 || home.is_some() {
+            // ARGV[7] (not a dry run) and ARGV[8], block_for: only for policies that block,
+            // or that need ARGV[9] and ARGV[10].
             command.arg("0").arg(policy.block_for_us());
+        }
+        if let Some(home) = home {
+            // ARGV[9], ARGV[10]: the rule's scale, for a client's own quota.
+            command.arg(&home[..]);
         }
         Call::new(script, command)
     }
@@ -161,7 +195,7 @@ impl Scripts {
         now: &str,
         dry: bool,
     ) -> Call<'_> {
-        let mut numbers = Vec::with_capacity(8 * checks.len());
+        let mut numbers = Vec::with_capacity(10 * checks.len());
         for c in checks {
             let p = c.policy.params();
             numbers.extend([
@@ -175,6 +209,7 @@ impl Scripts {
                 u64::from(c.blocking) + 2 * u64::from(c.charge),
                 c.policy.block_for_us(),
             ]);
+            numbers.extend(home_of(c.policy).unwrap_or([0, 0]));
         }
         let mut command = evalsha(&self.stacked, &keys);
         command.arg(now).arg(&numbers[..]);
@@ -208,6 +243,10 @@ impl Scripts {
         ];
         let mut command = evalsha(&self.control, &[key]);
         command.arg(op).arg(&numbers[..]).arg(now);
+        if let Some(home) = home_of(policy) {
+            // ARGV[9], ARGV[10]: the rule's scale, for a client's own quota.
+            command.arg(&home[..]);
+        }
         Call::new(&self.control, command)
     }
 }
@@ -262,6 +301,15 @@ enum Mode {
     Dry,
     /// Decides, writes when allowed, and records a denial's cost too.
     Charge,
+}
+
+/// The rule's scale (`T`, `B`) of a policy that is a client's own quota under a rule of
+/// another, which the bucket scripts read plain states in and mark their writes against (see
+/// `algorithm::Scale`); `None` for every other policy.
+fn home_of(policy: &Policy) -> Option<[u64; 2]> {
+    let p = policy.params();
+    p.mark(policy.algorithm())
+        .map(|_| [p.home.interval, p.home.burst])
 }
 
 /// What [`Scripts::control`] does to one client.
@@ -373,96 +421,10 @@ pub(crate) fn state_key(prefix: &str, policy: &Policy, client_key: &str) -> Stri
     )
 }
 
-/// What every script shares (the helpers of its rare paths: blocks, state it cannot read),
-/// written once in `lua/prelude.lua` and put in front of each script.
-const PRELUDE: &str = include_str!("lua/prelude.lua");
-
-/// How every algorithm's script reads its arguments and the clock, written once in
-/// `lua/request.lua` and put at the top of each (plain statements: a helper function would be
-/// one more closure built on every call).
-const REQUEST: &str = include_str!("lua/request.lua");
-
-/// `lua/control.lua` as it runs: the prelude in front.
-static CONTROL_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/control.lua")));
-
-/// Each algorithm's script as it runs, in `Algorithm::ALL` order: the prelude, then
-/// `lua/request.lua` and `lua/<algorithm>.lua`. Assembled once per process.
-static ALGORITHM_SOURCES: LazyLock<[String; 7]> =
-    LazyLock::new(|| Algorithm::ALL.map(|a| format!("{PRELUDE}\n{}", algorithm_body(a))));
-
-/// The script a stacked decision runs: the prelude, then each algorithm's script wrapped as a
-/// function of its own `KEYS` and `ARGV` (`ALGORITHMS[i]`, 1-based in `Algorithm::ALL` order;
-/// names that share a script share the function),
-/// then `lua/stacked.lua`, which calls them. Wrapping keeps every algorithm in exactly one file,
-/// the one its single decisions run: a script's body is valid as a Lua 5.1 function body
-/// (its locals become the function's, and each `return` ends its block), and `ALGORITHMS` is a
-/// local because Redis forbids scripts to create globals. Assembled once per process.
-static STACKED_SOURCE: LazyLock<String> = LazyLock::new(|| {
-    let mut source = format!("{PRELUDE}\nlocal ALGORITHMS = {{}}\n");
-    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
-        let body = algorithm_body(algorithm);
-        let first = Algorithm::ALL
-            .iter()
-            .position(|a| script_source(*a) == script_source(algorithm));
-        let _ = match first {
-            // Two names, one engine: the function is written once.
-            Some(j) if j < i => writeln!(source, "ALGORITHMS[{}] = ALGORITHMS[{}]", i + 1, j + 1),
-            // The newline before `end`: a last line that is a comment would swallow it.
-            _ => write!(
-                source,
-                "ALGORITHMS[{}] = function(KEYS, ARGV)\n{body}\nend\n",
-                i + 1
-            ),
-        };
-    }
-    // A plain counter is the stacked script's function number 8 (`script_number`).
-    let _ = write!(
-        source,
-        "ALGORITHMS[{PLAIN_NUMBER}] = function(KEYS, ARGV)\n{REQUEST}\n{PLAIN}\nend\n"
-    );
-    source.push_str(include_str!("lua/stacked.lua"));
-    source
-});
-
-/// The in-flight script as it runs: the prelude, then `src/store/redis/lua/in_flight.lua`.
-static IN_FLIGHT_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/in_flight.lua")));
-
-/// `lua/plain_counter.lua`, a plain counter's own file.
-const PLAIN: &str = include_str!("lua/plain_counter.lua");
-
-/// A plain counter's script as it runs: the prelude, `lua/request.lua`, then
-/// `lua/plain_counter.lua`.
-static PLAIN_SOURCE: LazyLock<String> = LazyLock::new(|| format!("{PRELUDE}\n{REQUEST}\n{PLAIN}"));
-
-/// `lua/plain_counters.lua` as it runs: the prelude in front.
-static PLAIN_TOGETHER_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/plain_counters.lua")));
-
-/// The stacked script's number of a plain counter's function: after the seven algorithms'.
-const PLAIN_NUMBER: u64 = 8;
-
-/// The number of `policy`'s function in the stacked script (1-based, `Algorithm::ALL` order,
-/// then [`PLAIN_NUMBER`]).
-fn script_number(policy: &Policy) -> u64 {
-    match policy.plain_counter() {
-        true => PLAIN_NUMBER,
-        false => algorithm_index(policy.algorithm()) as u64 + 1,
-    }
-}
-
-/// The lease script as it runs: the prelude, then `lua/lease.lua`.
-static LEASE_SOURCE: LazyLock<String> =
-    LazyLock::new(|| format!("{PRELUDE}\n{}", include_str!("lua/lease.lua")));
-
-/// An algorithm's place in `Algorithm::ALL` (0-based): the index of its script in
-/// `Scripts::single`, and one less than its number in the stacked script.
-fn algorithm_index(algorithm: Algorithm) -> usize {
-    Algorithm::ALL
-        .iter()
-        .position(|a| *a == algorithm)
-        .unwrap_or_default()
+/// The Redis key of the quota set for `client_key` under the rule named `rule`:
+/// `<prefix>:<rule>:quota:{<client key>}`, in the client's hash slot.
+pub(crate) fn quota_key(prefix: &str, rule: &str, client_key: &str) -> String {
+    format!("{prefix}:{rule}:quota:{{{client_key}}}")
 }
 
 /// The algorithm's part of a state key: short, since every tracked client pays for it.
@@ -475,23 +437,5 @@ fn key_part(algorithm: Algorithm) -> &'static str {
         Algorithm::FixedWindowFromFirst => "fwf",
         Algorithm::SlidingWindowLog => "swl",
         Algorithm::SlidingWindow => "sw",
-    }
-}
-
-/// An algorithm's script without the prelude: `lua/request.lua`, then `lua/<algorithm>.lua`.
-fn algorithm_body(algorithm: Algorithm) -> String {
-    format!("{REQUEST}\n{}", script_source(algorithm))
-}
-
-/// The Lua source of an algorithm's own file.
-fn script_source(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        // The leaky bucket decides exactly as GCRA, and runs its engine: see src/algorithm/gcra.rs.
-        Algorithm::Gcra | Algorithm::LeakyBucket => include_str!("lua/gcra.lua"),
-        Algorithm::TokenBucket => include_str!("lua/token_bucket.lua"),
-        Algorithm::FixedWindow => include_str!("lua/fixed_window.lua"),
-        Algorithm::FixedWindowFromFirst => include_str!("lua/fixed_window_from_first.lua"),
-        Algorithm::SlidingWindowLog => include_str!("lua/sliding_window_log.lua"),
-        Algorithm::SlidingWindow => include_str!("lua/sliding_window.lua"),
     }
 }

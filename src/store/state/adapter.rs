@@ -12,9 +12,9 @@ use super::{AtomicStateStore, StateBacked, StateStore, Update, Versioned};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
 use crate::store::Store;
@@ -69,6 +69,13 @@ use crate::store::Store;
 /// | 0 | the format's version: 1 |
 /// | 1 | what follows: 0 a block, 1 GCRA, 2 token bucket, 3 leaky bucket, 4 fixed window, 5 fixed window from first, 6 sliding window log, 7 sliding window, 8 slots of requests in flight |
 /// | 2.. | a block: the time it ends; GCRA and leaky bucket: the theoretical arrival time; token bucket: nothing (a full bucket) or its credit (µs) and when it was computed; both fixed windows: the window's start and its count; sliding window log: the running total before its oldest entry, then each entry's time and running total, oldest first; sliding window: the current window's start, the previous window's count, the current one's; slots: each slot's id and the end of its lease, in the order they were taken |
+///
+/// A bucket's state written under a client's own quota (see
+/// [`Rule::quota_from`](crate::rules::Rule::quota_from)), in another scale than its rule's,
+/// is followed by that quota's interval and burst (`T`, `B`): GCRA and the leaky bucket then
+/// hold `tat`, `T`, `B`; the token bucket `credit`, `updated_at`, `T`, `B`. A quota set for a
+/// client at run time is kept at `<prefix>:<rule>:quota:<client key>` as the text
+/// `limit:period_us:burst`, and `:until_us` when it expires.
 ///
 /// A state of another format version is refused (a [`StoreError::KeyState`]), never misread.
 /// Each write's time to live is the time until the state decides like a new one (for slots,
@@ -194,7 +201,7 @@ impl fmt::Debug for StateBackedStore {
 
 impl Store for StateBackedStore {
     async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.inner.check(key, policy, cost, true, false).await
+        self.inner.check(&Check::new(key, policy, cost), true).await
     }
 
     async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
@@ -212,6 +219,15 @@ impl Store for StateBackedStore {
         duration: Duration,
     ) -> Result<(), StoreError> {
         self.inner.block(key, policy, duration).await
+    }
+}
+
+impl StateBackedStore {
+    /// One of stacked limits, decided alone (a store that decides them one by one): a denial
+    /// writes nothing but what the check itself asks for (a block, a charge).
+    #[cfg(feature = "memcached")]
+    pub(crate) async fn check_stacked(&self, check: &Check<'_>) -> Result<Decision, StoreError> {
+        self.inner.check(check, false).await
     }
 }
 
@@ -240,6 +256,24 @@ impl StoreExt for StateBackedStore {
     /// The backend's type name.
     fn label(&self) -> Arc<str> {
         Arc::clone(&self.label)
+    }
+}
+
+/// Kept in the backend at `<prefix>:<rule>:quota:<client key>` as `L:P:B`, so that every
+/// instance on it sees them.
+impl QuotaOverrides for StateBackedStore {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        self.inner.quota_override(rule, key).await
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.inner.set_quota_override(rule, key, quota, ttl).await
     }
 }
 

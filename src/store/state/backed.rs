@@ -30,8 +30,14 @@ enum Step<T> {
 enum Live {
     /// Blocked until then (µs).
     Blocked(u64),
-    /// The algorithm's state; `stored` is whether the key has one that still counts.
-    State { state: State, stored: bool },
+    /// The algorithm's state, read in the policy's scale; `stored` is whether the key has one
+    /// that still counts, `rescaled` whether it was kept in another scale (a check writes it
+    /// back in the policy's, allowed or not, as every store does).
+    State {
+        state: State,
+        stored: bool,
+        rescaled: bool,
+    },
 }
 
 /// How many keys' decisions may be under way at once in one instance (keys are spread over
@@ -49,8 +55,8 @@ const TURNS: usize = 256;
 #[derive(Clone)]
 pub(crate) struct StateBacked<S> {
     pub(crate) backend: S,
-    clock: Arc<dyn Clock>,
-    prefix: Arc<str>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) prefix: Arc<str>,
     turns: Arc<[tokio::sync::Mutex<()>]>,
     hasher: foldhash::fast::RandomState,
 }
@@ -79,6 +85,11 @@ impl<S: StateAccess> StateBacked<S> {
 
     pub(crate) fn clock(&self) -> &dyn Clock {
         &*self.clock
+    }
+
+    /// The turn in this instance of the decisions of the backend's key `key`.
+    pub(super) fn turn(&self, key: &str) -> &tokio::sync::Mutex<()> {
+        &self.turns[self.hasher.hash_one(key) as usize % TURNS]
     }
 
     /// `<prefix>:<policy>:<algorithm>:<client key>`.
@@ -140,7 +151,7 @@ impl<S: StateAccess> StateBacked<S> {
     ) -> Result<T, StoreError> {
         let key = self.state_key(key, policy);
         let p = policy.params();
-        let turn = &self.turns[self.hasher.hash_one(&key) as usize % TURNS];
+        let turn = self.turn(&key);
         let decide = |bytes: Option<&[u8]>| {
             let now = self.clock.now();
             let saved = match bytes {
@@ -159,25 +170,25 @@ impl<S: StateAccess> StateBacked<S> {
         self.backend.apply(&key, turn, decide).await
     }
 
-    /// Decides a request of `cost`, consuming it if allowed. A denial starts the policy's
-    /// block (`block_for`) if it has one and `blocking`; else, with `charge`, it records its
-    /// cost (see `State::charge`).
-    pub(crate) async fn check(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u32,
-        blocking: bool,
-        charge: bool,
-    ) -> Result<Decision, StoreError> {
-        let cost = u64::from(cost);
+    /// Decides `c`'s request, consuming it if allowed. A denial starts the policy's block
+    /// (`block_for`) if it has one and `c` blocks; else, if `c` charges, it records its cost
+    /// (see `State::charge`). A state read in another scale is written back in the policy's,
+    /// allowed or not, when the check is `alone` (not one of stacked limits, which write
+    /// nothing when denied on the other stores).
+    pub(crate) async fn check(&self, c: &Check<'_>, alone: bool) -> Result<Decision, StoreError> {
+        let (key, policy, cost) = (c.key, c.policy, u64::from(c.cost));
+        let (blocking, charge) = (c.blocking, c.charge);
         self.update(key, policy, |live, p, now| match live {
             Live::Blocked(until) => Step::Done(algorithm::blocked(p, now, until, cost)),
-            Live::State { mut state, .. } => {
+            Live::State {
+                mut state,
+                rescaled,
+                ..
+            } => {
                 let decision = state.check(p, now, cost);
                 if decision.allowed {
                     let until = state.expires_at(p);
-                    return Step::Write(Saved::State(state), until, decision);
+                    return Step::Write(Saved::kept(state, p), until, decision);
                 }
                 if let Some(until) = block_after(&decision, policy, now).filter(|_| blocking) {
                     let decision = algorithm::blocked(p, now, until, cost);
@@ -186,7 +197,11 @@ impl<S: StateAccess> StateBacked<S> {
                 if charge && policy.block_for().is_none() {
                     state.charge(p, now, cost);
                     let until = state.expires_at(p);
-                    return Step::Write(Saved::State(state), until, decision);
+                    return Step::Write(Saved::kept(state, p), until, decision);
+                }
+                if rescaled && alone {
+                    let until = state.expires_at(p);
+                    return Step::Write(Saved::kept(state, p), until, decision);
                 }
                 Step::Done(decision)
             }
@@ -246,10 +261,11 @@ impl<S: StateAccess> StateBacked<S> {
             Live::State {
                 mut state,
                 stored: true,
+                ..
             } => {
                 state.refund(p, now, u64::from(n));
                 let until = state.expires_at(p);
-                Step::Write(Saved::State(state), until, ())
+                Step::Write(Saved::kept(state, p), until, ())
             }
             _ => Step::Done(()),
         })
@@ -269,16 +285,21 @@ impl<S: StateAccess> StateBacked<S> {
             Live::Blocked(until) => {
                 Step::Done(Grant::new(0, algorithm::blocked(p, now, until, min), 0))
             }
-            Live::State { mut state, .. } => {
+            Live::State {
+                mut state,
+                rescaled,
+                ..
+            } => {
                 let g = state.acquire(p, now, min, max);
                 let grant = Grant::new(
                     u32::try_from(g.granted).unwrap_or(u32::MAX),
                     g.decision,
                     g.mark,
                 );
-                if g.granted > 0 {
+                // A state read in another scale is kept in the policy's, granted or not.
+                if g.granted > 0 || rescaled {
                     let until = state.expires_at(p);
-                    Step::Write(Saved::State(state), until, grant)
+                    Step::Write(Saved::kept(state, p), until, grant)
                 } else {
                     Step::Done(grant)
                 }
@@ -295,20 +316,26 @@ impl<S: StateAccess> StateBacked<S> {
         unused: u32,
         grant: &Grant,
     ) -> Result<u32, StoreError> {
+        // Nothing to give back: the state is not touched (not even read in another scale), as
+        // on every store.
+        if unused == 0 {
+            return Ok(0);
+        }
         self.update(key, policy, |live, p, now| match live {
             Live::State {
                 mut state,
                 stored: true,
+                rescaled,
             } => {
                 let before = state.clone();
                 let taken = state.release(p, now, u64::from(unused), grant.mark);
                 let taken = u32::try_from(taken).unwrap_or(u32::MAX);
                 // A return may move the state by less than a unit: it is kept all the same.
-                if state == before {
+                if state == before && !rescaled {
                     Step::Done(taken)
                 } else {
                     let until = state.expires_at(p);
-                    Step::Write(Saved::State(state), until, taken)
+                    Step::Write(Saved::kept(state, p), until, taken)
                 }
             }
             _ => Step::Done(0),
@@ -323,34 +350,38 @@ impl<S: StateAccess> StateBacked<S> {
         checks: &[Check<'_>],
     ) -> Result<Vec<Decision>, StoreError> {
         let mut decisions = Vec::with_capacity(checks.len());
+        let alone = checks.len() == 1;
         for c in checks {
-            decisions.push(
-                self.check(c.key, c.policy, c.cost, c.blocking, c.charge)
-                    .await?,
-            );
+            decisions.push(self.check(c, alone).await?);
         }
         Ok(decisions)
     }
 }
 
 /// What `saved` means for `policy` at `now`: a block still running, else the algorithm's
-/// state, new when there is none, it has expired, or it is another algorithm's.
+/// state read in the policy's scale, new when there is none, it has expired, or it is another
+/// algorithm's.
 fn live(saved: Option<Saved>, policy: &Policy, now: u64) -> Live {
     let p = policy.params();
-    match saved {
-        Some(Saved::Blocked(until)) if until > now => Live::Blocked(until),
-        Some(Saved::State(state))
-            if state.algorithm() == policy.algorithm() && now < state.expires_at(p) =>
-        {
-            Live::State {
-                state,
-                stored: true,
-            }
-        }
-        _ => Live::State {
-            state: State::new(policy.algorithm()),
-            stored: false,
-        },
+    let (mut state, from) = match saved {
+        Some(Saved::Blocked(until)) if until > now => return Live::Blocked(until),
+        Some(Saved::State(state)) => (state, p.home),
+        Some(Saved::Scaled(state, scale)) => (state, scale),
+        _ => (State::new(policy.algorithm()), p.scale()),
+    };
+    let rescaled = from != p.scale() && policy.algorithm().uses_burst();
+    state.rescale(from, p, now);
+    if state.algorithm() == policy.algorithm() && now < state.expires_at(p) {
+        return Live::State {
+            state,
+            stored: true,
+            rescaled,
+        };
+    }
+    Live::State {
+        state: State::new(policy.algorithm()),
+        stored: false,
+        rescaled: false,
     }
 }
 

@@ -10,6 +10,7 @@ use crate::error::StoreError;
 mod access;
 mod adapter;
 mod backed;
+mod overrides;
 mod slots;
 
 pub use adapter::StateBackedStore;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::rules::Rule;
 use crate::store::check::Check;
-use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
 use crate::store::wrappers::user_store::check_in_order;
@@ -290,6 +290,23 @@ impl StoreExt for NotAtomic {
 
     fn label(&self) -> Arc<str> {
         "not_atomic".into()
+    }
+}
+
+/// The Redis store's own.
+impl QuotaOverrides for NotAtomic {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        self.redis.quota_override(rule, key).await
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.redis.set_quota_override(rule, key, quota, ttl).await
     }
 }
 

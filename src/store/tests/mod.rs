@@ -6,6 +6,7 @@
 
 use tollgate_test_kit as support;
 
+mod changed_quota;
 mod cluster;
 mod denial_cache;
 mod leases;

@@ -15,9 +15,9 @@ use super::user_store::{BoxedStore, UserStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 #[cfg(feature = "memcached")]
 use crate::store::memcached::MemcachedStore;
@@ -65,7 +65,7 @@ impl Backend {
     /// A store that implements the contract itself, e.g. a test's store with a lease of its
     /// own making.
     #[cfg(test)]
-    pub(crate) fn custom<S: Leasing + InFlightSlots>(store: S) -> Self {
+    pub(crate) fn custom<S: Leasing + QuotaOverrides + InFlightSlots>(store: S) -> Self {
         Self::User(Box::new(Native(store)))
     }
 
@@ -164,6 +164,22 @@ impl Leasing for Backend {
         grant: &Grant,
     ) -> Result<u32, StoreError> {
         dispatch!(self, store => store.release(key, policy, unused, grant).await)
+    }
+}
+
+impl QuotaOverrides for Backend {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        dispatch!(self, store => store.quota_override(rule, key).await)
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        dispatch!(self, store => store.set_quota_override(rule, key, quota, ttl).await)
     }
 }
 

@@ -20,9 +20,9 @@ use foldhash::quality::RandomState;
 use super::on_drop::OnDrop;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{now_us, InFlightSlots, StoreExt};
+use crate::store::contract::{now_us, InFlightSlots, QuotaOverrides, StoreExt};
 use crate::store::slot::HeldSlot;
 use crate::store::Store;
 
@@ -336,6 +336,24 @@ impl<S: StoreExt> StoreExt for DenialCache<S> {
 
     fn label(&self) -> Arc<str> {
         self.inner.label()
+    }
+}
+
+/// Passed on: a client's new quota is another policy, whose requests no cached denial of the
+/// old one answers.
+impl<S: QuotaOverrides> QuotaOverrides for DenialCache<S> {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        self.inner.quota_override(rule, key).await
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        self.inner.set_quota_override(rule, key, quota, ttl).await
     }
 }
 

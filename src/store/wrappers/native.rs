@@ -9,9 +9,9 @@ use super::user_store::{BoxFuture, DynStore};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{InFlightSlots, Leasing, StoreExt};
+use crate::store::contract::{InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
 use crate::store::Store;
@@ -19,7 +19,7 @@ use crate::store::Store;
 /// A store of the contract's own as a boxed store.
 pub(crate) struct Native<S>(pub(crate) S);
 
-impl<S: Leasing + InFlightSlots> DynStore for Native<S> {
+impl<S: Leasing + QuotaOverrides + InFlightSlots> DynStore for Native<S> {
     fn check<'a>(
         &'a self,
         key: &'a str,
@@ -89,6 +89,26 @@ impl<S: Leasing + InFlightSlots> DynStore for Native<S> {
         grant: &'a Grant,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
         Box::pin(Leasing::release(&self.0, key, policy, unused, grant))
+    }
+
+    fn quota_override<'a>(
+        &'a self,
+        rule: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Quota>, StoreError>> {
+        Box::pin(QuotaOverrides::quota_override(&self.0, rule, key))
+    }
+
+    fn set_quota_override<'a>(
+        &'a self,
+        rule: &'a str,
+        key: &'a str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(QuotaOverrides::set_quota_override(
+            &self.0, rule, key, quota, ttl,
+        ))
     }
 
     fn take_slot<'a>(

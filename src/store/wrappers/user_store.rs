@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
@@ -103,6 +103,18 @@ pub(crate) trait DynStore: Send + Sync {
         unused: u32,
         grant: &'a Grant,
     ) -> BoxFuture<'a, Result<u32, StoreError>>;
+    fn quota_override<'a>(
+        &'a self,
+        rule: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Quota>, StoreError>>;
+    fn set_quota_override<'a>(
+        &'a self,
+        rule: &'a str,
+        key: &'a str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn take_slot<'a>(
         &'a self,
         key: &'a str,
@@ -211,6 +223,26 @@ impl<S: Store> DynStore for UserStore<S> {
         _: &'a Grant,
     ) -> BoxFuture<'a, Result<u32, StoreError>> {
         Box::pin(async { Ok(0) })
+    }
+
+    /// Not the user's store's to keep: [`StoreError::Unsupported`] (a `StateBackedStore`
+    /// keeps them).
+    fn quota_override<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Quota>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unsupported("quota overrides")) })
+    }
+
+    fn set_quota_override<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Option<Quota>,
+        _: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(StoreError::Unsupported("quota overrides")) })
     }
 
     /// Not the user's to keep: a [`Store`] has no slots, so an in-flight rule on it answers

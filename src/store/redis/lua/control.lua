@@ -8,6 +8,10 @@
 -- ARGV[3]  L   ARGV[4]  P, µs   ARGV[5]  B   ARGV[6]  T, µs   (as the algorithm scripts take them)
 -- ARGV[7]  the block's duration in µs (0: a reset), or the units to refund
 -- ARGV[8]  now, µs since the Unix epoch, or "" to use the server's clock
+-- ARGV[9], ARGV[10]  optional: the rule's own T and B, when the policy's quota is another (a
+--          client's own): a bucket's plain state is read in that scale, and a refunded bucket
+--          is written marked with the policy's (see prelude.lua). A bucket in another scale
+--          than the policy's is converted first, keeping the units used.
 -- Reply:   {1}
 --
 -- A refund gives back what the algorithm allows, exactly as src/algorithm/*.rs `refund` does:
@@ -97,23 +101,46 @@ local value = redis.call('GET', key)
 if not value or r.block_until(value) then
   return {1}
 end
+-- A bucket's scale when plain (the rule's), and how it is written (marked with the policy's
+-- when that is another).
+local home_t, home_b = tonumber(ARGV[9]), tonumber(ARGV[10])
+local mark = ''
+if home_t then
+  mark = string.format(':%d:%d', t, burst)
+else
+  home_t, home_b = t, burst
+end
 if algorithm == 1 or algorithm == 3 then
-  local tat = tonumber(string.match(value, '^(%d+)$') or r.unreadable(key))
+  local tat = tonumber(string.match(value, '^(%d+)$') or '')
+  if tat then
+    tat = r.gcra_in(tat, home_t, home_b, t, burst, now)
+  else
+    local kept, from_t, from_b = r.marked(value, 3)
+    if not kept then
+      r.unreadable(key)
+    end
+    tat = r.gcra_in(kept, from_t, from_b, t, burst, now)
+  end
   if tat > now then
     tat = math.max(tat - n * t, now)
-    store(string.format('%d', tat), tat)
+    store(string.format('%d', tat) .. mark, tat)
   end
 elseif algorithm == 2 then
   local stored, at = string.match(value, '^(%d+):(%d+)$')
-  if not stored then
-    r.unreadable(key)
+  if stored then
+    stored, at = r.bucket_in(tonumber(stored), tonumber(at), home_t, home_b, t, burst, now)
+  else
+    local kept, kept_at, from_t, from_b = r.marked(value, 4)
+    if not kept then
+      r.unreadable(key)
+    end
+    stored, at = r.bucket_in(kept, kept_at, from_t, from_b, t, burst, now)
   end
-  stored, at = tonumber(stored), tonumber(at)
   local capacity = burst * t
   local credit = math.min(stored + math.max(now - at, 0), capacity)
   credit = math.min(credit + n * t, capacity)
   local updated_at = math.max(at, now)
-  store(string.format('%d:%d', credit, updated_at), updated_at + capacity - credit)
+  store(string.format('%d:%d', credit, updated_at) .. mark, updated_at + capacity - credit)
 elseif algorithm == 4 or algorithm == 5 then
   local prefix = 'w'
   if algorithm == 5 then

@@ -10,6 +10,11 @@
 -- ARGV[7]  acquire: min, the fewest units worth leasing (>= 1); release: unused units
 -- ARGV[8]  acquire: max, the most units to lease (>= min); release: the lease's mark
 -- ARGV[9]  now, µs since the Unix epoch, or "" to use the server's clock
+-- ARGV[10], ARGV[11]  optional: the rule's own T and B, when the policy's quota is another
+--          (a client's own): a bucket's state is then read in the rule's scale when plain, and
+--          written marked with the policy's (see prelude.lua, and the algorithms' scripts).
+--          A bucket read in another scale than the policy's is converted, keeping the units
+--          used, and written back in the policy's.
 -- Reply:   acquire: {granted, remaining, reset_after_us, retry_after_us (-1 = none), mark}
 --            granted is as many units as fit back to back now, at most max; 0 if fewer than
 --            min fit, with the reply a request of cost min would get. The mark is the lease's
@@ -39,6 +44,12 @@ local b = tonumber(ARGV[8])
 local r = rare()
 local now = r.now(ARGV[9])
 local raw = redis.call('GET', key)
+local home_t, home_b = tonumber(ARGV[10]), tonumber(ARGV[11])
+-- How a bucket's numbers are written: marked with the policy's scale when not the rule's.
+local mark = ''
+if home_t then
+  mark = string.format(':%d:%d', t, burst)
+end
 
 -- A blocked client (see prelude.lua) is leased nothing and given nothing back: the block
 -- replaced the state the lease came from. A marker whose time has come is no state.
@@ -58,36 +69,54 @@ end
 if algorithm == 1 or algorithm == 3 then
   -- GCRA and the leaky bucket: the TAT.
   local capacity = burst * t
-  local tat = 0
+  local tat, rescaled = 0, false
   if raw then
-    if not string.find(raw, '^%d+$') then
-      r.unreadable(key)
+    if string.find(raw, '^%d+$') then
+      tat = tonumber(raw)
+      if home_t then
+        tat, rescaled = r.gcra_in(tat, home_t, home_b, t, burst, now)
+      end
+    else
+      local kept, from_t, from_b = r.marked(raw, 3)
+      if not kept then
+        r.unreadable(key)
+      end
+      tat, rescaled = r.gcra_in(kept, from_t, from_b, t, burst, now)
     end
-    tat = tonumber(raw)
+  end
+  -- A TAT read in another scale is kept in the policy's, whatever else happens.
+  local function keep_rescaled()
+    if rescaled and tat > now then
+      redis.call('SET', key, string.format('%d', tat) .. mark, 'PX',
+        string.format('%d', math.ceil((tat - now) / 1000)))
+    end
   end
   if acquire then
     local min, max = math.max(a, 1), math.max(b, a, 1)
     local backlog = math.max(tat - now, 0)
     local fit = math.floor(math.max(capacity - backlog, 0) / t)
     if min > burst then
+      keep_rescaled()
       return {0, fit, backlog, -1, 0}
     end
     local granted = math.min(max, fit)
     if granted < min then
+      keep_rescaled()
       return {0, fit, backlog, backlog + min * t - capacity, 0}
     end
     local after = backlog + granted * t
-    redis.call('SET', key, string.format('%d', now + after), 'PX',
+    redis.call('SET', key, string.format('%d', now + after) .. mark, 'PX',
       string.format('%d', math.ceil(after / 1000)))
     return {granted, math.floor((capacity - after) / t), after, -1, now + after}
   end
   if b <= now or tat <= now then
+    keep_rescaled()
     return {0}
   end
   local back = math.min(a * t, b - now)
   local new = math.max(tat - back, now)
   if new > now then
-    redis.call('SET', key, string.format('%d', new), 'PX',
+    redis.call('SET', key, string.format('%d', new) .. mark, 'PX',
       string.format('%d', math.ceil((new - now) / 1000)))
   else
     redis.call('DEL', key)
@@ -99,15 +128,32 @@ if algorithm == 2 then
   -- Token bucket: "<credit_us>:<updated_at_us>".
   local capacity = burst * t
   local credit, pending, updated_at = capacity, 0, now
+  local rescaled = false
   if raw then
     local stored, at = string.match(raw, '^(%d+):(%d+)$')
-    if not stored then
-      r.unreadable(key)
+    if stored then
+      stored, at = tonumber(stored), tonumber(at)
+      if home_t then
+        stored, at, rescaled = r.bucket_in(stored, at, home_t, home_b, t, burst, now)
+      end
+    else
+      local kept, kept_at, from_t, from_b = r.marked(raw, 4)
+      if not kept then
+        r.unreadable(key)
+      end
+      stored, at, rescaled = r.bucket_in(kept, kept_at, from_t, from_b, t, burst, now)
     end
-    stored, at = tonumber(stored), tonumber(at)
     credit = math.min(stored + math.max(now - at, 0), capacity)
     pending = math.max(at - now, 0)
     updated_at = math.max(at, now)
+  end
+  -- A bucket read in another scale is kept in the policy's, whatever else happens.
+  local function keep_rescaled()
+    local reset_after = capacity - credit + pending
+    if rescaled and reset_after > 0 then
+      redis.call('SET', key, string.format('%d:%d', credit, updated_at) .. mark, 'PX',
+        string.format('%d', math.ceil(reset_after / 1000)))
+    end
   end
   if acquire then
     local min, max = math.max(a, 1), math.max(b, a, 1)
@@ -117,22 +163,24 @@ if algorithm == 2 then
       if min <= burst then
         retry_after = min * t - credit + pending
       end
+      keep_rescaled()
       return {0, math.floor(credit / t), capacity - credit + pending, retry_after, 0}
     end
     credit = credit - granted * t
     local reset_after = capacity - credit + pending
-    redis.call('SET', key, string.format('%d:%d', credit, updated_at), 'PX',
+    redis.call('SET', key, string.format('%d:%d', credit, updated_at) .. mark, 'PX',
       string.format('%d', math.ceil(reset_after / 1000)))
     return {granted, math.floor(credit / t), reset_after, -1, now + reset_after}
   end
   if not raw or b <= now then
+    keep_rescaled()
     return {0}
   end
   local back = math.min(a * t, b - now)
   local returned = math.min(credit + back, capacity)
   local reset_after = capacity - returned + pending
   if reset_after > 0 then
-    redis.call('SET', key, string.format('%d:%d', returned, updated_at), 'PX',
+    redis.call('SET', key, string.format('%d:%d', returned, updated_at) .. mark, 'PX',
       string.format('%d', math.ceil(reset_after / 1000)))
   else
     redis.call('DEL', key)

@@ -122,5 +122,68 @@ local function rare()
     return r.blocked_reply(until_us, now, burst, cost)
   end
 
+  -- Scales (src/algorithm/scale.rs). A bucket's state written under a client's own quota, in
+  -- another scale than its rule's, is kept with that scale, its T and B: GCRA and the leaky
+  -- bucket as 'tat:T:B', the token bucket as 'credit:updated_at:T:B'. A reader converts it to
+  -- its own scale keeping the units used, and so does a reader in another scale than its
+  -- rule's of a plain value (in the rule's scale, which the store then sends).
+  --
+  -- The numbers of a marked value with `parts` numbers separated by ':', or nil.
+  function r.marked(value, parts)
+    if parts == 3 then
+      local a, b, c = string.match(value, '^(%d+):(%d+):(%d+)$')
+      if a then
+        return a + 0, b + 0, c + 0
+      end
+      return nil
+    end
+    local a, b, c, d = string.match(value, '^(%d+):(%d+):(%d+):(%d+)$')
+    if a then
+      return a + 0, b + 0, c + 0, d + 0
+    end
+    return nil
+  end
+
+  -- `us` µs of `from`'s interval as as many units of `to` µs each, rounded up, at most `cap`
+  -- (as src/algorithm/scale.rs's `rescaled`, in the same doubles).
+  function r.rescaled(us, from, to, cap)
+    local converted = us
+    if from ~= to then
+      converted = math.ceil(us * to / math.max(from, 1))
+    end
+    if converted >= cap then
+      return cap
+    end
+    return converted
+  end
+
+  -- A GCRA TAT kept in scale (from_t, from_b), read in (t, burst) at now (Gcra::rescale), and
+  -- whether it was converted.
+  function r.gcra_in(tat, from_t, from_b, t, burst, now)
+    if from_t == t and from_b == burst then
+      return tat, false
+    end
+    if tat > now then
+      tat = now + r.rescaled(tat - now, math.max(from_t, 1), t, 2 * burst * t)
+    end
+    return tat, true
+  end
+
+  -- A token bucket's credit and updated_at kept in scale (from_t, from_b), read in
+  -- (t, burst) at now (TokenBucket::rescale), and whether it was converted.
+  function r.bucket_in(credit, at, from_t, from_b, t, burst, now)
+    if from_t == t and from_b == burst then
+      return credit, at, false
+    end
+    from_t = math.max(from_t, 1)
+    local old_capacity = from_b * from_t
+    local held = math.min(credit + math.max(now - at, 0), old_capacity)
+    local used = old_capacity - held + math.max(at - now, 0)
+    local capacity = burst * t
+    used = r.rescaled(used, from_t, t, 2 * capacity)
+    local spent = math.min(used, capacity)
+    return capacity - spent, now + used - spent, true
+  end
+
   return r
 end

@@ -15,13 +15,14 @@
 -- KEYS     one state key per check (as for that algorithm's own script); all keys of one
 --          client share a hash tag (so, on Redis Cluster, one slot).
 -- ARGV[1]  now in µs, or "" to read the server's clock once for every check
--- then 8 values per check i (ARGV[2 + 8*(i-1)] onwards):
+-- then 10 values per check i (ARGV[2 + 10*(i-1)] onwards):
 --          algorithm index (1-based, Algorithm::ALL order; 8: a plain counter), L, P, B, T,
 --          cost (>= 1),
 --          flags (1: blocking, a denial blocks the request, else shadow mode, which never
 --          blocks; + 2: charged, a denial still records its cost, see below), block_for in µs
---          (0: none; see below)
--- ARGV[2 + 8*n] (optional) "dry": decide every check and write nothing, blocked or not; the
+--          (0: none; see below), and the rule's own T and B when the check's quota is another
+--          (a client's own; see the algorithms' ARGV[9] and ARGV[10]), else 0 and 0
+-- ARGV[2 + 10*n] (optional) "dry": decide every check and write nothing, blocked or not; the
 --          cluster store's first phase when a stacked decision spans hash slots
 -- Reply:   a flat array of 4 integers per check, in order, each as that algorithm's script
 --          replies: allowed (1/0), remaining, reset_after_us, retry_after_us (-1 = none)
@@ -48,9 +49,9 @@
 -- costs reads only.
 
 local n = #KEYS
-local dry_only = #ARGV == 2 + 8 * n and ARGV[#ARGV] == 'dry'
-if #ARGV ~= 1 + 8 * n and not dry_only then
-  return redis.error_reply('tollgate stacked: expected 1 + 8 * ' .. n .. ' arguments, got ' .. #ARGV)
+local dry_only = #ARGV == 2 + 10 * n and ARGV[#ARGV] == 'dry'
+if #ARGV ~= 1 + 10 * n and not dry_only then
+  return redis.error_reply('tollgate stacked: expected 1 + 10 * ' .. n .. ' arguments, got ' .. #ARGV)
 end
 
 -- Every check decides at this one instant, passed on as an exact decimal string.
@@ -71,24 +72,29 @@ end
 
 -- Check i's flags: whether its denial blocks the request, and whether it is charged.
 local function blocking(i)
-  local flags = ARGV[2 + 8 * (i - 1) + 6]
+  local flags = ARGV[2 + 10 * (i - 1) + 6]
   return flags == '1' or flags == '3'
 end
 local function charged(i)
-  local flags = ARGV[2 + 8 * (i - 1) + 6]
+  local flags = ARGV[2 + 10 * (i - 1) + 6]
   return flags == '2' or flags == '3'
 end
 
 -- One check's run: its algorithm's script with its own KEYS and ARGV; `mode` is its ARGV[7]:
 -- '1' a dry run, '0' writes, 'c' writes and charges a denial.
 local function run(i, mode)
-  local base = 2 + 8 * (i - 1)
+  local base = 2 + 10 * (i - 1)
   local algorithm = ALGORITHMS[tonumber(ARGV[base])]
   if not algorithm then
     return redis.error_reply('tollgate stacked: unknown algorithm ' .. tostring(ARGV[base]))
   end
-  return algorithm({KEYS[i]}, {ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4],
-    ARGV[base + 5], now_arg, mode})
+  local argv = {ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5],
+    now_arg, mode}
+  if ARGV[base + 8] ~= '0' then
+    -- Another quota than the rule's: its scale (block_for is the stacked script's own).
+    argv[8], argv[9], argv[10] = '0', ARGV[base + 8], ARGV[base + 9]
+  end
+  return algorithm({KEYS[i]}, argv)
 end
 
 -- How check i runs for real: charging its denial or not.
@@ -161,7 +167,7 @@ if blocked or dry_only then
   if not dry_only then
     local r
     for i = 1, n do
-      local base = 2 + 8 * (i - 1)
+      local base = 2 + 10 * (i - 1)
       local block_for = tonumber(ARGV[base + 7])
       if replies[i][1] ~= 1 and blocking(i) and block_for > 0 and replies[i][4] >= 0 then
         r = r or rare()

@@ -37,9 +37,9 @@ use super::on_drop::OnDrop;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::quota::{InFlight, Policy};
+use crate::quota::{InFlight, Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{now_us, InFlightSlots, Leasing, StoreExt};
+use crate::store::contract::{now_us, InFlightSlots, Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::slot::HeldSlot;
 use crate::store::Store;
@@ -418,6 +418,25 @@ impl<S: Leasing> StoreExt for Leases<S> {
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
         let _forget = OnDrop(|| self.forget(key, policy, true));
         self.shared.inner.refund(key, policy, n).await
+    }
+}
+
+/// Passed on: overrides are the store's.
+impl<S: Leasing + QuotaOverrides> QuotaOverrides for Leases<S> {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        self.shared.inner.quota_override(rule, key).await
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        (self.shared.inner)
+            .set_quota_override(rule, key, quota, ttl)
+            .await
     }
 }
 

@@ -18,9 +18,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::quiet_log::QuietLog;
-use crate::quota::Policy;
+use crate::quota::{Policy, Quota};
 use crate::store::check::Check;
-use crate::store::contract::{Leasing, StoreExt};
+use crate::store::contract::{Leasing, QuotaOverrides, StoreExt};
 use crate::store::grant::Grant;
 use crate::store::memory::MemoryStore;
 use crate::store::Store;
@@ -425,6 +425,32 @@ impl<S: Leasing> Leasing for Resilient<S> {
             self.failed(error);
         }
         released
+    }
+}
+
+/// Within the timeout and through the breaker, as decisions are; a failure is counted and
+/// logged as theirs are, and returned (no fallback keeps overrides).
+impl<S: QuotaOverrides> QuotaOverrides for Resilient<S> {
+    async fn quota_override(&self, rule: &str, key: &str) -> Result<Option<Quota>, StoreError> {
+        let read = self.call(|| self.inner.quota_override(rule, key)).await;
+        if let Err(error) = &read {
+            self.failed(error);
+        }
+        read
+    }
+
+    async fn set_quota_override(
+        &self,
+        rule: &str,
+        key: &str,
+        quota: Option<Quota>,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let set = (self.call(|| self.inner.set_quota_override(rule, key, quota, ttl))).await;
+        if let Err(error) = &set {
+            self.failed(error);
+        }
+        set
     }
 }
 
