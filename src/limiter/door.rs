@@ -66,6 +66,7 @@ impl Limiter {
                                     count: None,
                                     give_back: Default::default(),
                                     slots,
+                                    settle: None,
                                 }))
                             }
                             verdict => verdict,

@@ -40,6 +40,7 @@ impl Rule {
             (self.block_for.is_some(), "block_for"),
             (self.count_status.is_some(), "count_status"),
             (self.lease.is_some(), "lease"),
+            (self.response_cost.is_some(), "a cost from the response"),
         ];
         if let Some((_, what)) = rate_only.iter().find(|(set, _)| *set) {
             return fail(
@@ -87,6 +88,7 @@ impl Rule {
             max_cost: 1,
             quota_for: None,
             count_status: None,
+            priced: None,
         })
     }
 }

@@ -23,6 +23,7 @@ mod delay;
 mod file;
 mod in_flight;
 mod index;
+mod response_cost;
 mod route;
 mod rules_file;
 mod set;
@@ -36,6 +37,8 @@ pub(crate) use count_status::ALLOWED as COUNT_STATUS_ALLOWED;
 pub(crate) use delay::DelayQueue;
 pub(crate) use file::parse as parse_file;
 pub(crate) use in_flight::InFlightRule;
+pub(crate) use response_cost::Priced;
+pub use response_cost::ResponseCost;
 pub(crate) use route::{parse_methods, Route};
 pub use rules_file::MAX_FILE_BYTES;
 pub(crate) use set::RuleSet;
@@ -120,6 +123,7 @@ pub struct Rule {
     block_for: Option<Duration>,
     count_status: Option<Vec<StatusMatch>>,
     lease: Option<Lease>,
+    response_cost: Option<ResponseCost>,
 }
 
 /// What a rule limits: a rate, or the requests in flight.
@@ -215,6 +219,7 @@ impl Rule {
             block_for: None,
             count_status: None,
             lease: None,
+            response_cost: None,
         }
     }
 
@@ -403,6 +408,44 @@ impl Rule {
         self
     }
 
+    /// Prices each request by its response (tokens of an AI completion, rows of a report):
+    /// a request reserves its estimate at admission and is admitted only while the quota has
+    /// room for it; once the response tells the real cost, the difference is charged or
+    /// given back, in one store call. See [`ResponseCost`] for where the cost and the
+    /// estimate come from, and the [guide](crate::guide::response_costs) for how far past
+    /// its quota a client may go (charged while over, at most the requests in flight times
+    /// `max_cost`).
+    ///
+    /// A response whose head has the cost settles before it is sent, and its rate-limit
+    /// headers report what is left after it; a streamed one settles when its body ends (its
+    /// trailers get the headers too), and one that never tells (an error, a body dropped or
+    /// failed) settles at its estimate, or at zero with
+    /// [`unknown_at_zero`](ResponseCost::unknown_at_zero).
+    ///
+    /// The estimate replaces [`cost`](Self::cost) and [`cost_header`](Self::cost_header), and
+    /// delay mode, [`block_for`](Self::block_for), [`count_status`](Self::count_status) and
+    /// [`lease`](Self::lease) do not go with it: a [`ConfigError`] at `build`.
+    ///
+    /// ```
+    /// use tollgate::{key, rules::{ResponseCost, Rule}, Algorithm, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .key(key::Header::new("x-api-key"))
+    ///     .rule(Rule::new("tokens", Quota::per_minute(10_000)?)
+    ///         .algorithm(Algorithm::FixedWindow)
+    ///         .path("/v1/complete")
+    ///         .cost_from_response(ResponseCost::header("x-usage-tokens")
+    ///             .estimate_header("x-estimated-tokens").estimate(100)))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn cost_from_response(mut self, cost: ResponseCost) -> Self {
+        self.response_cost = Some(cost);
+        self
+    }
+
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -426,6 +469,7 @@ impl fmt::Debug for Rule {
             .field("block_for", &self.block_for)
             .field("count_status", &self.count_status)
             .field("lease", &self.lease)
+            .field("response_cost", &self.response_cost)
             .finish_non_exhaustive()
     }
 }

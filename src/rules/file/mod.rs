@@ -331,6 +331,7 @@ fn build_rule(
             ),
             Setting::Lease => (at(doc.lease.as_ref().map(Spanned::span)), "lease"),
             Setting::InFlight => (at(doc.in_flight.as_ref().map(Spanned::span)), "in_flight"),
+            Setting::ResponseCost => (header.clone(), "cost_from_response"),
             Setting::InFlightTtl => {
                 let own = doc
                     .in_flight_ttl
