@@ -45,6 +45,7 @@ mod redis_cluster;
 mod redis_sentinel;
 mod redis_store;
 mod redis_tls;
+mod response_cost;
 mod rules;
 #[cfg(unix)]
 mod rules_file_faults;
