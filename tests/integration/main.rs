@@ -34,6 +34,7 @@ mod failover;
 mod grpc;
 mod http;
 mod in_flight;
+mod llm_budget;
 mod memcached_srv;
 mod memcached_store;
 mod metrics;
