@@ -35,6 +35,11 @@
 //! lease = "auto"                  # or a number of tokens: hot keys, see Lease
 //!
 //! [[rule]]
+//! name = "tokens"                 # a budget of tokens, counted once each answer tells them
+//! quota = "10000/min"
+//! response_cost = { header = "x-usage-tokens", estimate_header = "x-estimated-tokens", estimate = 100 }
+//!
+//! [[rule]]
 //! name = "inference"
 //! path = "/v1/*"
 //! in_flight = 4                   # at most 4 requests of one client at once, no quota
@@ -76,6 +81,7 @@ use crate::key::{self, KeyExtractor};
 use crate::quota::Quota;
 
 mod report;
+mod response_cost;
 #[cfg(test)]
 mod tests;
 mod value;
@@ -171,6 +177,8 @@ struct RuleDoc {
     /// A limit on requests in flight instead of a quota: a rule's own, never a default.
     in_flight: Option<Spanned<InFlightMax>>,
     in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
+    /// A cost known after the response: a rule's own, never a default.
+    response_cost: Option<Spanned<response_cost::ResponseCostDoc>>,
 }
 
 /// A `[[skip]]`.
@@ -286,6 +294,9 @@ fn build_rule(
         if let Some(statuses) = &doc.count_status {
             rule = rule.count_status(statuses.get_ref().0.iter().copied());
         }
+        if let Some(priced) = &doc.response_cost {
+            rule = rule.cost_from_response(priced.get_ref().cost());
+        }
         if let Some(ttl) = &doc.in_flight_ttl {
             return Err(fail(
                 ttl.span(),
@@ -331,7 +342,10 @@ fn build_rule(
             ),
             Setting::Lease => (at(doc.lease.as_ref().map(Spanned::span)), "lease"),
             Setting::InFlight => (at(doc.in_flight.as_ref().map(Spanned::span)), "in_flight"),
-            Setting::ResponseCost => (header.clone(), "cost_from_response"),
+            Setting::ResponseCost => (
+                at(doc.response_cost.as_ref().map(Spanned::span)),
+                "response_cost",
+            ),
             Setting::InFlightTtl => {
                 let own = doc
                     .in_flight_ttl
@@ -375,6 +389,10 @@ fn refuse_rate_settings(doc: &RuleDoc, fail: &Fail<'_>) -> Result<(), ConfigErro
         span(doc.block_for.as_ref().map(Spanned::span), "block_for"),
         span(doc.count_status.as_ref().map(Spanned::span), "count_status"),
         span(doc.lease.as_ref().map(Spanned::span), "lease"),
+        span(
+            doc.response_cost.as_ref().map(Spanned::span),
+            "response_cost",
+        ),
     ];
     let Some((span, field)) = set.into_iter().flatten().next() else {
         return Ok(());
