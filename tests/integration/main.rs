@@ -47,6 +47,7 @@ mod redis_sentinel;
 mod redis_store;
 mod redis_tls;
 mod response_cost;
+mod response_cost_grpc;
 mod rules;
 #[cfg(unix)]
 mod rules_file_faults;
