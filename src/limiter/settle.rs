@@ -1,7 +1,8 @@
 //! [`Settlement`]: what a request owes its rules priced by the response
 //! ([`Rule::cost_from_response`](crate::rules::Rule::cost_from_response)): the estimate it
 //! reserved at admission, settled at the real cost once the response tells it, in one store
-//! call per rule: the difference charged (even past the quota: "every hit"), or given back.
+//! call per rule ([`Engine::settle`](crate::engine::Engine::settle)): the difference charged
+//! (even past the quota: "every hit"), or given back.
 //!
 //! A settlement is a guard. Whatever ends the request first settles it, in a task of its own
 //! that no hang-up stops: the response head that has the cost, the body's end (its trailers,
@@ -18,7 +19,6 @@ use tokio::time::Instant;
 
 use super::{Limiter, Pending};
 use crate::decision::Decision;
-use crate::engine::{Ask, Charging};
 use crate::quota::Policy;
 use crate::response::{self, AtEnd, HeaderStyle, Headers, Shown};
 use crate::rules::Priced;
@@ -177,22 +177,17 @@ async fn settle(mut owed: Owed, finished: bool) -> Headers {
     for r in &owed.reserved {
         let found = r.found.filter(|_| finished);
         let settled = r.priced.settled(found, r.estimate, r.max_cost);
-        let decision = if settled > r.reserved {
-            let ask = Ask::new(&r.key, &r.policy, settled - r.reserved);
-            // A store error is the store's to count and log: the difference is lost.
-            match engine.decide(&[ask], Charging::EveryHit).await {
-                Ok(decided) => decided.first().map(|d| charged(*d)),
-                Err(_) => None,
-            }
-        } else if settled < r.reserved && Instant::now() < r.whole_at {
-            let given = engine.refund(&r.key, &r.policy, r.reserved - settled).await;
-            match given {
-                // What is left now, for the headers; the refund was the one change.
-                Ok(()) => engine.peek(&r.key, &r.policy, 0).await.ok(),
-                Err(_) => None,
-            }
-        } else {
-            None
+        // Past the reservation's time only a charge is made (see `Reserved::whole_at`).
+        let reserved = match Instant::now() < r.whole_at {
+            true => r.reserved,
+            false => r.reserved.min(settled),
+        };
+        // A store error is the store's to count and log: the difference is lost.
+        let decision = match engine.settle(&r.key, &r.policy, reserved, settled).await {
+            Ok(Some(charged)) => Some(charged),
+            // What is left now, for the headers, when something was given back.
+            Ok(None) if settled < reserved => engine.peek(&r.key, &r.policy, 0).await.ok(),
+            _ => None,
         };
         if let (Some(decision), Some(i)) = (decision, r.shown) {
             if let Some(entry) = owed.shown.get_mut(i) {
@@ -219,14 +214,6 @@ async fn settle(mut owed: Owed, finished: bool) -> Headers {
     let headers = response::rate_limit_headers(owed.limiter.headers, &shown);
     owed.shown.clear();
     headers
-}
-
-/// A charge's decision as the headers tell it: charged past the quota, nothing is left.
-fn charged(mut decision: Decision) -> Decision {
-    if !decision.allowed {
-        decision.remaining = 0;
-    }
-    decision
 }
 
 impl fmt::Debug for Settlement {

@@ -60,7 +60,8 @@ impl Limiter {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
-        if pending.counts_later() || pending.holds_slots() || pending.prices_later() {
+        let held = || pending.holds_slots() || pending.prices_later();
+        if pending.counts_later() || (pending.rules.holds_after() && held()) {
             return None;
         }
         let span = decision_span(pending);

@@ -21,6 +21,9 @@ pub(crate) struct RuleSet {
     in_flight: bool,
     /// Whether a rule prices requests by their response.
     priced: bool,
+    /// Whether a rule limits requests in flight or prices them by their response: both need
+    /// the asynchronous way, which a request decided at once never looks at otherwise.
+    held: bool,
 }
 
 impl RuleSet {
@@ -70,6 +73,7 @@ impl RuleSet {
             sole,
             in_flight,
             priced,
+            held: in_flight || priced,
         }
     }
 
@@ -78,6 +82,14 @@ impl RuleSet {
     #[inline]
     pub(crate) fn has_in_flight(&self) -> bool {
         self.in_flight
+    }
+
+    /// Whether a rule limits requests in flight or prices them by their response (see
+    /// [`has_in_flight`](Self::has_in_flight), [`has_priced`](Self::has_priced)): one test for
+    /// a request decided at once, whose way is the same as before either existed.
+    #[inline]
+    pub(crate) fn holds_after(&self) -> bool {
+        self.held
     }
 
     /// Whether a rule prices requests by their response: requests it may match are settled

@@ -241,3 +241,37 @@ fn a_priced_rule_refuses_what_does_not_go_with_it() {
         "{e}"
     );
 }
+
+/// Work priced after it is done, outside the layer (a job, a WebSocket): reserved through the
+/// door, settled at what it cost.
+#[tokio::test]
+async fn the_door_reserves_and_settles_too() {
+    let rule = Rule::new("tokens", Quota::per_day(1000).unwrap())
+        .algorithm(Algorithm::FixedWindow)
+        .cost_from_response(ResponseCost::header("x-usage").estimate(100));
+    let layer = RateLimitLayer::builder()
+        .key(key::Header::new("x-api-key"))
+        .rule(rule)
+        .build()
+        .unwrap();
+    let control = layer.control();
+    let checked = control.check("tokens", "job", 100).await.unwrap();
+    assert_eq!(checked.decision().unwrap().remaining, 900);
+    assert_eq!(
+        control.settle("tokens", "job", 100, 30).await.unwrap(),
+        None
+    );
+    // A peek is a request of cost 1: 970 left before it.
+    assert_eq!(control.peek("tokens", "job").await.unwrap().remaining, 969);
+    let charged = control
+        .settle("tokens", "job", 100, 1100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((charged.allowed, charged.remaining), (false, 0));
+    assert!(!control
+        .check("tokens", "job", 1)
+        .await
+        .unwrap()
+        .is_allowed());
+}
