@@ -47,8 +47,9 @@ struct Reserved {
     max_cost: u32,
     /// When the quota would have been whole again after the reservation (the window's end
     /// for the fixed windows): past it, nothing is given back, as the reservation has
-    /// expired with its window and what is there now was taken by others.
-    whole_at: Instant,
+    /// expired with its window and what is there now was taken by others. `None`: beyond
+    /// this process's clock (a store of one's own may say so).
+    whole_at: Option<Instant>,
     /// The cost found so far.
     found: Option<u64>,
     /// This rule's place in `Owed::shown`.
@@ -87,7 +88,7 @@ impl Limiter {
                 estimate: check.cost,
                 reserved: if decision.allowed { check.cost } else { 0 },
                 max_cost: rule.max_cost,
-                whole_at: now + decision.reset_after,
+                whole_at: now.checked_add(decision.reset_after),
                 found: None,
                 shown: headed.then(|| shown.len() - 1),
             });
@@ -178,7 +179,7 @@ async fn settle(mut owed: Owed, finished: bool) -> Headers {
         let found = r.found.filter(|_| finished);
         let settled = r.priced.settled(found, r.estimate, r.max_cost);
         // Past the reservation's time only a charge is made (see `Reserved::whole_at`).
-        let reserved = match Instant::now() < r.whole_at {
+        let reserved = match r.whole_at.is_none_or(|at| Instant::now() < at) {
             true => r.reserved,
             false => r.reserved.min(settled),
         };
