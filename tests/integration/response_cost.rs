@@ -275,3 +275,97 @@ async fn the_door_reserves_and_settles_too() {
         .unwrap()
         .is_allowed());
 }
+
+/// A layer of one priced rule (1000 tokens a day, a fixed window, estimate 100) over `inner`.
+fn priced_over<S>(cost: ResponseCost, inner: S) -> tollgate::RateLimit<S> {
+    let rule = Rule::new("tokens", Quota::per_day(1000).unwrap())
+        .algorithm(Algorithm::FixedWindow)
+        .cost_from_response(cost.estimate(100));
+    let layer = RateLimitLayer::builder()
+        .key(key::Header::new("x-api-key"))
+        .rule(rule)
+        .build()
+        .unwrap();
+    layer.layer(inner)
+}
+
+/// `x-api-key: k`, and nothing else.
+fn keyed() -> Request<()> {
+    Request::builder()
+        .header("x-api-key", "k")
+        .body(())
+        .unwrap()
+}
+
+/// The cost read from the body's last event that names it, or from the response head; a body
+/// that fails pays its estimate.
+#[tokio::test]
+async fn the_cost_comes_from_the_last_event_or_the_head_and_a_failed_body_pays_its_estimate() {
+    // Server-sent events, the usage in the last one.
+    let events = tower::service_fn(|_: Request<()>| async {
+        let body = "data: {\"n\":1}\n\ndata: {\"usage\":42}\n\n";
+        Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from(body))))
+    });
+    let usage = |chunk: &Bytes| {
+        let text = std::str::from_utf8(chunk).ok()?;
+        let rest = text
+            .rsplit("\"usage\":")
+            .next()
+            .filter(|_| text.contains("\"usage\":"))?;
+        rest.split('}').next()?.parse().ok()
+    };
+    let mut service = priced_over(ResponseCost::from_body(usage), events);
+    let r = service.ready().await.unwrap().call(keyed()).await.unwrap();
+    assert_eq!(remaining(r.headers()), 900);
+    let trailers = r.into_body().collect().await.unwrap();
+    assert!(trailers.trailers().is_none());
+    let r = service.ready().await.unwrap().call(keyed()).await.unwrap();
+    assert_eq!(remaining(r.headers()), 1000 - 42 - 100);
+
+    // From the head: a server error costs nothing, anything else 10.
+    let erring = tower::service_fn(|request: Request<()>| async move {
+        let mut response = Response::new(String::new());
+        if request.headers().contains_key("x-fail") {
+            *response.status_mut() = http::StatusCode::BAD_GATEWAY;
+        }
+        Ok::<_, Infallible>(response)
+    });
+    let by_status = |head: &http::response::Parts| match head.status.is_server_error() {
+        true => Some(0),
+        false => Some(10),
+    };
+    let mut service = priced_over(ResponseCost::from_head(by_status), erring);
+    let r = service.ready().await.unwrap().call(keyed()).await.unwrap();
+    assert_eq!(remaining(r.headers()), 990);
+    let mut failing = keyed();
+    failing
+        .headers_mut()
+        .insert("x-fail", HeaderValue::from_static("1"));
+    let r = service.ready().await.unwrap().call(failing).await.unwrap();
+    assert_eq!((r.status().as_u16(), remaining(r.headers())), (502, 990));
+
+    // A body that fails before its trailer: the estimate.
+    let broken =
+        tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(Failing)) });
+    let mut service = priced_over(ResponseCost::header("x-usage"), broken);
+    let r = service.ready().await.unwrap().call(keyed()).await.unwrap();
+    assert!(r.into_body().collect().await.is_err());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = service.ready().await.unwrap().call(keyed()).await.unwrap();
+    assert_eq!(remaining(r.headers()), 1000 - 100 - 100);
+}
+
+/// A body that fails at once.
+struct Failing;
+
+impl Body for Failing {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        Poll::Ready(Some(Err(std::io::Error::other("upstream went away"))))
+    }
+}
