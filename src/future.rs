@@ -1,6 +1,7 @@
 //! [`ResponseFuture`]: checking → (waiting, in delay mode) → calling the inner service (its
 //! response passed on, or given headers, or given the request's slots of requests in flight to
-//! hold until its body ends) → (counting, for a rule's `count_status`) | answering at once.
+//! hold until its body ends, or settling its cost known after the response) → (settling, for
+//! a cost in the response head) → (counting, for a rule's `count_status`) | answering at once.
 
 use std::fmt;
 use std::future::Future;
@@ -11,14 +12,16 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
+use tokio::task::JoinHandle;
 use tokio::time::Sleep;
 use tower_service::Service;
 
 use crate::limiter::count::{Counter, Counting};
 use crate::limiter::give_back::GiveBack;
+use crate::limiter::settle::Settlement;
 use crate::limiter::slots::Slots;
 use crate::limiter::Verdict;
-use crate::response::{Headers, Refusal, ResponseBody};
+use crate::response::{AtEnd, Headers, Keep, Refusal, ResponseBody};
 
 /// The limiter's decision in the making, boxed so the future's type does not depend on the
 /// store.
@@ -72,12 +75,19 @@ pin_project! {
         Holding {
             holding: Pin<Box<Holding<Svc, ReqBody>>>,
         },
+        /// The response head has the request's cost (a rule priced by the response): it is
+        /// sent once the cost is settled (a task of its own, which a hang-up does not stop),
+        /// with the headers after it; then counted, if a `count_status` rule lists it.
+        Settling {
+            settling: JoinHandle<Headers>,
+            response: Option<Box<(Svc::Response, Slots, Option<Counter>)>>,
+        },
         /// The response has a status a `count_status` rule lists: it is sent once the count
         /// (a task of its own, which a hang-up does not stop) is made, its body holding the
         /// request's slots, if any. Boxed: a rare state.
         Counting {
             counting: Counting,
-            response: Option<Box<(Svc::Response, Slots)>>,
+            response: Option<Box<(Svc::Response, Keep)>>,
         },
         /// The limiter answered (429, 400, 503). Boxed, as the verdict has it: every
         /// request's future would otherwise have room for a whole response.
@@ -98,6 +108,7 @@ pin_project! {
         count: Option<Counter>,
         give_back: GiveBack,
         slots: Slots,
+        settle: Option<Settlement>,
     }
 }
 
@@ -112,6 +123,7 @@ pin_project! {
         headers: Headers,
         count: Option<Counter>,
         slots: Slots,
+        settle: Option<Settlement>,
     }
 }
 
@@ -182,7 +194,8 @@ where
                     delayed.give_back.keep();
                     let (headers, count) = (std::mem::take(delayed.headers), delayed.count.take());
                     let slots = std::mem::take(delayed.slots);
-                    let next = call(delayed.inner.take(), headers, count, slots);
+                    let next = call(delayed.inner.take(), headers, count, slots)
+                        .settled(delayed.settle.take());
                     this.state.set(next);
                 }
                 StateProj::Passing { future } => {
@@ -204,7 +217,7 @@ where
                     if let Some(counting) = count.take().and_then(|c| c.start(response.status())) {
                         this.state.set(State::Counting {
                             counting,
-                            response: Some(Box::new((response, Slots::default()))),
+                            response: Some(Box::new((response, Keep::default()))),
                         });
                         continue;
                     }
@@ -218,20 +231,61 @@ where
                     }
                     let slots = std::mem::take(holding.slots);
                     let count = holding.count.take();
+                    let mut at_end: Option<Box<dyn AtEnd>> = None;
+                    if let Some(mut settle) = holding.settle.take() {
+                        let (head, body) = response.into_parts();
+                        let known = settle.head(&head);
+                        response = Response::from_parts(head, body);
+                        if !known {
+                            at_end = Some(Box::new(settle));
+                        } else if let Some(settling) = settle.start() {
+                            this.state.set(State::Settling {
+                                settling,
+                                response: Some(Box::new((response, slots, count))),
+                            });
+                            continue;
+                        }
+                    }
+                    let keep = Keep {
+                        slots: slots.into_guard(),
+                        at_end,
+                    };
                     if let Some(counting) = count.and_then(|c| c.start(response.status())) {
                         this.state.set(State::Counting {
                             counting,
-                            response: Some(Box::new((response, slots))),
+                            response: Some(Box::new((response, keep))),
                         });
                         continue;
                     }
-                    return Poll::Ready(Ok(with_body(response, slots)));
+                    return Poll::Ready(Ok(with_body(response, keep)));
+                }
+                StateProj::Settling { settling, response } => {
+                    // A settlement that panicked changed nothing to report.
+                    let settled = ready!(Pin::new(settling).poll(cx)).unwrap_or_default();
+                    let Some(answer) = response.take() else {
+                        this.state.set(State::Respond { response: None });
+                        continue;
+                    };
+                    let (mut response, slots, count) = *answer;
+                    settled.write_into(response.headers_mut());
+                    let keep = Keep {
+                        slots: slots.into_guard(),
+                        at_end: None,
+                    };
+                    if let Some(counting) = count.and_then(|c| c.start(response.status())) {
+                        this.state.set(State::Counting {
+                            counting,
+                            response: Some(Box::new((response, keep))),
+                        });
+                        continue;
+                    }
+                    return Poll::Ready(Ok(with_body(response, keep)));
                 }
                 StateProj::Counting { counting, response } => {
                     ready!(counting.as_mut().poll(cx));
                     if let Some(answer) = response.take() {
-                        let (response, slots) = *answer;
-                        return Poll::Ready(Ok(with_body(response, slots)));
+                        let (response, keep) = *answer;
+                        return Poll::Ready(Ok(with_body(response, keep)));
                     }
                     this.state.set(State::Respond { response: None });
                 }
@@ -264,7 +318,7 @@ where
         Verdict::Proceed(headers) => call(inner, headers, None, Slots::default()),
         Verdict::Later(later) if later.wait.is_zero() => {
             let later = *later;
-            call(inner, later.headers, later.count, later.slots)
+            call(inner, later.headers, later.count, later.slots).settled(later.settle)
         }
         Verdict::Later(later) => State::Waiting {
             delayed: Box::pin(Delayed {
@@ -274,6 +328,7 @@ where
                 count: later.count,
                 give_back: later.give_back,
                 slots: later.slots,
+                settle: later.settle,
             }),
         },
         Verdict::Refuse(refusal) => State::Respond {
@@ -299,6 +354,7 @@ where
                 headers,
                 count,
                 slots,
+                settle: None,
             }),
         },
         Some((mut svc, request)) => answering(svc.call(request), headers, count),
@@ -330,13 +386,53 @@ where
     }
 }
 
-/// The inner service's `response`, its body holding `slots` until it ends.
-fn with_body<ResBody>(
-    response: Response<ResBody>,
-    slots: Slots,
-) -> Response<ResponseBody<ResBody>> {
-    let slots = slots.into_guard();
-    response.map(|body| ResponseBody::holding(body, slots))
+/// The inner service's `response`, its body holding what `keep` has until it ends.
+fn with_body<ResBody>(response: Response<ResBody>, keep: Keep) -> Response<ResponseBody<ResBody>> {
+    response.map(|body| ResponseBody::holding(body, keep))
+}
+
+impl<Svc, ReqBody> State<Svc, ReqBody>
+where
+    Svc: Service<Request<ReqBody>>,
+{
+    /// This state (just made by [`call`]) with the request's `settle`ment of a cost known
+    /// after the response: the inner service's answer is then held until it is settled.
+    fn settled(self, settle: Option<Settlement>) -> Self {
+        let Some(settle) = settle else {
+            return self;
+        };
+        match self {
+            State::Holding { mut holding } => {
+                *holding.as_mut().project().settle = Some(settle);
+                State::Holding { holding }
+            }
+            State::Passing { future } => State::holding(future, Headers::default(), None, settle),
+            State::Inner {
+                future,
+                headers,
+                count,
+            } => State::holding(future, headers, count, settle),
+            // Not called: dropped, the settlement settles at the estimate.
+            other => other,
+        }
+    }
+
+    fn holding(
+        future: Svc::Future,
+        headers: Headers,
+        count: Option<Counter>,
+        settle: Settlement,
+    ) -> Self {
+        State::Holding {
+            holding: Box::pin(Holding {
+                future,
+                headers,
+                count,
+                slots: Slots::default(),
+                settle: Some(settle),
+            }),
+        }
+    }
 }
 
 /// Takes the service `poll_ready` made ready, for a call made later, and leaves a clone in its

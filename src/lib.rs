@@ -40,6 +40,8 @@
 //!   the cache of denials, leases for hot keys.
 //! - [Operations](guide::operations): responses and headers, acting on one client, metrics.
 //! - [gRPC](guide::grpc): tonic servers and what their clients see.
+//! - [Costs known after the response](guide::response_costs): token budgets for AI APIs,
+//!   reserved at admission and settled at what the response tells.
 //! - Envoy's rate limit service: the `tollgate-rls` crate, a drop-in for envoyproxy/ratelimit
 //!   (a binary, and a library for your own tonic server) built on [`engine`].
 //! - [Operations](guide::operations#decisions-in-your-own-code-the-door): decisions in your
@@ -134,6 +136,7 @@ macro_rules! guide_links {
          [redis]: crate::guide::redis\n\
          [operations]: crate::guide::operations\n\
          [grpc]: crate::guide::grpc\n\
+         [response_costs]: crate::guide::response_costs\n\
          [algorithms-picture]: https://raw.githubusercontent.com/tollgate-rs/tollgate/main/docs/algorithms.svg\n"
     };
 }
@@ -164,6 +167,10 @@ pub mod guide {
     #[doc = guide_links!()]
     #[doc = include_str!("../docs/grpc.md")]
     pub mod grpc {}
+
+    #[doc = guide_links!()]
+    #[doc = include_str!("../docs/response_costs.md")]
+    pub mod response_costs {}
 }
 
 /// The README's Rust examples, compiled and run as doc tests.

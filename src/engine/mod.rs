@@ -14,6 +14,8 @@
 //!   (memory, a cached denial, a lease in hand);
 //! - [`peek`](Engine::peek), [`reset`](Engine::reset), [`block`](Engine::block),
 //!   [`refund`](Engine::refund) one client;
+//! - costs known after the response: [`settle`](Engine::settle) what a request reserved at
+//!   the cost it turned out to have, in one store call;
 //! - requests in flight: [`take_slot`](Engine::take_slot),
 //!   [`give_back_slot`](Engine::give_back_slot) and [`renew_slots`](Engine::renew_slots)
 //!   (see [`InFlight`](crate::store::InFlight));
@@ -61,6 +63,7 @@ mod ask;
 mod charging;
 mod decide;
 mod overrides;
+mod settle;
 mod setup;
 mod slots;
 mod stats;

@@ -168,6 +168,31 @@ impl Control {
         let (key, policy) = self.limiter.client(rule, key).await?;
         Ok(self.limiter.engine.refund(&key, &policy, n).await?)
     }
+
+    /// Settles work of client `key` under the rule named `rule` that reserved `reserved`
+    /// units (e.g. an estimate taken with [`check`](Self::check)) and cost `cost`, once that
+    /// is known (tokens a job used): the difference is charged even past the quota, or given
+    /// back, in one store call, as the layer settles a rule
+    /// [priced by the response](crate::rules::Rule::cost_from_response). The decision of a
+    /// charge; `None` when something was given back or nothing changed.
+    ///
+    /// # Errors
+    ///
+    /// As for [`refund`](Self::refund).
+    pub async fn settle(
+        &self,
+        rule: &str,
+        key: &str,
+        reserved: u32,
+        cost: u32,
+    ) -> Result<Option<Decision>, ControlError> {
+        let (key, policy) = self.limiter.client(rule, key).await?;
+        Ok(self
+            .limiter
+            .engine
+            .settle(&key, &policy, reserved, cost)
+            .await?)
+    }
 }
 
 /// Quotas set for one client at run time, seen by every instance on the store.

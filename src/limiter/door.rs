@@ -84,6 +84,7 @@ impl Limiter {
                                     count: None,
                                     give_back: Default::default(),
                                     slots,
+                                    settle: None,
                                 }))
                             }
                             verdict => verdict,

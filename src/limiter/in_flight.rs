@@ -87,7 +87,7 @@ impl Limiter {
                 Err(_) => return self.unanswered(pending),
             }
         }
-        with_slots(self.verdict(pending, &decisions), slots)
+        with_slots(self.settled_verdict(pending, &decisions), slots)
     }
 
     /// Takes a slot of `key` under `rule`, held in `slots` from before the store is asked; in
@@ -197,6 +197,7 @@ fn with_slots(verdict: Verdict, slots: Slots) -> Verdict {
             count: None,
             give_back: Default::default(),
             slots,
+            settle: None,
         })),
         Verdict::Later(mut later) => {
             later.slots = slots;

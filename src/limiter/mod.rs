@@ -27,6 +27,7 @@ pub(crate) mod count;
 mod door;
 pub(crate) mod give_back;
 mod in_flight;
+pub(crate) mod settle;
 pub(crate) mod slots;
 mod verdict;
 
@@ -101,6 +102,15 @@ impl Pending<'_> {
     #[inline]
     fn counts_later(&self) -> bool {
         self.checks.iter().any(|c| self.counts_status(c))
+    }
+
+    /// Whether a rule of this request is priced by its response.
+    #[inline]
+    fn prices_later(&self) -> bool {
+        self.rules.has_priced() && {
+            let rules = self.rules.rules();
+            self.checks.iter().any(|c| rules[c.rule].priced.is_some())
+        }
     }
 
     /// What the request owes its rules with `count_status`, once its response is known.

@@ -11,6 +11,7 @@ use tracing::Instrument;
 use super::client_quota::Tier;
 use super::count::Counter;
 use super::give_back::GiveBack;
+use super::settle::Settlement;
 use super::slots::Slots;
 use super::{Limiter, Pending};
 use crate::decision::Decision;
@@ -49,6 +50,8 @@ pub(crate) struct Later {
     pub(crate) give_back: GiveBack,
     /// The slots of requests in flight it holds, given back once its response is done.
     pub(crate) slots: Slots,
+    /// What it reserved under rules priced by the response, settled once that is known.
+    pub(crate) settle: Option<Settlement>,
 }
 
 impl Limiter {
@@ -58,7 +61,8 @@ impl Limiter {
         let [one] = pending.checks.as_slice() else {
             return None;
         };
-        if pending.counts_later() || pending.finding() || pending.holds_slots() {
+        let held = || pending.holds_slots() || pending.prices_later();
+        if pending.counts_later() || pending.finding() || (pending.rules.holds_after() && held()) {
             return None;
         }
         let span = decision_span(pending);
@@ -106,6 +110,7 @@ impl Limiter {
                 count: count(),
                 give_back: GiveBack::default(),
                 slots: Slots::default(),
+                settle: None,
             })),
             Verdict::Later(mut later) => {
                 later.count = count();
@@ -131,12 +136,12 @@ impl Limiter {
             [one] if !pending.counts_status(one) => {
                 Box::pin(self.engine.decide_one_waiting(&pending.ask(one)))
                     .await
-                    .map(|decision| self.verdict(pending, std::slice::from_ref(&decision)))
+                    .map(|decision| self.settled_verdict(pending, std::slice::from_ref(&decision)))
             }
             many => {
                 let asks: Vec<Ask<'_>> = many.iter().map(|c| pending.ask(c)).collect();
                 let decided = Box::pin(self.engine.decide(&asks, Charging::AllowedOnly)).await;
-                decided.map(|decisions| self.verdict(pending, &decisions))
+                decided.map(|decisions| self.settled_verdict(pending, &decisions))
             }
         };
         decided.unwrap_or_else(|_| self.unanswered(pending))
@@ -224,7 +229,39 @@ impl Limiter {
                 count: None,
                 give_back: GiveBack::new(Arc::clone(self), pending.delay_places()),
                 slots: Slots::default(),
+                settle: None,
             })),
+        }
+    }
+
+    /// The [`verdict`](Self::verdict), and for a request that proceeds under rules priced by
+    /// the response, what it reserved to settle once the response tells its cost.
+    pub(super) fn settled_verdict(
+        self: &Arc<Self>,
+        pending: &Pending<'_>,
+        decisions: &[Decision],
+    ) -> Verdict {
+        let verdict = self.verdict(pending, decisions);
+        if !pending.prices_later() {
+            return verdict;
+        }
+        match verdict {
+            Verdict::Proceed(headers) => match self.settlement(pending, decisions) {
+                None => Verdict::Proceed(headers),
+                settle => Verdict::Later(Box::new(Later {
+                    headers,
+                    wait: Duration::ZERO,
+                    count: None,
+                    give_back: GiveBack::default(),
+                    slots: Slots::default(),
+                    settle,
+                })),
+            },
+            Verdict::Later(mut later) => {
+                later.settle = self.settlement(pending, decisions);
+                Verdict::Later(later)
+            }
+            refused => refused,
         }
     }
 

@@ -1,13 +1,19 @@
 //! The response body: the inner service's body (holding the request's slots of requests in
-//! flight until it ends, if it has any), or the short text of a rejection.
+//! flight until it ends, and settling its cost known after the response at its end, if it has
+//! them), or the short text of a rejection.
 
+use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
+use tokio::task::JoinHandle;
+
+use super::Headers;
 
 pin_project! {
     /// The body of a response from a rate-limited service: the inner service's body, or the
@@ -36,17 +42,40 @@ pin_project! {
         /// The limiter's own answer.
         Limiter { body: Full<Bytes> },
         /// The inner service's body, and the request's slots of requests in flight: given
-        /// back (dropped) when the body ends or fails, or is dropped unfinished.
+        /// back (dropped) when the body ends or fails, or is dropped unfinished; and what is
+        /// settled at its end.
         Holding {
             #[pin]
             body: B,
             slots: Option<Slots>,
+            at_end: Option<Box<dyn AtEnd>>,
+            // The body's end, held until what `at_end` started is done: the settlement, then
+            // the last frame (`None`: the end of the stream).
+            ending: Option<(JoinHandle<Headers>, Option<Frame<Bytes>>)>,
         },
     }
 }
 
 /// A request's slots of requests in flight, as a body holds them: given back when dropped.
 pub(crate) type Slots = Box<dyn Send + Sync>;
+
+/// What a body holds until it ends: the request's slots, and what it settles at its end.
+#[derive(Default)]
+pub(crate) struct Keep {
+    pub(crate) slots: Option<Slots>,
+    pub(crate) at_end: Option<Box<dyn AtEnd>>,
+}
+
+/// Told what a body carries, and its end: a cost known after the response is settled then.
+/// Dropped before the end (the body failed or was dropped), it settles as it can.
+pub(crate) trait AtEnd: Send + Sync {
+    /// A data frame went by.
+    fn data(&mut self, data: &Bytes);
+
+    /// The body ended, with these trailers if any: what it started, whose headers go into
+    /// the trailers, and which the end waits for (`None`: nothing to wait for).
+    fn end(&mut self, trailers: Option<&HeaderMap>) -> Option<JoinHandle<Headers>>;
+}
 
 impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
@@ -63,13 +92,21 @@ impl<B> ResponseBody<B> {
         }
     }
 
-    /// The inner service's `body`, holding `slots` until it ends.
-    pub(crate) fn holding(body: B, slots: Option<Slots>) -> Self {
-        match slots {
-            None => Self::inner(body),
-            slots => Self {
+    /// The inner service's `body`, holding what `keep` has until it ends.
+    pub(crate) fn holding(body: B, keep: Keep) -> Self {
+        match keep {
+            Keep {
+                slots: None,
+                at_end: None,
+            } => Self::inner(body),
+            Keep { slots, at_end } => Self {
                 kind: Kind::Boxed {
-                    body: Box::pin(Rare::Holding { body, slots }),
+                    body: Box::pin(Rare::Holding {
+                        body,
+                        slots,
+                        at_end,
+                        ending: None,
+                    }),
                 },
             },
         }
@@ -95,7 +132,22 @@ where
             RareProj::Limiter { body } => Pin::new(body)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|f| f.map_err(|never| match never {}))),
-            RareProj::Holding { mut body, slots } => {
+            RareProj::Holding {
+                mut body,
+                slots,
+                at_end,
+                ending,
+            } => loop {
+                if let Some((settling, last)) = ending {
+                    // Settled before the end goes out: a client's next request sees it.
+                    let settled = ready!(Pin::new(settling).poll(cx)).unwrap_or_default();
+                    let mut last = last.take();
+                    if let Some(trailers) = last.as_mut().and_then(Frame::trailers_mut) {
+                        settled.write_into(trailers);
+                    }
+                    *ending = None;
+                    return Poll::Ready(last.map(Ok));
+                }
                 let polled = body.as_mut().poll_frame(cx);
                 let over = match &polled {
                     Poll::Ready(None | Some(Err(_))) => true,
@@ -107,8 +159,35 @@ where
                     // dropped.
                     slots.take();
                 }
-                polled
-            }
+                let Some(end) = at_end.as_mut() else {
+                    return polled;
+                };
+                let last = match polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(data) = frame.data_ref() {
+                            end.data(data);
+                        }
+                        if !over && !frame.is_trailers() {
+                            return Poll::Ready(Some(Ok(frame)));
+                        }
+                        Some(frame)
+                    }
+                    Poll::Ready(None) => None,
+                    // A failed body: dropped, the settlement settles as unknown.
+                    Poll::Ready(Some(Err(e))) => {
+                        at_end.take();
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    Poll::Pending => return Poll::Pending,
+                };
+                let trailers = last.as_ref().and_then(Frame::trailers_ref);
+                let started = end.end(trailers);
+                at_end.take();
+                match started {
+                    Some(settling) => *ending = Some((settling, last)),
+                    None => return Poll::Ready(last.map(Ok)),
+                }
+            },
         }
     }
 
@@ -117,7 +196,13 @@ where
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Boxed { body } => match &**body {
                 Rare::Limiter { body } => body.is_end_stream(),
-                Rare::Holding { body, .. } => body.is_end_stream(),
+                // Not over while its end is still to be settled (and sent).
+                Rare::Holding {
+                    body,
+                    at_end,
+                    ending,
+                    ..
+                } => at_end.is_none() && ending.is_none() && body.is_end_stream(),
             },
         }
     }

@@ -14,6 +14,7 @@ use crate::error::ConfigError;
 mod body;
 mod refusal;
 pub use body::ResponseBody;
+pub(crate) use body::{AtEnd, Keep};
 pub(crate) use refusal::{DenyResponse, Refusal};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.

@@ -7,8 +7,8 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 
 use super::{
-    count_status, Cost, CostSpec, DelayQueue, InFlightRule, Limit, Mode, QuotaLookup, Route, Rule,
-    StatusMatch, TierFn,
+    count_status, Cost, CostSpec, DelayQueue, InFlightRule, Limit, Mode, Priced, QuotaLookup,
+    Route, Rule, StatusMatch, TierFn,
 };
 use crate::algorithm::Algorithm;
 use crate::error::{ConfigError, ConfigErrorKind};
@@ -49,7 +49,9 @@ impl Rule {
                 ),
             ));
         }
+        let (cost, priced) = self.priced().map_err(at(Setting::ResponseCost))?;
         let cost = match &self.cost {
+            _ if priced.is_some() => cost,
             CostSpec::One => Cost::One,
             CostSpec::Fn(f) => Cost::Fn(Arc::clone(f)),
             CostSpec::Header(name) => {
@@ -146,7 +148,34 @@ impl Rule {
             quota_from: self.quota_from.clone(),
             overridable: self.overridable,
             count_status,
+            priced,
         })
+    }
+
+    /// The cost at admission (the estimate) and the part settled after the response, for a
+    /// rule priced by its response; checked against what does not go with it.
+    fn priced(&self) -> Result<(Cost, Option<Arc<Priced>>), ConfigError> {
+        let Some(response_cost) = &self.response_cost else {
+            return Ok((Cost::One, None));
+        };
+        let refused = [
+            (
+                !matches!(self.cost, CostSpec::One),
+                "cost or cost_header (the estimate is the request's cost)",
+            ),
+            (self.mode == Mode::Delay, "delay mode"),
+            (self.block_for.is_some(), "block_for"),
+            (self.count_status.is_some(), "count_status"),
+            (self.lease.is_some(), "lease"),
+        ];
+        if let Some((_, what)) = refused.iter().find(|(set, _)| *set) {
+            return Err(ConfigError::with_kind(
+                ConfigErrorKind::Rule,
+                format!("cost_from_response does not work with {what}: remove one of them"),
+            ));
+        }
+        let (cost, priced) = response_cost.compile()?;
+        Ok((cost, Some(Arc::new(priced))))
     }
 
     /// The checked `count_status`, if the rule has one.
@@ -214,6 +243,8 @@ pub(crate) enum Setting {
     InFlight,
     /// An in-flight rule's time to live.
     InFlightTtl,
+    /// A cost from the response, or what does not go with it.
+    ResponseCost,
 }
 
 /// `policy`'s item of the `RateLimit-Policy` header (for a rule's policy, written once with
@@ -248,6 +279,9 @@ pub(crate) struct CompiledRule {
     pub(crate) overridable: bool,
     /// Only responses with these statuses are counted (see [`Rule::count_status`]).
     pub(crate) count_status: Option<Arc<[StatusMatch]>>,
+    /// A cost known after the response (see [`Rule::cost_from_response`]): `cost` is then
+    /// the estimate a request reserves.
+    pub(crate) priced: Option<Arc<Priced>>,
 }
 
 impl CompiledRule {
@@ -269,6 +303,7 @@ impl CompiledRule {
             quota_from: None,
             overridable: false,
             count_status: None,
+            priced: None,
         }
     }
 
@@ -310,6 +345,7 @@ impl fmt::Debug for CompiledRule {
             .field("cost", &self.cost)
             .field("max_cost", &self.max_cost)
             .field("count_status", &self.count_status)
+            .field("priced", &self.priced)
             .finish_non_exhaustive()
     }
 }

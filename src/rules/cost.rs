@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::request::Parts;
-use http::HeaderName;
+use http::{HeaderName, HeaderValue};
 
 /// Computes a request's cost from its head.
 pub(crate) type CostFn = Arc<dyn Fn(&Parts) -> u32 + Send + Sync>;
@@ -19,6 +19,10 @@ pub(crate) enum Cost {
     Header(HeaderName),
     /// A closure.
     Fn(CostFn),
+    /// Always this (an estimate reserved for a cost known after the response).
+    Fixed(u32),
+    /// A header as for `Header`, and this when the request has none (an estimate).
+    HeaderOr(HeaderName, u32),
 }
 
 impl Cost {
@@ -32,24 +36,32 @@ impl Cost {
         match self {
             Cost::One => Ok(1),
             Cost::Fn(f) => Ok(f(parts).clamp(1, max_cost)),
+            Cost::Fixed(n) => Ok((*n).clamp(1, max_cost)),
+            Cost::HeaderOr(name, default) => match parts.headers.get(name) {
+                None => Ok((*default).clamp(1, max_cost)),
+                Some(value) => header_cost(name, value, max_cost),
+            },
             Cost::Header(name) => match parts.headers.get(name) {
                 None => Ok(1),
-                Some(value) => {
-                    let text = value.to_str().unwrap_or_default().trim();
-                    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-                    // Only plain digits reach the parse, so its one failure is overflow.
-                    let cost = text.parse::<u64>().unwrap_or(u64::MAX);
-                    if !digits || cost == 0 {
-                        return Err(format!(
-                            "Bad Request: the {name} header must be a whole number of at least 1 \
-                             (costs above {max_cost} count as {max_cost})"
-                        ));
-                    }
-                    Ok(u32::try_from(cost).unwrap_or(u32::MAX).min(max_cost))
-                }
+                Some(value) => header_cost(name, value, max_cost),
             },
         }
     }
+}
+
+/// The cost in header `name`'s `value`, clamped to `max_cost`, or the 400 message.
+fn header_cost(name: &HeaderName, value: &HeaderValue, max_cost: u32) -> Result<u32, String> {
+    let text = value.to_str().unwrap_or_default().trim();
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    // Only plain digits reach the parse, so its one failure is overflow.
+    let cost = text.parse::<u64>().unwrap_or(u64::MAX);
+    if !digits || cost == 0 {
+        return Err(format!(
+            "Bad Request: the {name} header must be a whole number of at least 1 \
+             (costs above {max_cost} count as {max_cost})"
+        ));
+    }
+    Ok(u32::try_from(cost).unwrap_or(u32::MAX).min(max_cost))
 }
 
 impl fmt::Debug for Cost {
@@ -58,6 +70,8 @@ impl fmt::Debug for Cost {
             Cost::One => f.write_str("One"),
             Cost::Header(h) => f.debug_tuple("Header").field(h).finish(),
             Cost::Fn(_) => f.write_str("Fn(..)"),
+            Cost::Fixed(n) => f.debug_tuple("Fixed").field(n).finish(),
+            Cost::HeaderOr(h, n) => f.debug_tuple("HeaderOr").field(h).field(n).finish(),
         }
     }
 }

@@ -42,6 +42,7 @@ impl Rule {
             (self.block_for.is_some(), "block_for"),
             (self.count_status.is_some(), "count_status"),
             (self.lease.is_some(), "lease"),
+            (self.response_cost.is_some(), "a cost from the response"),
         ];
         if let Some((_, what)) = rate_only.iter().find(|(set, _)| *set) {
             return fail(
@@ -91,6 +92,7 @@ impl Rule {
             quota_from: None,
             overridable: false,
             count_status: None,
+            priced: None,
         })
     }
 }

@@ -12,7 +12,8 @@ use http::request::Parts;
 use http::Method;
 
 use crate::algorithm::Algorithm;
-use crate::error::{ConfigError, ConfigErrorKind};
+#[cfg(doc)]
+use crate::error::ConfigError;
 use crate::key::KeyExtractor;
 use crate::quota::Quota;
 
@@ -24,6 +25,8 @@ mod file;
 mod in_flight;
 mod index;
 mod lookup;
+mod mode;
+mod response_cost;
 mod route;
 mod rules_file;
 mod set;
@@ -39,46 +42,14 @@ pub(crate) use file::parse as parse_file;
 pub(crate) use in_flight::InFlightRule;
 pub(crate) use lookup::{Looked, NamedLookups};
 pub use lookup::{Lookup, LookupError, QuotaLookup, QuotaResolver};
+pub use mode::Mode;
+pub(crate) use response_cost::Priced;
+pub use response_cost::ResponseCost;
 pub(crate) use route::{parse_methods, Route};
 pub use rules_file::MAX_FILE_BYTES;
 pub(crate) use set::RuleSet;
 pub(crate) use skip::{CompiledSkip, SkipSpec};
 pub(crate) use source::{InForce, RuleSource};
-
-/// How a rule treats a request over its limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Mode {
-    /// Deny it (429). The default.
-    #[default]
-    Enforce,
-    /// Let it through, but count and log the would-be denial; headers still report the limit.
-    /// For rolling out a new limit safely.
-    Shadow,
-    /// Queue it, leaky-bucket style: requests within the burst go at once; a request past it
-    /// waits until its slot (the moment it would otherwise be told to retry at), so the excess
-    /// leaves at a steady rate; one that would wait longer than `max_delay` is denied at once.
-    /// A connection is never held longer than `max_delay`. With `burst = 1` every request is
-    /// spaced by `period / limit`. Under a [limit on requests in flight](Rule::in_flight), a
-    /// request that finds every slot taken waits for one, up to `max_delay`.
-    Delay,
-}
-
-impl std::str::FromStr for Mode {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "enforce" => Ok(Mode::Enforce),
-            "shadow" => Ok(Mode::Shadow),
-            "delay" => Ok(Mode::Delay),
-            other => Err(ConfigError::with_kind(
-                ConfigErrorKind::Rule,
-                format!("unknown mode {other:?} (use enforce, shadow or delay)"),
-            )),
-        }
-    }
-}
 
 /// Picks the quota for a client key (tiers); `None` means the rule's own quota.
 pub(crate) type TierFn = Arc<dyn Fn(&str) -> Option<Quota> + Send + Sync>;
@@ -125,6 +96,7 @@ pub struct Rule {
     block_for: Option<Duration>,
     count_status: Option<Vec<StatusMatch>>,
     lease: Option<Lease>,
+    response_cost: Option<ResponseCost>,
 }
 
 /// What a rule limits: a rate, or the requests in flight.
@@ -223,6 +195,7 @@ impl Rule {
             block_for: None,
             count_status: None,
             lease: None,
+            response_cost: None,
         }
     }
 
@@ -441,6 +414,44 @@ impl Rule {
         self
     }
 
+    /// Prices each request by its response (tokens of an AI completion, rows of a report):
+    /// a request reserves its estimate at admission and is admitted only while the quota has
+    /// room for it; once the response tells the real cost, the difference is charged or
+    /// given back, in one store call. See [`ResponseCost`] for where the cost and the
+    /// estimate come from, and the [guide](crate::guide::response_costs) for how far past
+    /// its quota a client may go (charged while over, at most the requests in flight times
+    /// `max_cost`).
+    ///
+    /// A response whose head has the cost settles before it is sent, and its rate-limit
+    /// headers report what is left after it; a streamed one settles when its body ends (its
+    /// trailers get the headers too), and one that never tells (an error, a body dropped or
+    /// failed) settles at its estimate, or at zero with
+    /// [`unknown_at_zero`](ResponseCost::unknown_at_zero).
+    ///
+    /// The estimate replaces [`cost`](Self::cost) and [`cost_header`](Self::cost_header), and
+    /// delay mode, [`block_for`](Self::block_for), [`count_status`](Self::count_status) and
+    /// [`lease`](Self::lease) do not go with it: a [`ConfigError`] at `build`.
+    ///
+    /// ```
+    /// use tollgate::{key, rules::{ResponseCost, Rule}, Algorithm, Quota, RateLimitLayer};
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .key(key::Header::new("x-api-key"))
+    ///     .rule(Rule::new("tokens", Quota::per_minute(10_000)?)
+    ///         .algorithm(Algorithm::FixedWindow)
+    ///         .path("/v1/complete")
+    ///         .cost_from_response(ResponseCost::header("x-usage-tokens")
+    ///             .estimate_header("x-estimated-tokens").estimate(100)))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn cost_from_response(mut self, cost: ResponseCost) -> Self {
+        self.response_cost = Some(cost);
+        self
+    }
+
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -466,6 +477,7 @@ impl fmt::Debug for Rule {
             .field("lease", &self.lease)
             .field("quota_from", &self.quota_from)
             .field("overridable", &self.overridable)
+            .field("response_cost", &self.response_cost)
             .finish_non_exhaustive()
     }
 }
@@ -473,6 +485,7 @@ impl fmt::Debug for Rule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{ConfigError, ConfigErrorKind};
     use crate::key;
 
     fn compile(rule: Rule) -> Result<CompiledRule, ConfigError> {

@@ -19,6 +19,11 @@ pub(crate) struct RuleSet {
     sole: bool,
     /// Whether a rule limits requests in flight.
     in_flight: bool,
+    /// Whether a rule prices requests by their response.
+    priced: bool,
+    /// Whether a rule limits requests in flight or prices them by their response: both need
+    /// the asynchronous way, which a request decided at once never looks at otherwise.
+    held: bool,
 }
 
 impl RuleSet {
@@ -59,6 +64,7 @@ impl RuleSet {
             _ => false,
         };
         let in_flight = rules.iter().any(|r| r.in_flight.is_some());
+        let priced = rules.iter().any(|r| r.priced.is_some());
         Self {
             rule_index,
             skip_index: RouteIndex::new(skips.iter().map(|s| &s.route)),
@@ -66,6 +72,8 @@ impl RuleSet {
             skips,
             sole,
             in_flight,
+            priced,
+            held: in_flight || priced,
         }
     }
 
@@ -74,6 +82,21 @@ impl RuleSet {
     #[inline]
     pub(crate) fn has_in_flight(&self) -> bool {
         self.in_flight
+    }
+
+    /// Whether a rule limits requests in flight or prices them by their response (see
+    /// [`has_in_flight`](Self::has_in_flight), [`has_priced`](Self::has_priced)): one test for
+    /// a request decided at once, whose way is the same as before either existed.
+    #[inline]
+    pub(crate) fn holds_after(&self) -> bool {
+        self.held
+    }
+
+    /// Whether a rule prices requests by their response: requests it may match are settled
+    /// after it; the others never look.
+    #[inline]
+    pub(crate) fn has_priced(&self) -> bool {
+        self.priced
     }
 
     /// The rule, when the set is one rule for every request (any path and method, no skips)

@@ -35,6 +35,7 @@ mod failover;
 mod grpc;
 mod http;
 mod in_flight;
+mod llm_budget;
 mod memcached_srv;
 mod memcached_store;
 mod metrics;
@@ -46,6 +47,8 @@ mod redis_cluster;
 mod redis_sentinel;
 mod redis_store;
 mod redis_tls;
+mod response_cost;
+mod response_cost_grpc;
 mod rules;
 #[cfg(unix)]
 mod rules_file_faults;

@@ -43,6 +43,10 @@ pub(super) fn refuse_rate_settings(doc: &RuleDoc, fail: &Fail<'_>) -> Result<(),
         span(doc.lease.as_ref().map(Spanned::span), "lease"),
         span(doc.quota_from.as_ref().map(Spanned::span), "quota_from"),
         span(doc.overridable.as_ref().map(|_| 0..0), "overridable"),
+        span(
+            doc.response_cost.as_ref().map(Spanned::span),
+            "response_cost",
+        ),
     ];
     let Some((span, field)) = set.into_iter().flatten().next() else {
         return Ok(());

@@ -35,6 +35,11 @@
 //! lease = "auto"                  # or a number of tokens: hot keys, see Lease
 //!
 //! [[rule]]
+//! name = "tokens"                 # a budget of tokens, counted once each answer tells them
+//! quota = "10000/min"
+//! response_cost = { header = "x-usage-tokens", estimate_header = "x-estimated-tokens", estimate = 100 }
+//!
+//! [[rule]]
 //! name = "inference"
 //! path = "/v1/*"
 //! in_flight = 4                   # at most 4 requests of one client at once, no quota
@@ -80,6 +85,7 @@ use crate::quota::Quota;
 
 mod limit;
 mod report;
+mod response_cost;
 #[cfg(test)]
 mod tests;
 mod value;
@@ -186,6 +192,8 @@ struct RuleDoc {
     /// A limit on requests in flight instead of a quota: a rule's own, never a default.
     in_flight: Option<Spanned<InFlightMax>>,
     in_flight_ttl: Option<Spanned<Text<MaxDelay>>>,
+    /// A cost known after the response: a rule's own, never a default.
+    response_cost: Option<Spanned<response_cost::ResponseCostDoc>>,
 }
 
 /// A `[[skip]]`.
@@ -302,6 +310,9 @@ fn build_rule(
         if let Some(statuses) = &doc.count_status {
             rule = rule.count_status(statuses.get_ref().0.iter().copied());
         }
+        if let Some(priced) = &doc.response_cost {
+            rule = rule.cost_from_response(priced.get_ref().cost());
+        }
         if let Some(ttl) = &doc.in_flight_ttl {
             return Err(fail(
                 ttl.span(),
@@ -350,6 +361,10 @@ fn build_rule(
             ),
             Setting::Lease => (at(doc.lease.as_ref().map(Spanned::span)), "lease"),
             Setting::InFlight => (at(doc.in_flight.as_ref().map(Spanned::span)), "in_flight"),
+            Setting::ResponseCost => (
+                at(doc.response_cost.as_ref().map(Spanned::span)),
+                "response_cost",
+            ),
             Setting::InFlightTtl => {
                 let own = doc
                     .in_flight_ttl

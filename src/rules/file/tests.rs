@@ -994,3 +994,26 @@ fn a_limit_on_requests_in_flight_refuses_rate_settings_where_they_are() {
     let e = error("[[rule]]\nname = \"a\"\n");
     assert_error(&e, "1:1", &["quota", "in_flight = 4"]);
 }
+
+#[test]
+fn a_cost_from_the_response_is_read_with_its_estimate() {
+    let source = "[[rule]]\nname = \"tokens\"\nquota = \"1000/min\"\nresponse_cost = { header = \
+                  \"x-usage\", estimate_header = \"x-estimate\", estimate = 100, unknown = \"zero\" }\n";
+    let file = parse(source, "rules.toml", &NamedLookups::default()).unwrap();
+    let rule = compile(&file.rules[0]);
+    assert!(rule.priced.is_some());
+    // The estimate is the request's cost at admission: its header, else 100.
+    assert_eq!(rule.cost.of(&parts("GET", "/"), rule.max_cost), Ok(100));
+    let e = error("[[rule]]\nname = \"t\"\nquota = \"1/s\"\nresponse_cost = { header = \"x\", unknown = \"none\" }\n");
+    assert_error(&e, "4:43", &["rule \"t\"", "unknown \"none\"", "\"zero\""]);
+    let e = error("[[rule]]\nname = \"t\"\nquota = \"1/s\"\nresponse_cost = { estimate = 0, header = \"x\" }\n");
+    assert_error(&e, "4:30", &["estimate 0 is out of range"]);
+    let e = error("[[rule]]\nname = \"t\"\nquota = \"1/s\"\ncount_status = [500]\nresponse_cost = { header = \"x\" }\n");
+    assert_error(
+        &e,
+        "5:17",
+        &["response_cost", "does not work with count_status"],
+    );
+    let e = error("[[rule]]\nname = \"t\"\nin_flight = 2\nresponse_cost = { header = \"x\" }\n");
+    assert_error(&e, "4:17", &["response_cost applies to a rate"]);
+}
