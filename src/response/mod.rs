@@ -12,8 +12,10 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 
 mod body;
+mod kept;
 mod refusal;
 pub use body::ResponseBody;
+pub(crate) use kept::kept;
 pub(crate) use refusal::{DenyResponse, Refusal};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
@@ -89,15 +91,17 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct Headers(Option<Box<Values>>);
 
-#[derive(Debug, Default)]
-struct Values {
-    /// `RateLimit-Policy`.
-    policy: Option<HeaderValue>,
-    /// `RateLimit`.
-    current: Option<HeaderValue>,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
-    legacy: Option<[HeaderValue; 3]>,
-}
+/// Each header's value, in the order of [`NAMES`]; `None` for those the style leaves out.
+type Values = [Option<HeaderValue>; 5];
+
+/// The names of [`Values`]: `RateLimit-Policy`, `RateLimit`, then the legacy three.
+static NAMES: [&HeaderName; 5] = [
+    &RATELIMIT_POLICY,
+    &RATELIMIT,
+    &X_LIMIT,
+    &X_REMAINING,
+    &X_RESET,
+];
 
 impl Headers {
     /// Whether there are none (the style `none`, a store that failed open).
@@ -107,39 +111,27 @@ impl Headers {
 
     /// Sets them on a response, replacing headers of the same name.
     pub(crate) fn write_into(self, h: &mut HeaderMap) {
-        self.each(|name, value| {
-            h.insert(name.clone(), value);
-        });
+        let Some(mut values) = self.0 else {
+            return;
+        };
+        // Taken out of the box one by one: moving the whole of it out is a copy.
+        for (name, value) in NAMES.into_iter().zip(values.iter_mut()) {
+            if let Some(value) = value.take() {
+                h.insert(name.clone(), value);
+            }
+        }
     }
 
     /// Adds those a response does not set itself (a custom denial's own headers win).
     pub(crate) fn fill_in(self, h: &mut HeaderMap) {
-        self.each(|name, value| {
-            h.entry(name.clone()).or_insert(value);
-        });
-    }
-
-    /// Each header, in order: `RateLimit-Policy`, `RateLimit`, then the legacy three.
-    fn each(self, mut f: impl FnMut(&HeaderName, HeaderValue)) {
-        let Some(values) = self.0 else {
+        let Some(mut values) = self.0 else {
             return;
         };
-        let Values {
-            policy,
-            current,
-            legacy,
-        } = *values;
-        if let Some(value) = policy {
-            f(&RATELIMIT_POLICY, value);
-        }
-        if let Some(value) = current {
-            f(&RATELIMIT, value);
-        }
-        if let Some(legacy) = legacy {
-            let [limit, remaining, reset] = legacy;
-            f(&X_LIMIT, limit);
-            f(&X_REMAINING, remaining);
-            f(&X_RESET, reset);
+        // Taken out of the box one by one: moving the whole of it out is a copy.
+        for (name, value) in NAMES.into_iter().zip(values.iter_mut()) {
+            if let Some(value) = value.take() {
+                h.entry(name.clone()).or_insert(value);
+            }
         }
     }
 }
@@ -248,10 +240,11 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
     let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
         return Headers::default();
     };
-    let mut h = Box::<Values>::default();
     let (policy, decision) = tightest;
+    let mut values: Box<Values> = Box::new([None, None, None, None, None]);
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        h.policy = match checks {
+        values[0] = match checks {
+            // A rule's own item is kept (see `kept`): copied, not counted.
             [(one, _)] => Some(one.item.as_ref().clone()),
             many => {
                 let mut policies = Value::new();
@@ -269,7 +262,7 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
             .number(decision.remaining)
             .text(";t=")
             .number(ceil_secs(decision.reset_after));
-        h.current = current.value();
+        values[1] = current.value();
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         let number = |n: u64| Short::new().number(n).value();
@@ -280,10 +273,10 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
             number(reset),
         );
         if let (Some(limit), Some(remaining), Some(reset)) = legacy {
-            h.legacy = Some([limit, remaining, reset]);
+            (values[2], values[3], values[4]) = (Some(limit), Some(remaining), Some(reset));
         }
     }
-    Headers(Some(h))
+    Headers(Some(values))
 }
 
 fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
