@@ -186,14 +186,10 @@ fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
-/// Appends `n` in decimal, each digit written where it stays (no buffer copied in).
-fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
-    let start = out.len();
-    out.resize(start + digits(n), b'0');
-    for digit in out.iter_mut().skip(start).rev() {
-        *digit = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
+/// Appends `n` in decimal.
+#[inline]
+fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// A value from `out`, written to exactly its capacity: it becomes the value's bytes without
@@ -265,9 +261,9 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
         return Headers::default();
     };
     let (policy, decision) = tightest;
-    let mut values: Box<Values> = Box::new([None, None, None, None, None]);
-    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        values[0] = match checks {
+    let reset = ceil_secs(decision.reset_after);
+    let ietf = || {
+        let policies = match checks {
             // A rule's own item is kept (see `kept`): copied, not counted.
             [(one, _)] => Some(one.item.as_ref().clone()),
             many => {
@@ -281,23 +277,39 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
                 HeaderValue::from_maybe_shared(policies.0.freeze()).ok()
             }
         };
-        values[1] = current_value(
-            policy.name,
-            decision.remaining,
-            ceil_secs(decision.reset_after),
-        );
-    }
-    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
+        let current = current_value(policy.name, decision.remaining, reset);
+        (policies, current)
+    };
+    let legacy = || {
         let legacy = (
             number_value(decision.limit),
             number_value(decision.remaining),
-            number_value(ceil_secs(decision.reset_after)),
+            number_value(reset),
         );
-        if let (Some(limit), Some(remaining), Some(reset)) = legacy {
-            (values[2], values[3], values[4]) = (Some(limit), Some(remaining), Some(reset));
+        match legacy {
+            (Some(limit), Some(remaining), Some(reset)) => {
+                [Some(limit), Some(remaining), Some(reset)]
+            }
+            _ => [None, None, None],
         }
-    }
-    Headers(Some(values))
+    };
+    // Each made whole, in its box: nothing written twice.
+    let values = match style {
+        HeaderStyle::Legacy => {
+            let [limit, remaining, reset] = legacy();
+            [None, None, limit, remaining, reset]
+        }
+        HeaderStyle::Both => {
+            let (policies, current) = ietf();
+            let [limit, remaining, reset] = legacy();
+            [policies, current, limit, remaining, reset]
+        }
+        _ => {
+            let (policies, current) = ietf();
+            [policies, current, None, None, None]
+        }
+    };
+    Headers(Some(Box::new(values)))
 }
 
 fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
