@@ -60,36 +60,27 @@ impl std::str::FromStr for HeaderStyle {
     }
 }
 
-// The rate-limit headers' names are constants, not statics: a response takes a name copied
-// from a constant, where cloning a static custom name calls through its bytes' vtable and
-// reads the copy back (a stall, on every request).
-/// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers-11.
+use names::{RATELIMIT, RATELIMIT_POLICY, X_LIMIT, X_REMAINING, X_RESET};
+
+/// The rate-limit headers' names: constants, not statics. A response takes a name copied from
+/// a constant, where cloning a static custom name calls through its bytes' vtable and reads
+/// the copy back (a stall, on every request).
 #[allow(
     clippy::declare_interior_mutable_const,
-    reason = "a static name's bytes: each use is a copy, never mutated"
+    reason = "a name's static bytes: each use is a copy, never mutated"
 )]
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers-11.
-#[allow(
-    clippy::declare_interior_mutable_const,
-    reason = "a static name's bytes: each use is a copy, never mutated"
-)]
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-#[allow(
-    clippy::declare_interior_mutable_const,
-    reason = "a static name's bytes: each use is a copy, never mutated"
-)]
-const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-#[allow(
-    clippy::declare_interior_mutable_const,
-    reason = "a static name's bytes: each use is a copy, never mutated"
-)]
-const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-#[allow(
-    clippy::declare_interior_mutable_const,
-    reason = "a static name's bytes: each use is a copy, never mutated"
-)]
-const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+mod names {
+    use http::HeaderName;
+
+    /// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers-11.
+    pub(super) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+    /// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers-11.
+    pub(super) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+    pub(super) const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+    pub(super) const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+    pub(super) const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+}
+
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
