@@ -33,7 +33,9 @@
 //!
 //! tollgate sends rate-limit headers on every response by default; `tower_governor` only with
 //! `use_headers()`. Both kinds are measured on each side: `tollgate` (IETF headers) against
-//! `tower_governor_headers`, and `tollgate_no_headers` against `tower_governor`.
+//! `tower_governor_headers`, and `tollgate_no_headers` against `tower_governor`. On one key,
+//! `tollgate_legacy_headers` (`X-RateLimit-Limit`, `-Remaining`, `-Reset`) shows what that
+//! style costs beside the IETF one.
 //!
 //! Before criterion starts, the memory each side needs per tracked key is measured at 1,000,000
 //! keys and printed as a Markdown table: two child processes of this benchmark (one fills a
@@ -405,6 +407,7 @@ fn layer(c: &mut Criterion) {
         }
     };
     let tollgate_no_headers = tollgate(HeaderStyle::None);
+    let tollgate_legacy_headers = tollgate(HeaderStyle::Legacy);
     let tollgate = tollgate(HeaderStyle::Ietf);
     let tower_governor = |quota: Quota| {
         let config = GovernorConfigBuilder::default()
@@ -442,6 +445,12 @@ fn layer(c: &mut Criterion) {
             "tollgate_no_headers",
             &tollgate_no_headers,
         );
+        if let Case::OneKey = case {
+            // What the legacy style costs beside the IETF one (one key: the header's cost
+            // alone).
+            let legacy = &tollgate_legacy_headers;
+            layer_case(&mut group, bench, case, "tollgate_legacy_headers", legacy);
+        }
         layer_case(&mut group, bench, case, "tower_governor", &tower_governor);
         let with_headers = &tower_governor_headers;
         layer_case(

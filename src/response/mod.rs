@@ -12,9 +12,11 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 
 mod body;
+mod kept;
 mod refusal;
 pub use body::ResponseBody;
 pub(crate) use body::{AtEnd, Keep};
+pub(crate) use kept::kept;
 pub(crate) use refusal::{DenyResponse, Refusal};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
@@ -59,13 +61,27 @@ impl std::str::FromStr for HeaderStyle {
     }
 }
 
-/// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers-11.
-pub(crate) static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers-11.
-pub(crate) static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-static X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-static X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+use names::{RATELIMIT, RATELIMIT_POLICY, X_LIMIT, X_REMAINING, X_RESET};
+
+/// The rate-limit headers' names: constants, not statics. A response takes a name copied from
+/// a constant, where cloning a static custom name calls through its bytes' vtable and reads
+/// the copy back (a stall, on every request).
+#[allow(
+    clippy::declare_interior_mutable_const,
+    reason = "a name's static bytes: each use is a copy, never mutated"
+)]
+mod names {
+    use http::HeaderName;
+
+    /// `RateLimit-Policy`, from draft-ietf-httpapi-ratelimit-headers-11.
+    pub(super) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+    /// `RateLimit`, from draft-ietf-httpapi-ratelimit-headers-11.
+    pub(super) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+    pub(super) const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+    pub(super) const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+    pub(super) const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+}
+
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 static GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
@@ -90,15 +106,9 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct Headers(Option<Box<Values>>);
 
-#[derive(Debug, Default)]
-struct Values {
-    /// `RateLimit-Policy`.
-    policy: Option<HeaderValue>,
-    /// `RateLimit`.
-    current: Option<HeaderValue>,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
-    legacy: Option<[HeaderValue; 3]>,
-}
+/// Each header's value: `RateLimit-Policy`, `RateLimit`, then `X-RateLimit-Limit`,
+/// `-Remaining` and `-Reset`; `None` for those the style leaves out.
+type Values = [Option<HeaderValue>; 5];
 
 impl Headers {
     /// Whether there are none (the style `none`, a store that failed open).
@@ -108,39 +118,38 @@ impl Headers {
 
     /// Sets them on a response, replacing headers of the same name.
     pub(crate) fn write_into(self, h: &mut HeaderMap) {
-        self.each(|name, value| {
-            h.insert(name.clone(), value);
-        });
+        let Some(mut values) = self.0 else {
+            return;
+        };
+        // Taken out of the box one by one: moving the whole of it out is a copy.
+        let [policy, current, limit, remaining, reset] = &mut *values;
+        if let Some(value) = policy.take() {
+            h.insert(RATELIMIT_POLICY, value);
+        }
+        if let Some(value) = current.take() {
+            h.insert(RATELIMIT, value);
+        }
+        if let Some(value) = limit.take() {
+            h.insert(X_LIMIT, value);
+        }
+        if let Some(value) = remaining.take() {
+            h.insert(X_REMAINING, value);
+        }
+        if let Some(value) = reset.take() {
+            h.insert(X_RESET, value);
+        }
     }
 
     /// Adds those a response does not set itself (a custom denial's own headers win).
     pub(crate) fn fill_in(self, h: &mut HeaderMap) {
-        self.each(|name, value| {
-            h.entry(name.clone()).or_insert(value);
-        });
-    }
-
-    /// Each header, in order: `RateLimit-Policy`, `RateLimit`, then the legacy three.
-    fn each(self, mut f: impl FnMut(&HeaderName, HeaderValue)) {
         let Some(values) = self.0 else {
             return;
         };
-        let Values {
-            policy,
-            current,
-            legacy,
-        } = *values;
-        if let Some(value) = policy {
-            f(&RATELIMIT_POLICY, value);
-        }
-        if let Some(value) = current {
-            f(&RATELIMIT, value);
-        }
-        if let Some(legacy) = legacy {
-            let [limit, remaining, reset] = legacy;
-            f(&X_LIMIT, limit);
-            f(&X_REMAINING, remaining);
-            f(&X_RESET, reset);
+        let names = [RATELIMIT_POLICY, RATELIMIT, X_LIMIT, X_REMAINING, X_RESET];
+        for (name, value) in names.into_iter().zip(*values) {
+            if let Some(value) = value {
+                h.entry(name).or_insert(value);
+            }
         }
     }
 }
@@ -164,47 +173,41 @@ impl Value {
     }
 }
 
-/// A header value of a response, written piece by piece on the stack and then copied once
-/// into the value: one allocation of its exact size (a `BytesMut` with room to spare costs
-/// two, the buffer and, when frozen short of its capacity, a shared header).
-struct Short {
-    bytes: [u8; Short::ROOM],
-    len: usize,
+/// How many decimal digits `n` has.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
-impl Short {
-    /// Room for a quoted policy name (at most 64 bytes) and two numbers (at most 20 digits
-    /// each) with their separators.
-    const ROOM: usize = 128;
+/// Appends `n` in decimal.
+#[inline]
+fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
 
-    fn new() -> Self {
-        Self {
-            bytes: [0; Self::ROOM],
-            len: 0,
-        }
-    }
+/// A value from `out`, written to exactly its capacity: it becomes the value's bytes without
+/// a copy or a second allocation. `None` only if it were not a valid header value, and every
+/// value written here is ASCII (policy names are checked).
+fn exact_value(out: Vec<u8>) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(Bytes::from(out)).ok()
+}
 
-    #[inline]
-    fn text(&mut self, text: &str) -> &mut Self {
-        let end = self.len + text.len();
-        // Never short of room (see `ROOM`); a text that did not fit would be left out.
-        if let Some(room) = self.bytes.get_mut(self.len..end) {
-            room.copy_from_slice(text.as_bytes());
-            self.len = end;
-        }
-        self
-    }
+/// `RateLimit`'s value, `"name";r=42;t=17`.
+fn current_value(name: &str, remaining: u64, reset: u64) -> Option<HeaderValue> {
+    let mut out = Vec::with_capacity(8 + name.len() + digits(remaining) + digits(reset));
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\";r=");
+    push_decimal(&mut out, remaining);
+    out.extend_from_slice(b";t=");
+    push_decimal(&mut out, reset);
+    exact_value(out)
+}
 
-    #[inline]
-    fn number(&mut self, n: u64) -> &mut Self {
-        self.text(itoa::Buffer::new().format(n))
-    }
-
-    /// The value; `None` only if it were not a valid header value, and every value written
-    /// here is ASCII (policy names are checked).
-    fn value(&self) -> Option<HeaderValue> {
-        HeaderValue::from_bytes(self.bytes.get(..self.len).unwrap_or_default()).ok()
-    }
+/// A legacy header's value: a number.
+fn number_value(n: u64) -> Option<HeaderValue> {
+    let mut out = Vec::with_capacity(digits(n));
+    push_decimal(&mut out, n);
+    exact_value(out)
 }
 
 /// A policy as the headers show it: its name, and its item of `RateLimit-Policy` (see
@@ -249,10 +252,11 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
     let Some(tightest) = checks.iter().min_by_key(|(_, d)| d.remaining) else {
         return Headers::default();
     };
-    let mut h = Box::<Values>::default();
     let (policy, decision) = tightest;
-    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        h.policy = match checks {
+    let reset = ceil_secs(decision.reset_after);
+    let ietf = || {
+        let policies = match checks {
+            // A rule's own item is kept (see `kept`): copied, not counted.
             [(one, _)] => Some(one.item.as_ref().clone()),
             many => {
                 let mut policies = Value::new();
@@ -265,26 +269,39 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
                 HeaderValue::from_maybe_shared(policies.0.freeze()).ok()
             }
         };
-        let mut current = Short::new();
-        (current.text("\"").text(policy.name).text("\";r="))
-            .number(decision.remaining)
-            .text(";t=")
-            .number(ceil_secs(decision.reset_after));
-        h.current = current.value();
-    }
-    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        let number = |n: u64| Short::new().number(n).value();
-        let reset = ceil_secs(decision.reset_after);
+        let current = current_value(policy.name, decision.remaining, reset);
+        (policies, current)
+    };
+    let legacy = || {
         let legacy = (
-            number(decision.limit),
-            number(decision.remaining),
-            number(reset),
+            number_value(decision.limit),
+            number_value(decision.remaining),
+            number_value(reset),
         );
-        if let (Some(limit), Some(remaining), Some(reset)) = legacy {
-            h.legacy = Some([limit, remaining, reset]);
+        match legacy {
+            (Some(limit), Some(remaining), Some(reset)) => {
+                [Some(limit), Some(remaining), Some(reset)]
+            }
+            _ => [None, None, None],
         }
-    }
-    Headers(Some(h))
+    };
+    // Each made whole, in its box: nothing written twice.
+    let values = match style {
+        HeaderStyle::Legacy => {
+            let [limit, remaining, reset] = legacy();
+            [None, None, limit, remaining, reset]
+        }
+        HeaderStyle::Both => {
+            let (policies, current) = ietf();
+            let [limit, remaining, reset] = legacy();
+            [policies, current, limit, remaining, reset]
+        }
+        _ => {
+            let (policies, current) = ietf();
+            [policies, current, None, None, None]
+        }
+    };
+    Headers(Some(Box::new(values)))
 }
 
 fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
@@ -407,10 +424,10 @@ mod tests {
         )
         .write_into(&mut h);
         assert_eq!(
-            h[&RATELIMIT_POLICY],
+            h["ratelimit-policy"],
             "\"burst\";q=10;w=1, \"daily\";q=1000;w=86400"
         );
-        assert_eq!(h[&RATELIMIT], "\"daily\";r=3;t=86001");
+        assert_eq!(h["ratelimit"], "\"daily\";r=3;t=86001");
         assert!(h.get("x-ratelimit-limit").is_none());
     }
 
@@ -423,11 +440,24 @@ mod tests {
         assert_eq!(h["x-ratelimit-limit"], "100");
         assert_eq!(h["x-ratelimit-remaining"], "42");
         assert_eq!(h["x-ratelimit-reset"], "17");
-        assert!(h.get(&RATELIMIT).is_none());
+        assert!(h.get("ratelimit").is_none());
         let mut none = HeaderMap::new();
         rate_limit_headers(HeaderStyle::None, &[(shown(&a), decision(42, 1))])
             .write_into(&mut none);
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn numbers_are_written_in_exactly_their_digits() {
+        for n in [0, 7, 9, 10, 99, 100, 4_000_000_000, u64::MAX] {
+            let mut out = b"x=".to_vec();
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x={n}").as_bytes());
+            assert_eq!(number_value(n).unwrap(), n.to_string().as_str());
+        }
+        let value = current_value("api", 0, 17).unwrap();
+        assert_eq!(value, "\"api\";r=0;t=17");
+        assert_eq!(value.len(), 14);
     }
 
     #[test]

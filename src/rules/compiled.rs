@@ -134,7 +134,7 @@ impl Rule {
             ));
         }
         Ok(CompiledRule {
-            header_item: header_item(&policy),
+            header_item: response::kept(header_item(&policy)),
             policy,
             quota,
             mode: self.mode,
@@ -289,7 +289,7 @@ impl CompiledRule {
     /// `RateLimitLayer::new` limits with. Nothing in it can be wrong, so it cannot fail.
     pub(crate) fn everything(policy: Policy, quota: Quota, key: Arc<dyn KeyExtractor>) -> Self {
         Self {
-            header_item: header_item(&policy),
+            header_item: response::kept(header_item(&policy)),
             policy,
             quota,
             mode: Mode::Enforce,

@@ -78,7 +78,7 @@ impl Rule {
         let policy = Policy::new(self.name.as_str(), quota, Algorithm::Gcra)
             .map_err(at(Setting::InFlight))?;
         Ok(CompiledRule {
-            header_item: response::in_flight_item(limit.name(), max),
+            header_item: response::kept(response::in_flight_item(limit.name(), max)),
             policy,
             quota,
             mode: self.mode,

@@ -1,0 +1,59 @@
+//! [`kept`]: a rule's `RateLimit-Policy` item, kept for the life of the process, so that a
+//! request copies a pointer to it instead of counting a reference (an atomic increment when
+//! the value is copied into the response, and a decrement when the response is dropped).
+
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex};
+
+use bytes::Bytes;
+use http::HeaderValue;
+
+/// At most this many distinct values are kept: a process that compiles more rules than that
+/// (rules files reloaded with ever new quotas) counts references to the newer ones instead.
+/// So what is kept stays under a megabyte.
+const MOST: usize = 4096;
+
+/// Values longer than this are not kept (a policy's item is a name of at most 64 bytes and
+/// two numbers).
+const LONGEST: usize = 200;
+
+/// Every value kept, each once: rules compiled again (a reload) with the same quotas share
+/// them.
+static KEPT: LazyLock<Mutex<HashSet<&'static [u8]>>> = LazyLock::new(Mutex::default);
+
+/// `value`, held for the life of the process, or `value` itself when too many are (or it is
+/// too long). Equal either way: only what a copy costs differs.
+pub(crate) fn kept(value: HeaderValue) -> HeaderValue {
+    let bytes = value.as_bytes();
+    if bytes.len() > LONGEST {
+        return value;
+    }
+    let Ok(mut kept) = KEPT.lock() else {
+        return value;
+    };
+    let held: &'static [u8] = match kept.get(bytes) {
+        Some(held) => held,
+        None if kept.len() < MOST => {
+            let held: &'static [u8] = Box::leak(Box::from(bytes));
+            kept.insert(held);
+            held
+        }
+        None => return value,
+    };
+    HeaderValue::from_maybe_shared(Bytes::from_static(held)).unwrap_or(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_value_is_the_same_value_and_kept_once() {
+        let made = || HeaderValue::from_str("\"kept-test\";q=10;w=1").unwrap();
+        let (a, b) = (kept(made()), kept(made()));
+        assert_eq!(a, made());
+        assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr(), "one copy");
+        let long = HeaderValue::from_bytes(&[b'a'; LONGEST + 1]).unwrap();
+        assert_eq!(kept(long.clone()), long);
+    }
+}
