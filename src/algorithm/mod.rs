@@ -24,7 +24,7 @@ mod token_bucket;
 mod window;
 
 pub(crate) use encoding::Saved;
-#[cfg(feature = "memcached")]
+#[cfg(any(feature = "memcached", feature = "redis"))]
 pub(crate) use fixed_window::window_start;
 pub(crate) use gcra::Gcra;
 pub(crate) use scale::{rescaled, Scale};

@@ -429,7 +429,9 @@ impl Policy {
 
     /// The key of `client_key`'s plain counter in the window that holds `now` (µs): the client
     /// key, then the window's start in Unix seconds, as envoyproxy/ratelimit's
-    /// `GenerateCacheKey` ends it (`(now / divider) * divider`).
+    /// `GenerateCacheKey` ends it (`(now / divider) * divider`). Only the shared stores keep
+    /// plain counters apart from the state (memory decides them as the fixed window they are).
+    #[cfg(any(feature = "memcached", feature = "redis"))]
     pub(crate) fn counter_key(&self, client_key: &str, now: u64) -> String {
         let period = self.params.period.max(1);
         let start = (now - now % period) / 1_000_000;
