@@ -27,16 +27,15 @@
 //! same round. A private redis-server on a free port (`INFO` is the whole server's), stopped at
 //! the end.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use deadpool_redis::redis::{self, aio::MultiplexedConnection};
 use tollgate::engine::{Ask, Charging, Engine};
 use tollgate::store::{Policy, RedisStore};
 use tollgate::{Algorithm, Quota};
+use tollgate_test_kit::RedisServer;
 
 /// Decisions per measured run.
 const DECISIONS: usize = 20_000;
@@ -88,13 +87,13 @@ fn mode(charging: Charging) -> &'static str {
 }
 
 fn main() {
-    let server = Server::start();
+    let server = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    runtime.block_on(run(&server.url));
+    runtime.block_on(run(&server.url()));
 }
 
 /// What a way needs to decide.
@@ -353,41 +352,4 @@ async fn info_field(conn: &mut MultiplexedConnection, section: &str, name: &str)
         .unwrap_or("?")
         .trim()
         .to_owned()
-}
-
-/// A redis-server of the benchmark's own, stopped on drop.
-struct Server {
-    url: String,
-    child: Child,
-}
-
-impl Server {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            url: format!("redis://127.0.0.1:{port}"),
-            child,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
