@@ -170,8 +170,11 @@ pub(crate) trait InFlightSlots: StoreExt {
 
     /// Gives the slot back at once, in this process, if this store can (the memory store,
     /// a slot taken in a fallback): whether it did. `false`: nothing was done, and the slot
-    /// needs [`give_back_slot`](Self::give_back_slot).
-    fn give_back_slot_now(&self, key: &str, limit: &InFlight, id: u64) -> bool;
+    /// needs [`give_back_slot`](Self::give_back_slot). By default never: a shared store is
+    /// asked.
+    fn give_back_slot_now(&self, _key: &str, _limit: &InFlight, _id: u64) -> bool {
+        false
+    }
 
     /// Renews the leases of `slots` (still held) to their limit's `ttl` from now; a slot whose
     /// lease ended is not taken again. One call for the batch where the store allows it.

@@ -391,11 +391,6 @@ impl InFlightSlots for MemcachedStore {
         self.state.give_back_slot(key, limit, id).await
     }
 
-    /// Never at once: memcached is asked.
-    fn give_back_slot_now(&self, _: &str, _: &InFlight, _: u64) -> bool {
-        false
-    }
-
     async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
         self.state.renew_slots(slots).await
     }

@@ -54,11 +54,6 @@ impl InFlightSlots for RedisStore {
         }
     }
 
-    /// Never at once: a round trip.
-    fn give_back_slot_now(&self, _: &str, _: &InFlight, _: u64) -> bool {
-        false
-    }
-
     /// One call for every slot (one per client key on a cluster).
     async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
         // The slots grouped by key, in the order first seen: (key, ttl, ids).

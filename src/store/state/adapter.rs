@@ -313,11 +313,6 @@ impl InFlightSlots for StateBackedStore {
         self.inner.give_back_slot(key, limit, id).await
     }
 
-    /// Never at once: the backend is asked.
-    fn give_back_slot_now(&self, _: &str, _: &InFlight, _: u64) -> bool {
-        false
-    }
-
     async fn renew_slots(&self, slots: &[HeldSlot<'_>]) -> Result<(), StoreError> {
         self.inner.renew_slots(slots).await
     }
