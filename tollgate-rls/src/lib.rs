@@ -50,6 +50,7 @@ mod metadata;
 mod plan;
 mod request_span;
 mod response;
+mod rlqs;
 mod series;
 mod service;
 mod service_builder;
@@ -68,6 +69,10 @@ pub use limits::{
     MAX_VALUE_BYTES,
 };
 pub use response::ResponseHeaders;
+pub use rlqs::{
+    RateLimitQuotaService, DEFAULT_ABANDON_AFTER, MAX_BUCKETS_PER_STREAM, MAX_BUCKET_KEYS,
+    MAX_STREAMS, REPORT_PERIOD,
+};
 pub use service::RateLimitService;
 pub use service_builder::RateLimitServiceBuilder;
 pub use xds::{XdsBackoff, XdsSource, XdsTls};

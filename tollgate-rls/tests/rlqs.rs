@@ -1,0 +1,349 @@
+//! Envoy's Rate Limit Quota Service, served by the built `tollgate-rls` on its gRPC port (and
+//! by the library in process), against a client that acts as Envoy's `rate_limit_quota`
+//! filter does (`rlqs/filter.rs`, written from Envoy's source). Envoy's source could not be
+//! fetched whole; its files were read from a stored copy of envoyproxy/envoy (commit 0b55961
+//! for global_client_impl.cc), and the citations name functions rather than line numbers.
+
+mod rlqs {
+    pub mod filter;
+}
+mod support;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::BlanketRule;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
+use rlqs::filter::{bucket_id, Applied, Filter};
+use support::{get_text, RedisServer, Rls, Runtime};
+use tonic::transport::Channel;
+use tollgate_rls::{RateLimitQuotaService, RateLimitService, RlsConfig};
+
+const EDGE: &str = "domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: { unit: minute, requests_per_unit: 600 }
+  - key: free
+    rate_limit: { unlimited: true }
+  - key: shadow
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: closed
+    rate_limit: { unit: minute, requests_per_unit: 0 }
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: { unit: minute, requests_per_unit: 600 }
+";
+
+fn runtime(test: &str, yaml: &str) -> Runtime {
+    let runtime = Runtime::new(test);
+    runtime.write("edge.yaml", yaml);
+    runtime
+}
+
+async fn channel(rls: &Rls) -> Channel {
+    Channel::from_shared(format!("http://{}", rls.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The rule or token bucket a filter applies to `bucket`.
+fn rule(filter: &Filter, bucket: &[(&str, &str)]) -> Option<BlanketRule> {
+    match filter.applied(bucket) {
+        Some((Applied::Blanket(rule), _)) => Some(rule),
+        _ => None,
+    }
+}
+
+fn tokens(filter: &Filter, bucket: &[(&str, &str)]) -> Option<u32> {
+    match filter.applied(bucket) {
+        Some((Applied::Tokens { spec, .. }, _)) => Some(spec.max_tokens),
+        _ => None,
+    }
+}
+
+/// A bucket `{k: v}` is the descriptor entry `k`=`v` of the stream's domain, several keys
+/// sorted by key (`{b, a}` matches `a` then `b`); the first report of each bucket, alone with
+/// `time_elapsed` 0 s (global_client_impl.cc, `createBucketImpl` and `getUsageFromBucket`),
+/// is answered. No limit and `unlimited` get `ALLOW_ALL`, a `shadow_mode` limit `ALLOW_ALL`,
+/// a limit of 0 `DENY_ALL`; a limit a token bucket (applied as `onQuotaResponseImpl` applies
+/// `kBlanketRule` and `kTokenBucket`), with a TTL in whole seconds, never unset
+/// (`startActionExpirationTimer` reads only `seconds`).
+#[tokio::test]
+async fn buckets_map_to_descriptors_and_get_the_guides_answers() {
+    let runtime = runtime("rlqs_mapping", EDGE);
+    let rls = Rls::start(&runtime, &[]);
+    let mut filter = Filter::new(channel(&rls).await, "edge");
+    let buckets: [&[(&str, &str)]; 6] = [
+        &[("tenant", "t1")],
+        &[("free", "x")],
+        &[("shadow", "y")],
+        &[("closed", "z")],
+        &[("nothing", "matches")],
+        &[("b", "2"), ("a", "1")],
+    ];
+    for (i, bucket) in buckets.iter().enumerate() {
+        assert!(
+            filter.request(bucket).await,
+            "first requests follow no_assignment_behavior"
+        );
+        assert!(filter.wait_responses(i + 1, Duration::from_secs(5)).await);
+    }
+    assert!(tokens(&filter, buckets[0]).is_some_and(|t| t >= 1));
+    assert_eq!(rule(&filter, buckets[1]), Some(BlanketRule::AllowAll));
+    assert_eq!(rule(&filter, buckets[2]), Some(BlanketRule::AllowAll));
+    assert_eq!(rule(&filter, buckets[3]), Some(BlanketRule::DenyAll));
+    assert_eq!(rule(&filter, buckets[4]), Some(BlanketRule::AllowAll));
+    assert!(
+        tokens(&filter, buckets[5]).is_some(),
+        "sorted entries a=1, b=2 meet a/b's limit"
+    );
+    let answer = filter.last_response().unwrap();
+    let Some(Action::QuotaAssignmentAction(a)) = &answer.bucket_action[0].bucket_action else {
+        panic!("an assignment: {answer:?}");
+    };
+    let ttl = a.assignment_time_to_live.unwrap();
+    assert!(ttl.seconds >= 1 && ttl.nanos == 0, "{ttl:?}");
+    assert!(!filter.request(buckets[3]).await, "DENY_ALL applies");
+    assert!(filter.ended().is_none());
+}
+
+/// A malformed report ends its stream with `INVALID_ARGUMENT` naming the reason; another
+/// stream on the same connection keeps going. (Envoy reopens a closed stream at its next
+/// report tick: global_client_impl.cc, `onSendReportsTimer`.)
+#[tokio::test]
+async fn a_malformed_report_ends_only_its_stream() {
+    let runtime = runtime("rlqs_malformed", EDGE);
+    let rls = Rls::start(&runtime, &[]);
+    let shared = channel(&rls).await;
+    let mut bad = Filter::new(shared.clone(), "edge");
+    let mut good = Filter::new(shared.clone(), "edge");
+    assert!(good.request(&[("tenant", "g")]).await);
+    assert!(good.wait_responses(1, Duration::from_secs(5)).await);
+
+    let cases: [(RateLimitQuotaUsageReports, &str); 3] = [
+        (report("edge", &[]), "a bucket_id without keys"),
+        (report("", &[("tenant", "x")]), "the domain is empty"),
+        (
+            report("edge", &[("tenant", "x")]),
+            "the domain changed on the stream",
+        ),
+    ];
+    for (i, (case, reason)) in cases.into_iter().enumerate() {
+        let mut bad_filter = Filter::new(shared.clone(), "edge");
+        let filter = if i == 2 { &mut bad } else { &mut bad_filter };
+        if i == 2 {
+            filter.send_raw(report("other", &[("tenant", "x")])).await;
+            assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+        }
+        filter.send_raw(case).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while filter.ended().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let status = filter.ended().flatten().expect("an error");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(reason), "{status:?}");
+    }
+    good.report().await;
+    assert!(good.wait_responses(2, Duration::from_secs(5)).await);
+    assert!(good.ended().is_none());
+}
+
+fn report(domain: &str, bucket: &[(&str, &str)]) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: domain.to_owned(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(bucket_id(bucket)),
+            time_elapsed: Some(Default::default()),
+            num_requests_allowed: 1,
+            num_requests_denied: 0,
+        }],
+    }
+}
+
+/// A tollgate-rls asked to stop first sends every stream a zero-TTL assignment for each of
+/// its buckets, so the Envoy falls back to its `expired_assignment_behavior` at once
+/// (global_client_impl.cc: `startActionExpirationTimer` arms the timer with the TTL's
+/// seconds; `onActionExpirationTimer` then applies the fallback).
+#[tokio::test]
+async fn stopping_sends_zero_ttl_assignments_first() {
+    let runtime = runtime("rlqs_stop", EDGE);
+    let rls = Rls::start(&runtime, &[]);
+    let mut filter = Filter::new(channel(&rls).await, "edge");
+    assert!(filter.request(&[("tenant", "s")]).await);
+    assert!(filter.request(&[("free", "s")]).await);
+    assert!(filter.wait_responses(2, Duration::from_secs(5)).await);
+    rls.signal_stop();
+    assert!(filter.wait_responses(3, Duration::from_secs(5)).await);
+    let last = filter.last_response().unwrap();
+    assert_eq!(last.bucket_action.len(), 2, "{last:?}");
+    for action in &last.bucket_action {
+        let Some(Action::QuotaAssignmentAction(a)) = &action.bucket_action else {
+            panic!("{last:?}");
+        };
+        assert_eq!(a.assignment_time_to_live.unwrap().seconds, 0);
+        assert!(
+            a.rate_limit_strategy.is_some(),
+            "a strategy, or Envoy ignores the action"
+        );
+    }
+    let _ = rls.stop();
+}
+
+/// A bucket that reports no request for the stated time is abandoned: Envoy erases it
+/// (global_client_impl.cc, `onQuotaResponseImpl`, `abandon_action`) and its next request
+/// starts over as a first request. Idle buckets are still reported, with 0 and 0
+/// (`buildReports` reports every cached bucket), so "stops reporting" means "reports no
+/// usage". In process, with the library, and an abandon time of 2 s.
+#[tokio::test]
+async fn an_idle_bucket_is_abandoned() {
+    let config = RlsConfig::from_yaml(
+        [("edge.yaml", EDGE)],
+        tollgate_rls::DuplicateDomains::Refuse,
+    )
+    .unwrap();
+    let service = RateLimitService::builder().config(config).build().unwrap();
+    let quotas = RateLimitQuotaService::with_abandon_after(&service, Duration::from_secs(2));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(quotas.into_server())
+            .serve_with_incoming(incoming),
+    );
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut filter = Filter::new(channel, "edge");
+    let bucket: &[(&str, &str)] = &[("tenant", "idle")];
+    assert!(filter.request(bucket).await);
+    assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+    for n in 2..=3 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        filter.report().await;
+        assert!(filter.wait_responses(n, Duration::from_secs(5)).await);
+    }
+    assert!(
+        !filter.has_bucket(bucket),
+        "abandoned after 2 s of no usage"
+    );
+    let last = filter.last_response().unwrap();
+    assert!(matches!(
+        last.bucket_action[0].bucket_action,
+        Some(Action::AbandonAction(_))
+    ));
+}
+
+/// Statistics per domain: streams, buckets, reports, assignments, abandons; a domain the
+/// configuration does not have is `unknown`, so clients cannot grow the series.
+#[tokio::test]
+async fn statistics_count_per_configured_domain() {
+    let runtime = runtime("rlqs_stats", EDGE);
+    let rls = Rls::start(&runtime, &[]);
+    let mut filter = Filter::new(channel(&rls).await, "edge");
+    let mut stranger = Filter::new(channel(&rls).await, "made-up-by-a-client");
+    assert!(filter.request(&[("tenant", "m")]).await);
+    assert!(stranger.request(&[("tenant", "m")]).await);
+    assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+    assert!(stranger.wait_responses(1, Duration::from_secs(5)).await);
+    let metrics = get_text(format!("http://{}/metrics", rls.http)).await;
+    for line in [
+        "ratelimit_rlqs_streams{domain=\"edge\"} 1",
+        "ratelimit_rlqs_buckets{domain=\"edge\"} 1",
+        "ratelimit_rlqs_reports_total{domain=\"edge\"} 1",
+        "ratelimit_rlqs_assignments_total{domain=\"edge\"} 1",
+        "ratelimit_rlqs_streams{domain=\"unknown\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+    assert!(!metrics.contains("made-up-by-a-client"));
+}
+
+const GLOBAL: &str = "domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: { unit: second, unit_multiplier: 10, requests_per_unit: 300 }
+";
+
+/// The issue's Verify, shortened for CI (30 s, 300 per 10 s windows, four filters over two
+/// instances on one redis-server, instead of eight over 3 minutes at 600 per minute), with
+/// the same assertions: per window at most the limit plus what one report period of
+/// assignment lag can add (the guide's bound: here half the limit, as the demand grants one
+/// period at a time); at least 90% of the limit used while demand (40/s against 30/s)
+/// exceeds it; shares that follow demand (4, 8, 12 and 16 requests a second). Envoy reports
+/// every 5 s (filter_persistence.cc), and its token bucket is applied as `onQuotaResponseImpl`
+/// applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_limit_holds_across_two_instances() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let runtime = runtime("rlqs_global", GLOBAL);
+    let env = [("REDIS_URL", url.as_str())];
+    let one = Rls::start(&runtime, &env);
+    let two = Rls::start(&runtime, &env);
+    let channels = [channel(&one).await, channel(&two).await];
+    let run = Duration::from_secs(30);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, rate) in [4u64, 8, 12, 16].into_iter().enumerate() {
+        let mut filter = Filter::new(channels[i % 2].clone(), "edge");
+        tasks.push(tokio::spawn(async move {
+            let mut allowed_at = Vec::new();
+            let mut requests = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+            let mut reports = tokio::time::interval_at(
+                tokio::time::Instant::now() + Duration::from_secs(5),
+                Duration::from_secs(5),
+            );
+            while started.elapsed() < run {
+                tokio::select! {
+                    _ = requests.tick() => {
+                        if filter.request(&[("tenant", "shared")]).await {
+                            allowed_at.push(SystemTime::now());
+                        }
+                    }
+                    _ = reports.tick() => filter.report().await,
+                }
+            }
+            allowed_at
+        }));
+    }
+    let mut per_filter = Vec::new();
+    for task in tasks {
+        per_filter.push(task.await.unwrap());
+    }
+    let window = |t: &SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_secs() / 10;
+    let first_full = window(&(SystemTime::now() - run + Duration::from_secs(5))) + 1;
+    let last_full = window(&SystemTime::now()) - 1;
+    let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+    for t in per_filter.iter().flatten() {
+        *per_window.entry(window(t)).or_default() += 1;
+    }
+    eprintln!("admitted per window: {per_window:?}");
+    for (w, &n) in &per_window {
+        assert!(
+            n <= 300 + 150,
+            "window {w}: {n} admitted, over 300 + one period's lag"
+        );
+    }
+    for w in first_full..=last_full {
+        let n = per_window.get(&w).copied().unwrap_or(0);
+        assert!(
+            n >= 270,
+            "window {w}: {n} admitted, under 90% of 300: {per_window:?}"
+        );
+    }
+    let shares: Vec<usize> = per_filter.iter().map(Vec::len).collect();
+    eprintln!("admitted per filter (demand 4, 8, 12, 16 per second): {shares:?}");
+    assert!(
+        shares.windows(2).all(|w| w[0] < w[1]),
+        "shares follow demand: {shares:?}"
+    );
+}
