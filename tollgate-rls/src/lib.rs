@@ -17,6 +17,8 @@
 //! `metadata.rs` the dynamic metadata); `stats.rs` counts it (`stat_name.rs` names its
 //! series, `series.rs` bounds those that request values make). Limits may instead come from
 //! an xDS control plane (`xds.rs`). `dir_check.rs` is `tollgate-rls check DIR`'s reading.
+//! Envoy's Rate Limit Quota Service, [`RateLimitQuotaService`], answers from the same
+//! configuration and store (`rlqs/`).
 //!
 //! The binary's own files share this folder: `main.rs` and its folders (`settings/` reads the
 //! reference's environment, `store/` builds the store, `listen/` and `serve/` open the ports

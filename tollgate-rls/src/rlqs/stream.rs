@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tollgate::store::OnStoreError;
 use tonic::Status;
 
 use super::bounds::{malformed, MAX_BUCKETS_PER_STREAM};
@@ -175,7 +176,9 @@ impl StreamState {
                 let engine = &service.inner.engine;
                 let units = match grant::reserve(engine, &store_key, &policy, want).await {
                     Ok(units) => units,
-                    Err(_) if engine.on_store_error() == tollgate::store::OnStoreError::Deny => 0,
+                    // `ON_STORE_ERROR=closed`: denied until the store is back; else
+                    // nothing, and Envoy's assignment expires into its own behaviour.
+                    Err(_) if service.inner.on_error == Some(OnStoreError::Deny) => 0,
                     Err(_) => return None,
                 };
                 if let Some(stats) = &self.stats {
