@@ -347,3 +347,180 @@ async fn the_global_limit_holds_across_two_instances() {
         "shares follow demand: {shares:?}"
     );
 }
+
+/// The quota of an assignment is reserved from the same counter `ShouldRateLimit` counts in,
+/// and what the Envoy did not use of it goes back at its next report: demand of 1 request
+/// over the first report (`time_elapsed` 0 s, taken as 1 s) reserves 7 units (one 5 s period
+/// and a quarter more), and a report of 2 allowed in 1 s gives 5 back and reserves 13.
+/// In process, with the library on its memory store.
+#[tokio::test]
+async fn unused_quota_returns_to_the_pool() {
+    let yaml = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 1000 }\n";
+    let config = RlsConfig::from_yaml(
+        [("edge.yaml", yaml)],
+        tollgate_rls::DuplicateDomains::Refuse,
+    )
+    .unwrap();
+    let service = RateLimitService::builder().config(config).build().unwrap();
+    let (mut filter, _server) = in_process(&service).await;
+    let bucket: &[(&str, &str)] = &[("tenant", "pool")];
+    let remaining = || async {
+        let request = support::request("edge", &[bucket]);
+        let answer = service.decide(&request).await.unwrap();
+        answer.statuses[0].limit_remaining
+    };
+    assert!(filter.request(bucket).await);
+    assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+    assert_eq!(
+        tokens(&filter, bucket),
+        Some(6),
+        "7 reserved: 6 tokens and their refill"
+    );
+    assert_eq!(remaining().await, 1000 - 7 - 1);
+    filter.send_raw(usage_report(bucket, 1, 2)).await;
+    assert!(filter.wait_responses(2, Duration::from_secs(5)).await);
+    assert_eq!(remaining().await, 1000 - 7 - 1 + 5 - 13 - 1);
+}
+
+fn usage_report(bucket: &[(&str, &str)], elapsed: i64, allowed: u64) -> RateLimitQuotaUsageReports {
+    let mut report = report("edge", bucket);
+    let usage = &mut report.bucket_quota_usages[0];
+    usage.time_elapsed = Some(envoy_types::pb::google::protobuf::Duration {
+        seconds: elapsed,
+        nanos: 0,
+    });
+    usage.num_requests_allowed = allowed;
+    report
+}
+
+/// The library's service on a loopback port, and a filter connected to it.
+async fn in_process(service: &RateLimitService) -> (Filter, tokio::task::JoinHandle<()>) {
+    let quotas = RateLimitQuotaService::new(service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(quotas.into_server())
+            .serve_with_incoming(incoming)
+            .await;
+    });
+    let channel = Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (Filter::new(channel, "edge"), server)
+}
+
+/// A stream may hold at most `MAX_BUCKETS_PER_STREAM` buckets: a report past it ends the
+/// stream with the bound named.
+#[tokio::test]
+async fn buckets_per_stream_are_bounded() {
+    let config = RlsConfig::from_yaml(
+        [("edge.yaml", EDGE)],
+        tollgate_rls::DuplicateDomains::Refuse,
+    )
+    .unwrap();
+    let service = RateLimitService::builder().config(config).build().unwrap();
+    let (mut filter, _server) = in_process(&service).await;
+    let mut many = report("edge", &[("tenant", "0")]);
+    let one = many.bucket_quota_usages[0].clone();
+    for i in 1..=tollgate_rls::MAX_BUCKETS_PER_STREAM {
+        let mut usage = one.clone();
+        usage.bucket_id = Some(bucket_id(&[("tenant", &i.to_string())]));
+        many.bucket_quota_usages.push(usage);
+    }
+    filter.send_raw(many).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while filter.ended().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = filter.ended().flatten().expect("an error");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status
+            .message()
+            .contains("buckets per stream: 4097, over the limit of 4096"),
+        "{status:?}"
+    );
+}
+
+/// The server's resident memory, from `/proc`.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A client that sends reports and never reads the answers does not grow the server's
+/// memory: at most two answers wait for it, newer ones are dropped (each report gets a fresh
+/// one), and HTTP/2 flow control holds the rest. 2,000 reports of 100 buckets would be about
+/// 20 MB of answers.
+#[tokio::test]
+async fn a_client_that_never_reads_does_not_grow_memory() {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    let runtime = runtime("rlqs_unread", EDGE);
+    let rls = Rls::start(&runtime, &[]);
+    let mut client = RateLimitQuotaServiceClient::new(channel(&rls).await);
+    let mut big = report("edge", &[("free", "0")]);
+    let one = big.bucket_quota_usages[0].clone();
+    for i in 1..100 {
+        let mut usage = one.clone();
+        usage.bucket_id = Some(bucket_id(&[("free", &format!("{i:0>60}"))]));
+        big.bucket_quota_usages.push(usage);
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let _unread = client
+        .stream_rate_limit_quotas(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        tx.send(big.clone()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss_kib(rls.pid());
+    for _ in 0..2000 {
+        tx.send(big.clone()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib(rls.pid());
+    eprintln!("server RSS: {before} KiB, then {after} KiB");
+    assert!(
+        after < before + 4096,
+        "grew from {before} KiB to {after} KiB"
+    );
+}
+
+/// The store down: no assignment for a limited bucket (Envoy's last one expires into its
+/// `expired_assignment_behavior`), unless `ON_STORE_ERROR=closed`, which assigns `DENY_ALL`.
+/// Buckets without a limit are answered as ever.
+#[tokio::test]
+async fn the_store_down_leaves_envoy_to_its_behaviours() {
+    for (on_error, limited) in [("error", None), ("closed", Some(BlanketRule::DenyAll))] {
+        let redis = RedisServer::start();
+        let url = redis.url();
+        let runtime = runtime(&format!("rlqs_store_down_{on_error}"), EDGE);
+        let rls = Rls::start(
+            &runtime,
+            &[("REDIS_URL", url.as_str()), ("ON_STORE_ERROR", on_error)],
+        );
+        drop(redis);
+        let mut filter = Filter::new(channel(&rls).await, "edge");
+        assert!(filter.request(&[("tenant", "down")]).await);
+        assert!(filter.request(&[("free", "down")]).await);
+        assert!(
+            filter.wait_responses(2, Duration::from_secs(5)).await,
+            "{on_error}"
+        );
+        assert_eq!(rule(&filter, &[("tenant", "down")]), limited, "{on_error}");
+        assert!(
+            tokens(&filter, &[("tenant", "down")]).is_none(),
+            "{on_error}"
+        );
+        assert_eq!(
+            rule(&filter, &[("free", "down")]),
+            Some(BlanketRule::AllowAll)
+        );
+    }
+}
