@@ -41,9 +41,10 @@ pub(crate) fn window_of(policy: &Policy, now: SystemTime) -> u64 {
 }
 
 /// Units to ask for: the stream's demand over the next report period (`demand` requests a
-/// second), with a quarter more for growth, at least 1.
+/// second), with a tenth more for growth, at least 1. (What is left unused is given back at
+/// the next report, unless the window has turned: more headroom wastes more quota.)
 pub(crate) fn wanted(demand: f64) -> u32 {
-    let units = (demand * REPORT_PERIOD.as_secs_f64() * 1.25).ceil();
+    let units = (demand * REPORT_PERIOD.as_secs_f64() * 11.0 / 10.0).ceil();
     (units as u32).max(1)
 }
 
@@ -118,6 +119,6 @@ mod tests {
     #[test]
     fn demand_is_asked_for_one_period_with_headroom() {
         assert_eq!(wanted(0.0), 1);
-        assert_eq!(wanted(10.0), 63);
+        assert_eq!(wanted(10.0), 55);
     }
 }

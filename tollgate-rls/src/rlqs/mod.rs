@@ -5,12 +5,13 @@
 //! A stream's state is `stream.rs` (each report checked whole, then answered bucket by
 //! bucket); `bucket.rs` maps a bucket to a descriptor, `target.rs` finds its limit as
 //! `ShouldRateLimit` would, `grant.rs` takes its quota from the store and shapes Envoy's token
-//! bucket; `bounds.rs` bounds what a client may make the server hold; `stats.rs` counts.
+//! bucket, `share.rs` divides what a window has left by demand; `bounds.rs` bounds what a client may make the server hold; `stats.rs` counts.
 
 mod bounds;
 mod bucket;
 mod grant;
 mod service;
+mod share;
 mod stats;
 mod stream;
 mod target;

@@ -21,6 +21,7 @@ use tonic::Status;
 use super::bounds::{malformed, MAX_BUCKETS_PER_STREAM};
 use super::bucket::{bucket_id, bucket_key, BucketKey};
 use super::grant::{self, Reservation, ASSIGNMENT_TTL_SECS};
+use super::share;
 use super::stats::DomainStats;
 use super::target::{target, Target};
 use crate::limits::MAX_DOMAIN_BYTES;
@@ -174,6 +175,7 @@ impl StreamState {
             } => {
                 let want = grant::wanted(used as f64 / elapsed as f64);
                 let engine = &service.inner.engine;
+                let want = share::fair_share(engine, &store_key, &policy, want).await;
                 let units = match grant::reserve(engine, &store_key, &policy, want).await {
                     Ok(units) => units,
                     // `ON_STORE_ERROR=closed`: denied until the store is back; else

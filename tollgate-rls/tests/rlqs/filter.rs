@@ -127,21 +127,36 @@ struct State {
 /// One Envoy's filter: its bucket cache and its stream.
 pub struct Filter {
     domain: String,
-    client: RateLimitQuotaServiceClient<Channel>,
+    /// The cluster's endpoints: a reopened stream goes to the next one.
+    clients: Vec<RateLimitQuotaServiceClient<Channel>>,
+    next: usize,
     state: Arc<Mutex<State>>,
     stream: Option<mpsc::Sender<RateLimitQuotaUsageReports>>,
     /// `expired_assignment_behavior` / `no_assignment_behavior`: allow all when unset.
     pub expired_allows: bool,
+    /// Streams opened so far (more than one: a broken stream was reopened).
+    opened: usize,
 }
 
 impl Filter {
     pub fn new(channel: Channel, domain: &str) -> Self {
+        Self::over(vec![channel], domain)
+    }
+
+    /// A filter whose cluster has these endpoints, in order: a stream that broke is reopened
+    /// on the next one.
+    pub fn over(channels: Vec<Channel>, domain: &str) -> Self {
         Self {
             domain: domain.to_owned(),
-            client: RateLimitQuotaServiceClient::new(channel),
+            clients: channels
+                .into_iter()
+                .map(RateLimitQuotaServiceClient::new)
+                .collect(),
+            next: 0,
             state: Arc::default(),
             stream: None,
             expired_allows: true,
+            opened: 0,
         }
     }
 
@@ -153,9 +168,11 @@ impl Filter {
             return;
         }
         self.state.lock().unwrap().seen.ended = None;
+        self.opened += 1;
         let (tx, rx) = mpsc::channel(16);
         let outbound = tokio_stream::wrappers::ReceiverStream::new(rx);
-        let mut client = self.client.clone();
+        let mut client = self.clients[self.next % self.clients.len()].clone();
+        self.next += 1;
         let state = Arc::clone(&self.state);
         self.stream = Some(tx);
         tokio::spawn(async move {
@@ -297,6 +314,11 @@ impl Filter {
     pub fn has_bucket(&self, bucket: &[(&str, &str)]) -> bool {
         let key = key_of(&bucket_id(bucket));
         self.state.lock().unwrap().buckets.contains_key(&key)
+    }
+
+    /// How many streams this filter opened.
+    pub fn streams_opened(&self) -> usize {
+        self.opened
     }
 
     /// Responses received so far.
