@@ -125,9 +125,14 @@ async fn a_malformed_report_ends_only_its_stream() {
     assert!(good.request(&[("tenant", "g")]).await);
     assert!(good.wait_responses(1, Duration::from_secs(5)).await);
 
-    let cases: [(RateLimitQuotaUsageReports, &str); 3] = [
+    let mut twice = report("edge", &[("tenant", "x")]);
+    twice
+        .bucket_quota_usages
+        .push(twice.bucket_quota_usages[0].clone());
+    let cases: [(RateLimitQuotaUsageReports, &str); 4] = [
         (report("edge", &[]), "a bucket_id without keys"),
         (report("", &[("tenant", "x")]), "the domain is empty"),
+        (twice, "reported twice"),
         (
             report("edge", &[("tenant", "x")]),
             "the domain changed on the stream",
@@ -135,8 +140,9 @@ async fn a_malformed_report_ends_only_its_stream() {
     ];
     for (i, (case, reason)) in cases.into_iter().enumerate() {
         let mut bad_filter = Filter::new(shared.clone(), "edge");
-        let filter = if i == 2 { &mut bad } else { &mut bad_filter };
-        if i == 2 {
+        let last = i == 3;
+        let filter = if last { &mut bad } else { &mut bad_filter };
+        if last {
             filter.send_raw(report("other", &[("tenant", "x")])).await;
             assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
         }

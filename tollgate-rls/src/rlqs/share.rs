@@ -47,7 +47,10 @@ pub(crate) async fn fair_share(engine: &Engine, key: &str, policy: &Policy, want
     };
     let period = period_of(SystemTime::now());
     let _ = (engine.decide_one(&Ask::new(&demand_key(key, period), demand, want))).await;
-    let Ok(last) = engine.peek(&demand_key(key, period - 1), demand, 1).await else {
+    let Ok(last) = engine
+        .peek(&demand_key(key, period.saturating_sub(1)), demand, 1)
+        .await
+    else {
         return want;
     };
     let asked = u64::from(u32::MAX).saturating_sub(last.remaining);

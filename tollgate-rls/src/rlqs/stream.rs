@@ -92,6 +92,12 @@ impl StreamState {
             }
             keys.push(key);
         }
+        // Envoy reports each bucket once a report; twice would be answered twice.
+        let mut sorted: Vec<&BucketKey> = keys.iter().collect();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(malformed("a bucket reported twice in one report"));
+        }
         let total = self.buckets.len() + new;
         if total > MAX_BUCKETS_PER_STREAM {
             return Err(malformed(format_args!(
@@ -152,7 +158,7 @@ impl StreamState {
             }
         }
         match used {
-            0 => state.idle += Duration::from_secs(elapsed),
+            0 => state.idle = state.idle.saturating_add(Duration::from_secs(elapsed)),
             _ => state.idle = Duration::ZERO,
         }
         if state.idle >= self.abandon_after {
