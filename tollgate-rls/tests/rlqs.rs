@@ -248,8 +248,9 @@ async fn an_idle_bucket_is_abandoned() {
     ));
 }
 
-/// Statistics per domain: streams, buckets, reports, assignments, abandons; a domain the
-/// configuration does not have is `unknown`, so clients cannot grow the series.
+/// Statistics per domain: streams, buckets, reports, assignments, abandons; per bucket family
+/// (the limit's configured name), quota assigned against used. A domain the configuration
+/// does not have is `unknown`, so clients cannot grow the series.
 #[tokio::test]
 async fn statistics_count_per_configured_domain() {
     let runtime = runtime("rlqs_stats", EDGE);
@@ -267,6 +268,8 @@ async fn statistics_count_per_configured_domain() {
         "ratelimit_rlqs_reports_total{domain=\"edge\"} 1",
         "ratelimit_rlqs_assignments_total{domain=\"edge\"} 1",
         "ratelimit_rlqs_streams{domain=\"unknown\"} 1",
+        "ratelimit_rlqs_quota_assigned_total{family=\"edge.tenant\"} 6",
+        "ratelimit_rlqs_quota_used_total{family=\"edge.tenant\"} 1",
     ] {
         assert!(metrics.contains(line), "{line} in:\n{metrics}");
     }

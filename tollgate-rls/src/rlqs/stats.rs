@@ -1,6 +1,8 @@
-//! RLQS statistics per domain: streams, buckets, reports, assignments (quota assigned against
-//! used) and abandons. A domain is a label only when the configuration has it (else
-//! `unknown`), so clients cannot grow the series, as `ShouldRateLimit`'s statistics bound them.
+//! RLQS statistics per domain: streams, buckets, reports, assignments and abandons; and per
+//! bucket family (the limit a bucket meets, named as the configuration names it), quota
+//! assigned against used. A domain is a label only when the configuration has it (else
+//! `unknown`), and a family is a limit of the configuration, so clients cannot grow the
+//! series, as `ShouldRateLimit`'s statistics bound them.
 
 use metrics::{Counter, Gauge};
 
@@ -13,8 +15,6 @@ pub(crate) struct DomainStats {
     buckets: Gauge,
     reports: Counter,
     assignments: Counter,
-    assigned: Counter,
-    used: Counter,
     abandons: Counter,
     /// Buckets this stream added to the gauge.
     held: std::sync::atomic::AtomicUsize,
@@ -34,8 +34,6 @@ impl DomainStats {
             buckets: metrics::gauge!("ratelimit_rlqs_buckets", &label),
             reports: metrics::counter!("ratelimit_rlqs_reports_total", &label),
             assignments: metrics::counter!("ratelimit_rlqs_assignments_total", &label),
-            assigned: metrics::counter!("ratelimit_rlqs_quota_assigned_total", &label),
-            used: metrics::counter!("ratelimit_rlqs_quota_used_total", &label),
             abandons: metrics::counter!("ratelimit_rlqs_abandons_total", &label),
             held: Default::default(),
         };
@@ -51,11 +49,14 @@ impl DomainStats {
         self.buckets.increment(buckets as f64 - before as f64);
     }
 
-    /// Quota assigned to a bucket (`units`), and what it used since its last report.
-    pub(crate) fn assigned(&self, units: u32, used: u64) {
+    /// Quota assigned to a bucket of `family` (`units`), and what it used since its last
+    /// report.
+    pub(crate) fn assigned(&self, family: &str, units: u32, used: u64) {
         self.assignments.increment(1);
-        self.assigned.increment(u64::from(units));
-        self.used.increment(used);
+        let label = [("family", family.to_owned())];
+        metrics::counter!("ratelimit_rlqs_quota_assigned_total", &label)
+            .increment(u64::from(units));
+        metrics::counter!("ratelimit_rlqs_quota_used_total", &label).increment(used);
     }
 
     /// A bucket abandoned.

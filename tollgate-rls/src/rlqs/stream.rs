@@ -178,6 +178,7 @@ impl StreamState {
             Target::Limited {
                 key: store_key,
                 policy,
+                family,
             } => {
                 let want = grant::wanted(used as f64 / elapsed as f64);
                 let engine = &service.inner.engine;
@@ -190,7 +191,7 @@ impl StreamState {
                     Err(_) => return None,
                 };
                 if let Some(stats) = &self.stats {
-                    stats.assigned(units, usage.num_requests_allowed);
+                    stats.assigned(&family, units, usage.num_requests_allowed);
                 }
                 match grant::max_tokens_for(units) {
                     0 => Strategy::BlanketRule(BlanketRule::DenyAll as i32),

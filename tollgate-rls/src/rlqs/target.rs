@@ -17,8 +17,13 @@ pub(crate) enum Target {
     AllowAll,
     /// A limit of zero: `DENY_ALL`.
     DenyAll,
-    /// A limit: quota is taken from the store under `key` and `policy`.
-    Limited { key: String, policy: Policy },
+    /// A limit: quota is taken from the store under `key` and `policy`; `family` is the
+    /// limit's name in the configuration (`domain.key_value.key`), a statistics label.
+    Limited {
+        key: String,
+        policy: Policy,
+        family: String,
+    },
 }
 
 /// The target of the bucket `key` of `domain`, as `ShouldRateLimit` would match its
@@ -49,6 +54,7 @@ pub(crate) fn target(service: &RateLimitService, domain: &str, key: &BucketKey) 
                 Some(policy) => Target::Limited {
                     key: l.key.clone(),
                     policy,
+                    family: l.limit.full_key.clone(),
                 },
                 None => Target::DenyAll,
             }
