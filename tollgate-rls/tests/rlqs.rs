@@ -7,6 +7,7 @@
 mod rlqs {
     pub mod filter;
 }
+mod control_plane;
 mod support;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -600,4 +601,124 @@ async fn the_store_down_leaves_envoy_to_its_behaviours() {
             Some(BlanketRule::AllowAll)
         );
     }
+}
+
+/// A CA and a certificate it signed for 127.0.0.1, in `dir` (`ca.pem`, `cert.pem`, `key.pem`).
+fn certificates(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output();
+        assert!(out.expect("openssl").status.success(), "openssl {args:?}");
+    };
+    let new_key = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "1"];
+    let ca = [
+        "-x509", "-subj", "/CN=ca", "-keyout", "ca.key", "-out", "ca.pem",
+    ];
+    openssl(&[&new_key[..], &ca[..]].concat());
+    let csr = ["-subj", "/CN=rls", "-keyout", "key.pem", "-out", "rls.csr"];
+    openssl(&[&new_key[..], &csr[..]].concat());
+    let ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n";
+    std::fs::write(dir.join("ext"), ext).unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "rls.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+}
+
+/// RLQS is served on the gRPC port with its TLS settings (`GRPC_SERVER_USE_TLS`), as
+/// `ShouldRateLimit` is: Envoy's `rlqs_server` names the same cluster.
+#[tokio::test]
+async fn served_over_tls_on_the_grpc_port() {
+    let runtime = runtime("rlqs_tls", EDGE);
+    certificates(&runtime.root);
+    let (cert, key) = (runtime.root.join("cert.pem"), runtime.root.join("key.pem"));
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let rls = Rls::start(
+        &runtime,
+        &[
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", cert.as_str()),
+            ("GRPC_SERVER_TLS_KEY", key.as_str()),
+        ],
+    );
+    let ca = std::fs::read(runtime.root.join("ca.pem")).unwrap();
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .domain_name("127.0.0.1");
+    let channel = Channel::from_shared(format!("https://{}", rls.grpc))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut filter = Filter::new(channel, "edge");
+    assert!(filter.request(&[("closed", "tls")]).await);
+    assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+    assert_eq!(
+        rule(&filter, &[("closed", "tls")]),
+        Some(BlanketRule::DenyAll)
+    );
+}
+
+/// With limits from an xDS control plane (`CONFIG_TYPE=GRPC_XDS_SOTW`), RLQS answers from
+/// them as `ShouldRateLimit` does: before the first set loads, nothing is assigned (Envoy's
+/// `no_assignment_behavior` goes on applying); once it loads, the next report gets the limit's
+/// token bucket.
+#[tokio::test]
+async fn limits_from_xds_apply_to_rlqs() {
+    use control_plane::{limit, ControlPlane, Pki};
+    let pki = Pki::new("rlqs-xds");
+    let cp_addr = std::net::SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let server = format!("localhost:{}", cp_addr.port());
+    let (cert, key, ca) = (pki.path("rls.crt"), pki.path("rls.key"), pki.path("ca.crt"));
+    let env = [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", server.as_str()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", cert.as_str()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", key.as_str()),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ca.as_str()),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms"),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "500ms"),
+    ];
+    let rls = Rls::start(&Runtime::new("rlqs-xds"), &env);
+    let mut filter = Filter::new(channel(&rls).await, "edge");
+    let bucket: &[(&str, &str)] = &[("tenant", "xds")];
+    assert!(filter.request(bucket).await);
+    assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+    let first = filter.last_response().unwrap();
+    assert!(
+        first.bucket_action.is_empty(),
+        "nothing before a configuration: {first:?}"
+    );
+
+    let cp = ControlPlane::start(cp_addr, &pki);
+    cp.push("1", vec![limit("edge", "tenant", 600)]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tokens(&filter, bucket).is_none() && Instant::now() < deadline {
+        filter.report().await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        tokens(&filter, bucket).is_some(),
+        "the pushed limit's token bucket"
+    );
 }
