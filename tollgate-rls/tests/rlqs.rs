@@ -722,3 +722,28 @@ async fn limits_from_xds_apply_to_rlqs() {
         "the pushed limit's token bucket"
     );
 }
+
+/// When a window holds less than a stream asks for, it gets what is left, and the refused
+/// ask consumes nothing: a report of 3 requests in 1 s asks for 17 of a limit of 10 and gets
+/// 10; a report of none gives the 10 back, and `ShouldRateLimit` then sees 10 left. (The
+/// reference's counters, a plain fixed window per hour, in process on the memory store.)
+#[tokio::test]
+async fn a_window_short_of_the_ask_gives_what_it_has_left() {
+    let yaml = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
+    let config = RlsConfig::from_yaml(
+        [("edge.yaml", yaml)],
+        tollgate_rls::DuplicateDomains::Refuse,
+    )
+    .unwrap();
+    let service = RateLimitService::builder().config(config).build().unwrap();
+    let (mut filter, _server) = in_process(&service).await;
+    let bucket: &[(&str, &str)] = &[("tenant", "short")];
+    filter.send_raw(usage_report(bucket, 1, 3)).await;
+    assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+    filter.send_raw(usage_report(bucket, 5, 0)).await;
+    assert!(filter.wait_responses(2, Duration::from_secs(5)).await);
+    let request = support::request("edge", &[bucket]);
+    let answer = service.decide(&request).await.unwrap();
+    // The second report asked for 1 (idle) again after the refund of 10.
+    assert_eq!(answer.statuses[0].limit_remaining, 10 - 1 - 1);
+}
