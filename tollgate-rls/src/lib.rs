@@ -17,6 +17,8 @@
 //! `metadata.rs` the dynamic metadata); `stats.rs` counts it (`stat_name.rs` names its
 //! series, `series.rs` bounds those that request values make). Limits may instead come from
 //! an xDS control plane (`xds.rs`). `dir_check.rs` is `tollgate-rls check DIR`'s reading.
+//! Envoy's Rate Limit Quota Service, [`RateLimitQuotaService`], answers from the same
+//! configuration and store (`rlqs/`).
 //!
 //! The binary's own files share this folder: `main.rs` and its folders (`settings/` reads the
 //! reference's environment, `store/` builds the store, `listen/` and `serve/` open the ports
@@ -50,6 +52,7 @@ mod metadata;
 mod plan;
 mod request_span;
 mod response;
+mod rlqs;
 mod series;
 mod service;
 mod service_builder;
@@ -68,6 +71,10 @@ pub use limits::{
     MAX_VALUE_BYTES,
 };
 pub use response::ResponseHeaders;
+pub use rlqs::{
+    RateLimitQuotaService, DEFAULT_ABANDON_AFTER, MAX_BUCKETS_PER_STREAM, MAX_BUCKET_KEYS,
+    MAX_STREAMS, REPORT_PERIOD,
+};
 pub use service::RateLimitService;
 pub use service_builder::RateLimitServiceBuilder;
 pub use xds::{XdsBackoff, XdsSource, XdsTls};

@@ -12,7 +12,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tollgate::store::RedisStore;
-use tollgate_rls::RateLimitService;
+use tollgate_rls::{RateLimitQuotaService, RateLimitService};
 use tonic::transport::server::Router;
 use tonic::transport::Server;
 use tonic_health::pb::health_server::{Health as HealthService, HealthServer};
@@ -52,7 +52,8 @@ pub(crate) async fn until_stopped(
         timeout,
     ));
 
-    let grpc = grpc_router(&settings.server, health_service, &service);
+    let quotas = RateLimitQuotaService::new(&service);
+    let grpc = grpc_router(&settings.server, health_service, &service, &quotas);
     let grpc = serve_grpc(grpc, listeners.grpc, listeners.grpc_tls, stopped.wait());
     let http = HttpPorts {
         main: listeners.main,
@@ -64,6 +65,9 @@ pub(crate) async fn until_stopped(
         signal.await;
         tracing::warn!("stopping: signal received");
         health.terminate().await;
+        // Every RLQS stream gets zero-TTL assignments first: its Envoy falls back to its
+        // `expired_assignment_behavior` rather than keep quota this instance no longer backs.
+        quotas.shutdown(SHUTDOWN_GRACE / 2).await;
         let _ = stop_tx.send(true);
     });
     let servers = async {
@@ -115,11 +119,13 @@ async fn follow(
     }
 }
 
-/// The gRPC server: the rate limit service and health, with the connections' limits.
+/// The gRPC server: the rate limit service, the rate limit quota service (RLQS) and health,
+/// with the connections' limits.
 fn grpc_router<H: HealthService>(
     server: &ServerSettings,
     health: HealthServer<H>,
     service: &RateLimitService,
+    quotas: &RateLimitQuotaService,
 ) -> Router {
     Server::builder()
         .tcp_nodelay(true)
@@ -128,6 +134,7 @@ fn grpc_router<H: HealthService>(
         .max_connection_age_grace(server.grpc_max_connection_age_grace)
         .add_service(health)
         .add_service(service.clone().into_server())
+        .add_service(quotas.clone().into_server())
 }
 
 /// Serves `grpc` on its listener: TCP or a Unix socket, each with or without TLS.
