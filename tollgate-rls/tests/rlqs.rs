@@ -663,6 +663,70 @@ async fn the_store_down_leaves_envoy_to_its_behaviours() {
     }
 }
 
+/// A store that answers nothing (SIGSTOPped Redis) under load: eight streams keep being
+/// answered within the store's timeout, limited buckets get no assignment (each Envoy keeps
+/// its last one until it expires, then its `expired_assignment_behavior`), buckets without a
+/// limit are answered as ever; once Redis answers again, the next report of every stream gets
+/// a token bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_store_under_load_delays_no_stream() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let runtime = runtime("rlqs_store_stopped", EDGE);
+    let rls = Rls::start(&runtime, &[("REDIS_URL", url.as_str())]);
+    let mut filters = Vec::new();
+    for i in 0..8 {
+        let mut filter = Filter::new(channel(&rls).await, "edge");
+        let tenant = format!("t{i}");
+        assert!(filter.request(&[("tenant", &tenant)]).await);
+        assert!(filter.request(&[("free", &tenant)]).await);
+        assert!(filter.wait_responses(2, Duration::from_secs(5)).await);
+        assert!(tokens(&filter, &[("tenant", &tenant)]).is_some(), "{i}");
+        filters.push((filter, tenant));
+    }
+
+    redis.pause();
+    let reported = Instant::now();
+    for (filter, _) in &mut filters {
+        filter.report().await;
+    }
+    for (filter, tenant) in &filters {
+        assert!(
+            filter.wait_responses(3, Duration::from_secs(2)).await,
+            "{tenant}: a report answered while Redis is stopped"
+        );
+        let answer = filter.last_response().unwrap();
+        let answered: Vec<_> = (answer.bucket_action.iter())
+            .filter_map(|a| a.bucket_id.as_ref())
+            .flat_map(|id| id.bucket.keys().cloned())
+            .collect();
+        assert_eq!(
+            answered,
+            ["free"],
+            "{tenant}: only the bucket without a limit"
+        );
+    }
+    eprintln!(
+        "8 reports answered {:?} after Redis stopped",
+        reported.elapsed()
+    );
+
+    redis.resume();
+    for (filter, _) in &mut filters {
+        filter.report().await;
+    }
+    for (filter, tenant) in &filters {
+        assert!(filter.wait_responses(4, Duration::from_secs(5)).await);
+        let answer = filter.last_response().unwrap();
+        assert_eq!(
+            answer.bucket_action.len(),
+            2,
+            "{tenant}: both buckets again"
+        );
+        assert!(tokens(filter, &[("tenant", tenant)]).is_some(), "{tenant}");
+    }
+}
+
 /// A CA and a certificate it signed for 127.0.0.1, in `dir` (`ca.pem`, `cert.pem`, `key.pem`).
 fn certificates(dir: &std::path::Path) {
     let openssl = |args: &[&str]| {
