@@ -164,10 +164,10 @@ where
     }
 
     /// The future of a request refused before the store was asked (no key, a bad cost).
-    pub(crate) fn refuse(refusal: Refusal, request: &Request<ReqBody>) -> Self {
+    pub(crate) fn refuse(refusal: Refusal, request: &http::HeaderMap) -> Self {
         Self {
             state: State::Respond {
-                response: Some(refusal.render(request.headers())),
+                response: Some(refusal.render(request)),
             },
         }
     }

@@ -1,5 +1,6 @@
 //! [`Header`]: a request header's value, e.g. an API key.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use http::header::HeaderName;
@@ -60,16 +61,31 @@ impl Header {
 
 impl KeyExtractor for Header {
     fn extract(&self, req: &Parts) -> Option<String> {
+        self.extract_borrowed(req).map(Cow::into_owned)
+    }
+
+    fn extract_borrowed<'r>(&self, req: &'r Parts) -> Option<Cow<'r, str>> {
         let value = req.headers.get(self.name.as_ref()?)?;
         if let Ok(text) = value.to_str() {
             // Visible ASCII and tabs (see `to_str`): blank is spaces and tabs only.
             let blank = text.bytes().all(|b| b == b' ' || b == b'\t');
-            return (!blank).then(|| text.to_owned());
+            return (!blank).then_some(Cow::Borrowed(text));
         }
-        let bytes = value.as_bytes();
+        Some(Cow::Owned(Self::not_ascii(value.as_bytes())))
+    }
+
+    fn describe(&self) -> String {
+        format!("the {} header", self.display)
+    }
+}
+
+impl Header {
+    /// The key of a value that is not visible ASCII.
+    #[cold]
+    fn not_ascii(bytes: &[u8]) -> String {
         if let Ok(text) = std::str::from_utf8(bytes) {
             // Not ASCII, so distinct from every ASCII value; digested by the sanitizer.
-            return Some(text.to_owned());
+            return text.to_owned();
         }
         // Not UTF-8: `\u{1}` (never in a header value) then the bytes in hex, so no two values
         // share a key and none collides with a text value.
@@ -78,11 +94,7 @@ impl KeyExtractor for Header {
         for b in bytes {
             let _ = write!(key, "{b:02x}");
         }
-        Some(key)
-    }
-
-    fn describe(&self) -> String {
-        format!("the {} header", self.display)
+        key
     }
 }
 
@@ -144,6 +156,20 @@ mod tests {
         assert_eq!(raw, "\u{1}636ce9");
         assert_ne!(utf8, raw);
         assert!(crate::key::sanitize(raw).starts_with('#'));
+    }
+
+    /// The layer reads keys borrowed: the same keys, a plain value not copied.
+    #[test]
+    fn borrowed_keys_are_the_same_keys() {
+        let key = Header::new("x-api-key");
+        let values = [&b"k-1"[..], b"", b" \t", b"cl\xc3\xa9", b"cl\xe9", b"a\tb"];
+        for value in values {
+            let req = with_value(HeaderValue::from_bytes(value).unwrap());
+            let borrowed = key.extract_borrowed(&req);
+            assert_eq!(borrowed.as_deref(), key.extract(&req).as_deref());
+        }
+        let req = with_value(HeaderValue::from_static("k-1"));
+        assert!(matches!(key.extract_borrowed(&req), Some(Cow::Borrowed("k-1"))));
     }
 
     #[test]
