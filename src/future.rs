@@ -143,16 +143,26 @@ where
     /// The future of a request decided in `call`: the ready inner service is called now, or
     /// (delay mode) taken along to wait.
     #[inline]
-    pub(crate) fn decided(verdict: Verdict, ready: &mut Svc, request: Request<ReqBody>) -> Self
+    pub(crate) fn decided(
+        verdict: Verdict,
+        ready: &mut Svc,
+        parts: http::request::Parts,
+        body: ReqBody,
+    ) -> Self
     where
         Svc: Clone,
     {
         let state = match verdict {
-            Verdict::Proceed(headers) => answering(ready.call(request), headers, None),
+            Verdict::Proceed(headers) => {
+                answering(ready.call(Request::from_parts(parts, body)), headers, None)
+            }
             Verdict::Refuse(refusal) => State::Respond {
-                response: Some(refusal.render(request.headers())),
+                response: Some(refusal.render(&parts.headers)),
             },
-            verdict => after(verdict, Some((take_ready(ready), request))),
+            verdict => after(
+                verdict,
+                Some((take_ready(ready), Request::from_parts(parts, body))),
+            ),
         };
         Self { state }
     }

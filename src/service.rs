@@ -71,11 +71,12 @@ where
                 None => Err(Some(pending.owned())),
             },
         };
-        let request = Request::from_parts(parts, body);
         match verdict {
-            Ok(verdict) => ResponseFuture::decided(verdict, &mut self.inner, request),
-            Err(None) => ResponseFuture::inner(self.inner.call(request)),
+            // The head goes back into the request where the inner service takes it: one copy.
+            Ok(verdict) => ResponseFuture::decided(verdict, &mut self.inner, parts, body),
+            Err(None) => ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body))),
             Err(Some(pending)) => {
+                let request = Request::from_parts(parts, body);
                 // The inner service is called after the decision: take the one `poll_ready`
                 // made ready, and leave a clone for the next request.
                 let inner = take_ready(&mut self.inner);
