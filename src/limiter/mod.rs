@@ -162,6 +162,7 @@ impl Pending<'_> {
 
     /// What the engine is asked for `check`: a look for a rule with `count_status` (counted
     /// once the response is known), and never refusing for a shadow-mode rule.
+    #[inline]
     fn ask<'b>(&'b self, check: &'b Planned<'_>) -> Ask<'b> {
         let rule = &self.rules.rules()[check.rule];
         Ask::new(&check.key, self.policy(check), check.cost)

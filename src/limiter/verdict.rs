@@ -65,14 +65,15 @@ impl Limiter {
         if pending.counts_later() || pending.finding() || (pending.rules.holds_after() && held()) {
             return None;
         }
-        let span = decision_span(pending);
         let check = || self.engine.decide_ready(&pending.ask(one));
-        let ready = match &span {
-            None => check(),
-            Some(span) => span.in_scope(check),
+        let Some(span) = decision_span(pending) else {
+            // No span to drop either: the usual request.
+            let ready = check()?;
+            return Some(self.verdict(pending, std::slice::from_ref(&ready)));
         };
+        let ready = span.in_scope(check);
         let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?));
-        record_outcome(span.as_ref(), &verdict);
+        record_outcome(Some(&span), &verdict);
         Some(verdict)
     }
 
