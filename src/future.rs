@@ -385,14 +385,13 @@ fn answering<Svc, ReqBody>(
 where
     Svc: Service<Request<ReqBody>>,
 {
-    if headers.is_empty() && count.is_none() {
-        State::Passing { future }
-    } else {
-        State::Inner {
+    match (headers.into_written(), count) {
+        (None, None) => State::Passing { future },
+        (headers, count) => State::Inner {
             future,
-            headers,
+            headers: headers.unwrap_or_default(),
             count,
-        }
+        },
     }
 }
 

@@ -23,9 +23,10 @@ use crate::telemetry::{self, Outcome};
 
 /// The outcome of asking the store.
 ///
-/// A tag and a pointer, so that it is passed in registers: a larger verdict goes through
-/// memory, written field by field and read back whole at once, which stalls the processor for
-/// longer than the rest of a decision in memory takes.
+/// Three words at most: a tag, and the usual headers (a pointer and two numbers) or a pointer.
+/// A larger verdict is written field by field and read back whole at once, which stalls the
+/// processor for longer than the rest of a decision in memory takes; the usual headers held
+/// here rather than in a box save an allocation per request.
 pub(crate) enum Verdict {
     /// Call the inner service now, and add these headers to its response: most requests.
     Proceed(Headers),
@@ -177,6 +178,10 @@ impl Limiter {
         // What the headers report: nothing to collect when there are none.
         let headed = self.headers != HeaderStyle::None;
         let mut seen: SmallVec<[_; 1]> = SmallVec::new();
+        // The usual headers (IETF, one rule, its own quota) are the rule's held item and two
+        // numbers: nothing is made for them here.
+        let mut one_rule = None;
+        let alone = pending.checks.len() == 1 && self.headers == HeaderStyle::Ietf;
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
             let released;
@@ -203,7 +208,10 @@ impl Limiter {
                     });
                 }
             }
-            if headed {
+            if headed && alone && planned.tier.is_none() {
+                one_rule = (rule.header_kept).and_then(|item| Headers::ietf_of_one(item, decision));
+            }
+            if headed && one_rule.is_none() {
                 // The quota the client is under: its own, or its rule's.
                 let item = match planned.tier.as_deref() {
                     Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
@@ -213,9 +221,10 @@ impl Limiter {
                 seen.push((Shown { name, item }, *decision));
             }
         }
-        let headers = match headed {
-            true => response::rate_limit_headers(self.headers, &seen),
-            false => Headers::default(),
+        let headers = match (one_rule, headed) {
+            (Some(headers), _) => headers,
+            (None, true) => response::rate_limit_headers(self.headers, &seen),
+            (None, false) => Headers::default(),
         };
         match denial {
             Some(decision) => Verdict::Refuse(Box::new(Refusal::Denied {
@@ -346,12 +355,13 @@ fn later(a: &Decision, b: &Decision) -> bool {
 mod tests {
     use super::*;
 
-    /// Every request's verdict goes from the decision to the service: in two registers, not
-    /// through memory (see [`Verdict`]).
+    /// Every request's verdict goes from the decision to the service: a tag and the usual
+    /// headers (a pointer and packed numbers), nothing larger (see [`Verdict`]).
     #[test]
-    fn a_verdict_is_a_tag_and_a_pointer() {
-        let two_words = 2 * std::mem::size_of::<usize>();
-        assert_eq!(std::mem::size_of::<Verdict>(), two_words);
-        assert_eq!(std::mem::size_of::<Option<Verdict>>(), two_words);
+    fn a_verdict_is_three_words_at_most() {
+        let three_words = 3 * std::mem::size_of::<usize>();
+        assert_eq!(std::mem::size_of::<Headers>(), 2 * std::mem::size_of::<usize>());
+        assert!(std::mem::size_of::<Verdict>() <= three_words);
+        assert!(std::mem::size_of::<Option<Verdict>>() <= three_words);
     }
 }

@@ -16,7 +16,7 @@ mod kept;
 mod refusal;
 pub use body::ResponseBody;
 pub(crate) use body::{AtEnd, Keep};
-pub(crate) use kept::kept;
+pub(crate) use kept::{kept, kept_static};
 pub(crate) use refusal::{DenyResponse, Refusal};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
@@ -101,25 +101,74 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 
 /// The rate-limit headers of one response. They are made when the store answers, before
 /// there is a response, and go straight into the response's own map once there is one.
-/// Boxed, and nothing when there are none: a request's future carries them from the decision
-/// to the response, and is moved on the way (a box costs less than moving five values).
-#[derive(Debug, Default)]
-pub(crate) struct Headers(Option<Box<Values>>);
+/// Nothing when there are none; the usual IETF headers of one rule are the rule's held item
+/// and two numbers, written out only into the response; any other set is made whole, in a box.
+/// A request's future carries them from the decision to the response, and is moved on the
+/// way (a box costs less than moving five values).
+#[derive(Debug)]
+pub(crate) struct Headers(Repr);
+
+#[derive(Debug)]
+enum Repr {
+    /// `RateLimit-Policy` (this item) and `RateLimit` (its name, remaining `r`, and `t` in
+    /// whole seconds), for a request under one rule's own quota: nothing allocated until the
+    /// response has them. The numbers are packed, `r` high and `t` low, each below 2^32.
+    Ietf(&'static HeaderValue, u64),
+    /// Each value made whole; `None`: no headers.
+    Made(Option<Box<Values>>),
+}
+
+impl Default for Headers {
+    fn default() -> Self {
+        Self(Repr::Made(None))
+    }
+}
 
 /// Each header's value: `RateLimit-Policy`, `RateLimit`, then `X-RateLimit-Limit`,
 /// `-Remaining` and `-Reset`; `None` for those the style leaves out.
 type Values = [Option<HeaderValue>; 5];
 
 impl Headers {
+    /// The IETF headers of a request under one rule's own quota, its item held for the life of
+    /// the process; `None` if a number does not fit (then they are made whole).
+    #[inline]
+    pub(crate) fn ietf_of_one(item: &'static HeaderValue, decision: &Decision) -> Option<Self> {
+        let remaining = u32::try_from(decision.remaining).ok()?;
+        let reset = u32::try_from(ceil_secs(decision.reset_after)).ok()?;
+        Some(Self(Repr::Ietf(
+            item,
+            u64::from(remaining) << 32 | u64::from(reset),
+        )))
+    }
+
+    /// These headers, if there are any to write: `None` is nothing to drop either.
+    #[inline]
+    pub(crate) fn into_written(self) -> Option<Self> {
+        if self.is_empty() {
+            // Holds nothing: forgotten rather than run through the drop of every kind.
+            std::mem::forget(self);
+            return None;
+        }
+        Some(self)
+    }
+
     /// Whether there are none (the style `none`, a store that failed open).
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_none()
+        matches!(self.0, Repr::Made(None))
     }
 
     /// Sets them on a response, replacing headers of the same name.
     pub(crate) fn write_into(self, h: &mut HeaderMap) {
-        let Some(mut values) = self.0 else {
-            return;
+        let mut values = match self.0 {
+            Repr::Made(Some(values)) => values,
+            Repr::Made(None) => return,
+            Repr::Ietf(item, numbers) => {
+                h.insert(RATELIMIT_POLICY, item.clone());
+                if let Some(current) = current_of_item(item, numbers) {
+                    h.insert(RATELIMIT, current);
+                }
+                return;
+            }
         };
         // Taken out of the box one by one: moving the whole of it out is a copy.
         let [policy, current, limit, remaining, reset] = &mut *values;
@@ -142,16 +191,30 @@ impl Headers {
 
     /// Adds those a response does not set itself (a custom denial's own headers win).
     pub(crate) fn fill_in(self, h: &mut HeaderMap) {
-        let Some(values) = self.0 else {
-            return;
+        let values = match self.0 {
+            Repr::Made(Some(values)) => *values,
+            Repr::Made(None) => return,
+            Repr::Ietf(item, numbers) => {
+                [Some(item.clone()), current_of_item(item, numbers), None, None, None]
+            }
         };
         let names = [RATELIMIT_POLICY, RATELIMIT, X_LIMIT, X_REMAINING, X_RESET];
-        for (name, value) in names.into_iter().zip(*values) {
+        for (name, value) in names.into_iter().zip(values) {
             if let Some(value) = value {
                 h.entry(name).or_insert(value);
             }
         }
     }
+}
+
+/// `RateLimit`'s value for a policy's item of `RateLimit-Policy`, `"name";q=100;w=60`, and
+/// the packed numbers of [`Repr::Ietf`]: `"name";r=42;t=17`.
+fn current_of_item(item: &HeaderValue, numbers: u64) -> Option<HeaderValue> {
+    let item = item.as_bytes();
+    // A policy's name has no `"` (ASCII letters, digits and `-_.`): the second one ends it.
+    let end = 1 + item.get(1..)?.iter().position(|&b| b == b'"')?;
+    let name = std::str::from_utf8(item.get(1..end)?).ok()?;
+    current_value(name, numbers >> 32, numbers & u64::from(u32::MAX))
 }
 
 /// A header value written piece by piece, numbers included, without `format!`.
@@ -301,7 +364,7 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
             [policies, current, None, None, None]
         }
     };
-    Headers(Some(Box::new(values)))
+    Headers(Repr::Made(Some(Box::new(values))))
 }
 
 fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
@@ -429,6 +492,29 @@ mod tests {
         );
         assert_eq!(h["ratelimit"], "\"daily\";r=3;t=86001");
         assert!(h.get("x-ratelimit-limit").is_none());
+    }
+
+    /// The usual headers (IETF, one rule) written from the rule's held item are byte for byte
+    /// the ones made whole, written or filled in; numbers past 2^32 are made whole.
+    #[test]
+    fn one_rules_ietf_headers_are_the_made_ones() {
+        let a = policy("api.v-1_x", Quota::per_minute(100).unwrap());
+        let item = kept_static(&shown(&a).item).unwrap();
+        for d in [decision(42, 16_001), decision(0, 0), decision(99, 59_999)] {
+            let mut made = HeaderMap::new();
+            rate_limit_headers(HeaderStyle::Ietf, &[(shown(&a), d)]).write_into(&mut made);
+            let mut one = HeaderMap::new();
+            Headers::ietf_of_one(item, &d).unwrap().write_into(&mut one);
+            assert_eq!(one, made);
+            let mut filled = HeaderMap::new();
+            filled.insert(RATELIMIT, HeaderValue::from_static("own"));
+            Headers::ietf_of_one(item, &d).unwrap().fill_in(&mut filled);
+            assert_eq!(filled[RATELIMIT], "own");
+            assert_eq!(filled[RATELIMIT_POLICY], made[RATELIMIT_POLICY]);
+        }
+        assert!(Headers::ietf_of_one(item, &decision(1 << 32, 1)).is_none());
+        assert!(!Headers::ietf_of_one(item, &decision(1, 1)).unwrap().is_empty());
+        assert!(Headers::default().into_written().is_none());
     }
 
     #[test]
