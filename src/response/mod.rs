@@ -213,8 +213,7 @@ fn current_of_item(item: &HeaderValue, numbers: u64) -> Option<HeaderValue> {
     let item = item.as_bytes();
     // A policy's name has no `"` (ASCII letters, digits and `-_.`): the second one ends it.
     let end = 1 + item.get(1..)?.iter().position(|&b| b == b'"')?;
-    let name = std::str::from_utf8(item.get(1..end)?).ok()?;
-    current_value(name, numbers >> 32, numbers & u64::from(u32::MAX))
+    current_value(item.get(1..end)?, numbers >> 32, numbers & u64::from(u32::MAX))
 }
 
 /// A header value written piece by piece, numbers included, without `format!`.
@@ -255,14 +254,17 @@ fn exact_value(out: Vec<u8>) -> Option<HeaderValue> {
 }
 
 /// `RateLimit`'s value, `"name";r=42;t=17`.
-fn current_value(name: &str, remaining: u64, reset: u64) -> Option<HeaderValue> {
-    let mut out = Vec::with_capacity(8 + name.len() + digits(remaining) + digits(reset));
+fn current_value(name: &[u8], remaining: u64, reset: u64) -> Option<HeaderValue> {
+    // The numbers written first, so that their lengths size the value.
+    let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (r, t) = (r.format(remaining).as_bytes(), t.format(reset).as_bytes());
+    let mut out = Vec::with_capacity(8 + name.len() + r.len() + t.len());
     out.push(b'"');
-    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(name);
     out.extend_from_slice(b"\";r=");
-    push_decimal(&mut out, remaining);
+    out.extend_from_slice(r);
     out.extend_from_slice(b";t=");
-    push_decimal(&mut out, reset);
+    out.extend_from_slice(t);
     exact_value(out)
 }
 
@@ -332,7 +334,7 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
                 HeaderValue::from_maybe_shared(policies.0.freeze()).ok()
             }
         };
-        let current = current_value(policy.name, decision.remaining, reset);
+        let current = current_value(policy.name.as_bytes(), decision.remaining, reset);
         (policies, current)
     };
     let legacy = || {
@@ -541,7 +543,7 @@ mod tests {
             assert_eq!(out, format!("x={n}").as_bytes());
             assert_eq!(number_value(n).unwrap(), n.to_string().as_str());
         }
-        let value = current_value("api", 0, 17).unwrap();
+        let value = current_value(b"api", 0, 17).unwrap();
         assert_eq!(value, "\"api\";r=0;t=17");
         assert_eq!(value.len(), 14);
     }
