@@ -13,7 +13,7 @@ use super::count::Counter;
 use super::give_back::GiveBack;
 use super::settle::Settlement;
 use super::slots::Slots;
-use super::{Limiter, Pending};
+use super::{Limiter, Pending, Planned};
 use crate::decision::Decision;
 use crate::engine::{Ask, Charging};
 use crate::response::{self, HeaderStyle, Headers, Refusal, Shown};
@@ -172,6 +172,11 @@ impl Limiter {
         pending: &Pending<'_>,
         decisions: &[Decision],
     ) -> Verdict {
+        if let ([planned], [decision]) = (pending.checks.as_slice(), decisions) {
+            if let Some(verdict) = self.allowed_alone(pending, planned, decision) {
+                return verdict;
+            }
+        }
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
@@ -242,6 +247,45 @@ impl Limiter {
                 settle: None,
             })),
         }
+    }
+
+    /// The [`verdict`](Self::verdict) of the usual request, allowed under one rule that does
+    /// not delay: counted, and its headers. `None` for any other.
+    #[inline]
+    fn allowed_alone(
+        &self,
+        pending: &Pending<'_>,
+        planned: &Planned<'_>,
+        decision: &Decision,
+    ) -> Option<Verdict> {
+        let rule = &pending.rules.rules()[planned.rule];
+        if !decision.allowed || rule.delay.is_some() {
+            return None;
+        }
+        telemetry::request(&rule.policy, Outcome::Allowed);
+        let own = planned.tier.is_none();
+        let headers = match (self.headers, rule.header_kept) {
+            (HeaderStyle::None, _) => Headers::default(),
+            (HeaderStyle::Ietf, Some(item)) if own => Headers::ietf_of_one(item, decision)
+                .unwrap_or_else(|| self.headers_of_one(rule, planned, decision)),
+            _ => self.headers_of_one(rule, planned, decision),
+        };
+        Some(Verdict::Proceed(headers))
+    }
+
+    /// The headers of a request under one rule, made whole.
+    fn headers_of_one(
+        &self,
+        rule: &rules::CompiledRule,
+        planned: &Planned<'_>,
+        decision: &Decision,
+    ) -> Headers {
+        let item = match planned.tier.as_deref() {
+            Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
+            _ => Cow::Borrowed(&rule.header_item),
+        };
+        let name = rule.policy.name();
+        response::rate_limit_headers(self.headers, &[(Shown { name, item }, *decision)])
     }
 
     /// The [`verdict`](Self::verdict), and for a request that proceeds under rules priced by
