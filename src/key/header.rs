@@ -181,12 +181,18 @@ mod tests {
             for i in 0..others / 2 {
                 builder = builder.header(format!("x-before-{i}"), "b");
             }
-            builder = builder.header("x-api-key", "one").header("x-api-key", "two");
+            builder = builder
+                .header("x-api-key", "one")
+                .header("x-api-key", "two");
             for i in others / 2..others {
                 builder = builder.header(format!("x-after-{i}"), "a");
             }
             let (req, ()) = builder.body(()).unwrap().into_parts();
-            assert_eq!(key.extract(&req).as_deref(), Some("one"), "{others} other names");
+            assert_eq!(
+                key.extract(&req).as_deref(),
+                Some("one"),
+                "{others} other names"
+            );
             let absent = Header::new("x-absent");
             assert_eq!(absent.extract(&req), None);
         }
@@ -203,7 +209,10 @@ mod tests {
             assert_eq!(borrowed.as_deref(), key.extract(&req).as_deref());
         }
         let req = with_value(HeaderValue::from_static("k-1"));
-        assert!(matches!(key.extract_borrowed(&req), Some(Cow::Borrowed("k-1"))));
+        assert!(matches!(
+            key.extract_borrowed(&req),
+            Some(Cow::Borrowed("k-1"))
+        ));
     }
 
     #[test]

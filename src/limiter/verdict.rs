@@ -404,7 +404,10 @@ mod tests {
     #[test]
     fn a_verdict_is_three_words_at_most() {
         let three_words = 3 * std::mem::size_of::<usize>();
-        assert_eq!(std::mem::size_of::<Headers>(), 2 * std::mem::size_of::<usize>());
+        assert_eq!(
+            std::mem::size_of::<Headers>(),
+            2 * std::mem::size_of::<usize>()
+        );
         assert!(std::mem::size_of::<Verdict>() <= three_words);
         assert!(std::mem::size_of::<Option<Verdict>>() <= three_words);
     }

@@ -61,7 +61,11 @@ mod tests {
         let long = HeaderValue::from_bytes(&[b'a'; LONGEST + 1]).unwrap();
         assert_eq!(kept(long.clone()), long);
         let held = kept_static(&made()).unwrap();
-        assert_eq!(held.as_bytes().as_ptr(), a.as_bytes().as_ptr(), "the same copy");
+        assert_eq!(
+            held.as_bytes().as_ptr(),
+            a.as_bytes().as_ptr(),
+            "the same copy"
+        );
         assert_eq!(kept_static(&long), None);
     }
 }

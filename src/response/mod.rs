@@ -194,9 +194,13 @@ impl Headers {
         let values = match self.0 {
             Repr::Made(Some(values)) => *values,
             Repr::Made(None) => return,
-            Repr::Ietf(item, numbers) => {
-                [Some(item.clone()), current_of_item(item, numbers), None, None, None]
-            }
+            Repr::Ietf(item, numbers) => [
+                Some(item.clone()),
+                current_of_item(item, numbers),
+                None,
+                None,
+                None,
+            ],
         };
         let names = [RATELIMIT_POLICY, RATELIMIT, X_LIMIT, X_REMAINING, X_RESET];
         for (name, value) in names.into_iter().zip(values) {
@@ -213,7 +217,11 @@ fn current_of_item(item: &HeaderValue, numbers: u64) -> Option<HeaderValue> {
     let item = item.as_bytes();
     // A policy's name has no `"` (ASCII letters, digits and `-_.`): the second one ends it.
     let end = 1 + item.get(1..)?.iter().position(|&b| b == b'"')?;
-    current_value(item.get(1..end)?, numbers >> 32, numbers & u64::from(u32::MAX))
+    current_value(
+        item.get(1..end)?,
+        numbers >> 32,
+        numbers & u64::from(u32::MAX),
+    )
 }
 
 /// A header value written piece by piece, numbers included, without `format!`.
@@ -515,7 +523,9 @@ mod tests {
             assert_eq!(filled[RATELIMIT_POLICY], made[RATELIMIT_POLICY]);
         }
         assert!(Headers::ietf_of_one(item, &decision(1 << 32, 1)).is_none());
-        assert!(!Headers::ietf_of_one(item, &decision(1, 1)).unwrap().is_empty());
+        assert!(!Headers::ietf_of_one(item, &decision(1, 1))
+            .unwrap()
+            .is_empty());
         assert!(Headers::default().into_written().is_none());
     }
 
