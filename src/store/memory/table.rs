@@ -250,6 +250,7 @@ impl PolicyTable {
 
     /// Decides a request of `cost` by `key` under `policy` at `now`, and keeps what changed: a
     /// tracked key's state always, a new key's once allowed, and a block the denial starts.
+    #[inline]
     pub(super) fn check(
         &mut self,
         key: &str,
