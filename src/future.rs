@@ -143,16 +143,26 @@ where
     /// The future of a request decided in `call`: the ready inner service is called now, or
     /// (delay mode) taken along to wait.
     #[inline]
-    pub(crate) fn decided(verdict: Verdict, ready: &mut Svc, request: Request<ReqBody>) -> Self
+    pub(crate) fn decided(
+        verdict: Verdict,
+        ready: &mut Svc,
+        parts: http::request::Parts,
+        body: ReqBody,
+    ) -> Self
     where
         Svc: Clone,
     {
         let state = match verdict {
-            Verdict::Proceed(headers) => answering(ready.call(request), headers, None),
+            Verdict::Proceed(headers) => {
+                answering(ready.call(Request::from_parts(parts, body)), headers, None)
+            }
             Verdict::Refuse(refusal) => State::Respond {
-                response: Some(refusal.render(request.headers())),
+                response: Some(refusal.render(&parts.headers)),
             },
-            verdict => after(verdict, Some((take_ready(ready), request))),
+            verdict => after(
+                verdict,
+                Some((take_ready(ready), Request::from_parts(parts, body))),
+            ),
         };
         Self { state }
     }
@@ -164,10 +174,10 @@ where
     }
 
     /// The future of a request refused before the store was asked (no key, a bad cost).
-    pub(crate) fn refuse(refusal: Refusal, request: &Request<ReqBody>) -> Self {
+    pub(crate) fn refuse(refusal: Refusal, request: &http::HeaderMap) -> Self {
         Self {
             state: State::Respond {
-                response: Some(refusal.render(request.headers())),
+                response: Some(refusal.render(request)),
             },
         }
     }
@@ -375,14 +385,13 @@ fn answering<Svc, ReqBody>(
 where
     Svc: Service<Request<ReqBody>>,
 {
-    if headers.is_empty() && count.is_none() {
-        State::Passing { future }
-    } else {
-        State::Inner {
+    match (headers.into_written(), count) {
+        (None, None) => State::Passing { future },
+        (headers, count) => State::Inner {
             future,
-            headers,
+            headers: headers.unwrap_or_default(),
             count,
-        }
+        },
     }
 }
 

@@ -60,22 +60,29 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let plan = self.limiter.plan(&parts);
-        let request = Request::from_parts(parts, body);
-        match plan {
-            Plan::Pass => ResponseFuture::inner(self.inner.call(request)),
-            Plan::Refuse(refusal) => ResponseFuture::refuse(*refusal, &request),
+        // The plan borrows the request's head (its key, when a header is the key): decided,
+        // or made to own what it keeps, before the head goes back into the request.
+        let verdict = match self.limiter.plan(&parts) {
+            Plan::Pass => Err(None),
+            Plan::Refuse(refusal) => return ResponseFuture::refuse(*refusal, &parts.headers),
             // Decided at once (the memory store, a cached denial, a lease in hand).
             Plan::Check(pending) => match self.limiter.decide_ready(&pending) {
-                Some(verdict) => ResponseFuture::decided(verdict, &mut self.inner, request),
-                None => {
-                    // The inner service is called after the decision: take the one
-                    // `poll_ready` made ready, and leave a clone for the next request.
-                    let inner = take_ready(&mut self.inner);
-                    let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending.owned()));
-                    ResponseFuture::checking(deciding, inner, request)
-                }
+                Some(verdict) => Ok(verdict),
+                None => Err(Some(pending.owned())),
             },
+        };
+        match verdict {
+            // The head goes back into the request where the inner service takes it: one copy.
+            Ok(verdict) => ResponseFuture::decided(verdict, &mut self.inner, parts, body),
+            Err(None) => ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body))),
+            Err(Some(pending)) => {
+                let request = Request::from_parts(parts, body);
+                // The inner service is called after the decision: take the one `poll_ready`
+                // made ready, and leave a clone for the next request.
+                let inner = take_ready(&mut self.inner);
+                let deciding = Box::pin(Arc::clone(&self.limiter).decide(pending));
+                ResponseFuture::checking(deciding, inner, request)
+            }
         }
     }
 }

@@ -92,6 +92,7 @@ impl Engine {
     /// this process: a memory store always can, the cache of denials for a client it holds a
     /// denial of, the leases from a lease in hand. `None`: nothing was changed, and the ask
     /// needs [`decide_one`](Self::decide_one).
+    #[inline]
     pub fn decide_ready(&self, ask: &Ask<'_>) -> Option<Decision> {
         self.store.check_ready(ask.key, ask.policy, ask.cost)
     }

@@ -1,8 +1,9 @@
 //! [`Header`]: a request header's value, e.g. an API key.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
-use http::header::HeaderName;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 
 use super::KeyExtractor;
@@ -60,16 +61,45 @@ impl Header {
 
 impl KeyExtractor for Header {
     fn extract(&self, req: &Parts) -> Option<String> {
-        let value = req.headers.get(self.name.as_ref()?)?;
+        self.extract_borrowed(req).map(Cow::into_owned)
+    }
+
+    fn extract_borrowed<'r>(&self, req: &'r Parts) -> Option<Cow<'r, str>> {
+        let value = first_value(&req.headers, self.name.as_ref()?)?;
         if let Ok(text) = value.to_str() {
             // Visible ASCII and tabs (see `to_str`): blank is spaces and tabs only.
             let blank = text.bytes().all(|b| b == b' ' || b == b'\t');
-            return (!blank).then(|| text.to_owned());
+            return (!blank).then_some(Cow::Borrowed(text));
         }
-        let bytes = value.as_bytes();
+        Some(Cow::Owned(Self::not_ascii(value.as_bytes())))
+    }
+
+    fn describe(&self) -> String {
+        format!("the {} header", self.display)
+    }
+}
+
+/// Names a request has at most for a look along them, rather than a hash of the name, to
+/// find its header: comparing a name costs a few instructions, hashing one a few per byte.
+const FEW_NAMES: usize = 8;
+
+/// The first value of `name` in `headers`, as `HeaderMap::get` finds it.
+#[inline]
+fn first_value<'r>(headers: &'r HeaderMap, name: &HeaderName) -> Option<&'r HeaderValue> {
+    if headers.keys_len() <= FEW_NAMES {
+        // In order of the names' first insertion, each name's first value first.
+        return (headers.iter()).find_map(|(n, value)| (n == name).then_some(value));
+    }
+    headers.get(name)
+}
+
+impl Header {
+    /// The key of a value that is not visible ASCII.
+    #[cold]
+    fn not_ascii(bytes: &[u8]) -> String {
         if let Ok(text) = std::str::from_utf8(bytes) {
             // Not ASCII, so distinct from every ASCII value; digested by the sanitizer.
-            return Some(text.to_owned());
+            return text.to_owned();
         }
         // Not UTF-8: `\u{1}` (never in a header value) then the bytes in hex, so no two values
         // share a key and none collides with a text value.
@@ -78,11 +108,7 @@ impl KeyExtractor for Header {
         for b in bytes {
             let _ = write!(key, "{b:02x}");
         }
-        Some(key)
-    }
-
-    fn describe(&self) -> String {
-        format!("the {} header", self.display)
+        key
     }
 }
 
@@ -144,6 +170,49 @@ mod tests {
         assert_eq!(raw, "\u{1}636ce9");
         assert_ne!(utf8, raw);
         assert!(crate::key::sanitize(raw).starts_with('#'));
+    }
+
+    /// Few names or many, the key is the header's first value, as `HeaderMap::get` finds it.
+    #[test]
+    fn first_value_with_few_or_many_names() {
+        let key = Header::new("X-Api-Key");
+        for others in [0, 3, FEW_NAMES, FEW_NAMES + 5] {
+            let mut builder = http::Request::builder();
+            for i in 0..others / 2 {
+                builder = builder.header(format!("x-before-{i}"), "b");
+            }
+            builder = builder
+                .header("x-api-key", "one")
+                .header("x-api-key", "two");
+            for i in others / 2..others {
+                builder = builder.header(format!("x-after-{i}"), "a");
+            }
+            let (req, ()) = builder.body(()).unwrap().into_parts();
+            assert_eq!(
+                key.extract(&req).as_deref(),
+                Some("one"),
+                "{others} other names"
+            );
+            let absent = Header::new("x-absent");
+            assert_eq!(absent.extract(&req), None);
+        }
+    }
+
+    /// The layer reads keys borrowed: the same keys, a plain value not copied.
+    #[test]
+    fn borrowed_keys_are_the_same_keys() {
+        let key = Header::new("x-api-key");
+        let values = [&b"k-1"[..], b"", b" \t", b"cl\xc3\xa9", b"cl\xe9", b"a\tb"];
+        for value in values {
+            let req = with_value(HeaderValue::from_bytes(value).unwrap());
+            let borrowed = key.extract_borrowed(&req);
+            assert_eq!(borrowed.as_deref(), key.extract(&req).as_deref());
+        }
+        let req = with_value(HeaderValue::from_static("k-1"));
+        assert!(matches!(
+            key.extract_borrowed(&req),
+            Some(Cow::Borrowed("k-1"))
+        ));
     }
 
     #[test]

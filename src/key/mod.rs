@@ -35,6 +35,8 @@
 //! Keys come from requests and are untrusted: before any store sees them the layer passes them
 //! through a sanitizer that replaces long or odd keys by a fixed-size digest.
 
+use std::borrow::Cow;
+
 use http::request::Parts;
 
 mod client_ip;
@@ -58,6 +60,7 @@ pub use or::Or;
 pub use path::Path;
 pub use peer_ip::PeerIp;
 pub use sanitize::sanitize;
+pub(crate) use sanitize::sanitize_borrowed;
 
 /// Names the client a request comes from.
 pub trait KeyExtractor: Send + Sync + 'static {
@@ -66,6 +69,26 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// Keys come from requests and are untrusted; the layer replaces long or odd keys by a
     /// digest before they reach a store.
     fn extract(&self, req: &Parts) -> Option<String>;
+
+    /// The same key as [`extract`](Self::extract), borrowed from the request where it is a
+    /// part of it as it is: what the layer calls, so that a key read from a header costs no
+    /// allocation. The default calls `extract`; an extractor that overrides it must return
+    /// the same key.
+    ///
+    /// ```
+    /// use tollgate::key::{Header, KeyExtractor};
+    ///
+    /// let (req, ()) = http::Request::builder()
+    ///     .header("x-api-key", "k-123")
+    ///     .body(())?
+    ///     .into_parts();
+    /// let key = Header::new("x-api-key");
+    /// assert_eq!(key.extract_borrowed(&req).as_deref(), Some("k-123"));
+    /// # Ok::<(), http::Error>(())
+    /// ```
+    fn extract_borrowed<'r>(&self, req: &'r Parts) -> Option<Cow<'r, str>> {
+        self.extract(req).map(Cow::Owned)
+    }
 
     /// What this extractor reads, for the `400` body when a key is missing, e.g.
     /// `"the x-api-key header"`.
@@ -110,6 +133,10 @@ impl<K: KeyExtractor + ?Sized> KeyExtractor for std::sync::Arc<K> {
         (**self).extract(req)
     }
 
+    fn extract_borrowed<'r>(&self, req: &'r Parts) -> Option<Cow<'r, str>> {
+        (**self).extract_borrowed(req)
+    }
+
     fn describe(&self) -> String {
         (**self).describe()
     }
@@ -119,6 +146,10 @@ impl<K: KeyExtractor + ?Sized> KeyExtractor for std::sync::Arc<K> {
 impl<K: KeyExtractor + ?Sized> KeyExtractor for Box<K> {
     fn extract(&self, req: &Parts) -> Option<String> {
         (**self).extract(req)
+    }
+
+    fn extract_borrowed<'r>(&self, req: &'r Parts) -> Option<Cow<'r, str>> {
+        (**self).extract_borrowed(req)
     }
 
     fn describe(&self) -> String {

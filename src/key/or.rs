@@ -1,5 +1,6 @@
 //! [`Or`]: a fallback from one extractor to another.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use http::request::Parts;
@@ -48,16 +49,18 @@ impl<A, B> Or<A, B> {
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
     fn extract(&self, req: &Parts) -> Option<String> {
-        if let Some(key) = self.first.extract(req) {
+        self.extract_borrowed(req).map(Cow::into_owned)
+    }
+
+    fn extract_borrowed<'r>(&self, req: &'r Parts) -> Option<Cow<'r, str>> {
+        if let Some(key) = self.first.extract_borrowed(req) {
             return Some(if key.starts_with(ESCAPE) {
-                format!("{ESCAPE}{key}")
+                Cow::Owned(format!("{ESCAPE}{key}"))
             } else {
                 key
             });
         }
-        self.second
-            .extract(req)
-            .map(|key| format!("{FALLBACK}{key}"))
+        (self.second.extract_borrowed(req)).map(|key| Cow::Owned(format!("{FALLBACK}{key}")))
     }
 
     fn describe(&self) -> String {

@@ -1,5 +1,7 @@
 //! The sanitizer every key passes through before a store sees it.
 
+use std::borrow::Cow;
+
 use sha2::{Digest, Sha256};
 
 /// Longest key kept as it is, in bytes.
@@ -15,15 +17,29 @@ const MAX_PLAIN_LEN: usize = 64;
 /// with `#` are digested too, so a client cannot send a key that equals another's digest.
 #[inline]
 pub fn sanitize(key: String) -> String {
-    // One pass without early exits (keys are short, and nearly all plain): the compiler
-    // checks several bytes at a time.
-    let plain = key.len() <= MAX_PLAIN_LEN
-        && !key.starts_with('#')
-        && key.bytes().fold(true, |plain, b| plain & is_plain(b));
-    if plain {
+    if is_plain_key(&key) {
         return key;
     }
     digest(&key)
+}
+
+/// [`sanitize`] of a key that may be borrowed: a plain key stays as it is, borrowed or not.
+#[inline]
+pub(crate) fn sanitize_borrowed(key: Cow<'_, str>) -> Cow<'_, str> {
+    if is_plain_key(&key) {
+        return key;
+    }
+    Cow::Owned(digest(&key))
+}
+
+/// Whether `key` is kept as it is (see [`sanitize`]).
+#[inline]
+fn is_plain_key(key: &str) -> bool {
+    // One pass without early exits (keys are short, and nearly all plain): the compiler
+    // checks several bytes at a time.
+    key.len() <= MAX_PLAIN_LEN
+        && !key.starts_with('#')
+        && key.bytes().fold(true, |plain, b| plain & is_plain(b))
 }
 
 /// `#` and the first 16 bytes of `key`'s SHA-256 in lowercase hex.
@@ -122,6 +138,13 @@ mod tests {
             let out = sanitize(key);
             prop_assert!(out.len() <= 64);
             prop_assert!(brace_free(&out));
+        }
+
+        #[test]
+        fn borrowed_keys_sanitized_alike(bytes in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let key = String::from_utf8_lossy(&bytes).into_owned();
+            let borrowed = sanitize_borrowed(Cow::Borrowed(&key)).into_owned();
+            prop_assert_eq!(borrowed, sanitize(key.clone()));
         }
 
         #[test]

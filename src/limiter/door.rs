@@ -2,6 +2,7 @@
 //! (a handler, a WebSocket loop, a job), decided and rendered as a request of that client
 //! under that rule would be.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ impl Limiter {
         };
         let planned = Planned {
             rule: index,
-            key: sanitized,
+            key: Cow::Owned(sanitized),
             cost,
             tier,
         };

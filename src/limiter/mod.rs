@@ -3,6 +3,7 @@
 //! (proceed with headers, wait, or a [`Refusal`]), which the service renders.
 //! Timeouts, the circuit breaker and the fallback are the store wrappers' (`store::wrappers`).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -85,7 +86,7 @@ pub(crate) enum Plan<'a> {
 pub(crate) struct Pending<'a> {
     rules: InForce<'a>,
     /// Most requests meet one rule: no list is allocated for it.
-    checks: SmallVec<[Planned; 1]>,
+    checks: SmallVec<[Planned<'a>; 1]>,
 }
 
 impl Pending<'_> {
@@ -94,7 +95,7 @@ impl Pending<'_> {
     pub(crate) fn owned(self) -> Pending<'static> {
         Pending {
             rules: self.rules.owned(),
-            checks: self.checks,
+            checks: self.checks.into_iter().map(Planned::owned).collect(),
         }
     }
 
@@ -125,7 +126,7 @@ impl Pending<'_> {
                 };
                 Some(Counted {
                     statuses,
-                    key: c.key,
+                    key: c.key.into_owned(),
                     policy,
                     cost: c.cost,
                 })
@@ -139,7 +140,7 @@ impl Pending<'_> {
         (self.checks.iter())
             .filter(|c| rules[c.rule].delay.is_some())
             .map(|c| Place {
-                key: c.key.clone(),
+                key: c.key.clone().into_owned(),
                 policy: self.policy(c).clone(),
                 cost: c.cost,
             })
@@ -147,7 +148,7 @@ impl Pending<'_> {
     }
 
     /// The policy `check` is decided by: its tier's, or its rule's.
-    fn policy<'a>(&'a self, check: &'a Planned) -> &'a Policy {
+    fn policy<'b>(&'b self, check: &'b Planned<'_>) -> &'b Policy {
         match check.tier.as_deref() {
             Some(Tier::Known(policy, _)) => policy,
             _ => &self.rules.rules()[check.rule].policy,
@@ -161,7 +162,8 @@ impl Pending<'_> {
 
     /// What the engine is asked for `check`: a look for a rule with `count_status` (counted
     /// once the response is known), and never refusing for a shadow-mode rule.
-    fn ask<'a>(&'a self, check: &'a Planned) -> Ask<'a> {
+    #[inline]
+    fn ask<'b>(&'b self, check: &'b Planned<'_>) -> Ask<'b> {
         let rule = &self.rules.rules()[check.rule];
         Ask::new(&check.key, self.policy(check), check.cost)
             .blocking(rule.mode != Mode::Shadow)
@@ -169,12 +171,12 @@ impl Pending<'_> {
     }
 
     /// Whether `check`'s rule has `count_status`.
-    fn counts_status(&self, check: &Planned) -> bool {
+    fn counts_status(&self, check: &Planned<'_>) -> bool {
         self.rules.rules()[check.rule].count_status.is_some()
     }
 
     /// The quota `check` is decided by: its tier's, or its rule's.
-    fn quota(&self, check: &Planned) -> Quota {
+    fn quota(&self, check: &Planned<'_>) -> Quota {
         match check.tier.as_deref() {
             Some(Tier::Known(_, quota)) => *quota,
             _ => self.rules.rules()[check.rule].quota,
@@ -183,10 +185,12 @@ impl Pending<'_> {
 }
 
 /// One matching rule's check.
-struct Planned {
+struct Planned<'a> {
     /// Index into `Pending::rules`.
     rule: usize,
-    key: String,
+    /// Sanitized; borrowed from the request when it is a part of it as it is (a header's
+    /// value), so that deciding at once allocates no key.
+    key: Cow<'a, str>,
     cost: u32,
     /// The client's own quota when it has one (a tier, a lookup's, an override), or what
     /// finding it waits for; else the rule's own is used, not copied. Boxed: a policy is
@@ -194,8 +198,20 @@ struct Planned {
     tier: Option<Box<Tier>>,
 }
 
+impl Planned<'_> {
+    /// The same check, its key its own.
+    fn owned(self) -> Planned<'static> {
+        Planned {
+            rule: self.rule,
+            key: Cow::Owned(self.key.into_owned()),
+            cost: self.cost,
+            tier: self.tier,
+        }
+    }
+}
+
 impl Limiter {
-    pub(crate) fn plan(&self, parts: &Parts) -> Plan<'_> {
+    pub(crate) fn plan<'a>(&'a self, parts: &'a Parts) -> Plan<'a> {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             telemetry::skipped();
             return Plan::Pass;
@@ -204,10 +220,10 @@ impl Limiter {
         if let Some(rule) = rules.sole() {
             // The usual setup: the one check is planned at once. A request without a key
             // is the general path's to answer.
-            if let Some(key) = rule.key.extract(parts) {
+            if let Some(key) = rule.key.extract_borrowed(parts) {
                 let sole = Planned {
                     rule: 0,
-                    key: key::sanitize(key),
+                    key: key::sanitize_borrowed(key),
                     cost: 1,
                     tier: None,
                 };
@@ -223,22 +239,22 @@ impl Limiter {
         }
         let mut checks = SmallVec::new();
         for (index, rule) in rules.matching(parts) {
-            let (key, tier) = match rule.key.extract(parts) {
+            let (key, tier) = match rule.key.extract_borrowed(parts) {
                 Some(raw) if rule.has_client_quotas() => {
-                    match self.client_quota(rule, parts, raw) {
-                        (key, ClientQuota::Rule) => (key, None),
-                        (key, ClientQuota::Tier(tier)) => (key, Some(tier)),
+                    match self.client_quota(rule, parts, raw.into_owned()) {
+                        (key, ClientQuota::Rule) => (Cow::Owned(key), None),
+                        (key, ClientQuota::Tier(tier)) => (Cow::Owned(key), Some(tier)),
                         (_, ClientQuota::Unlimited) => continue,
                     }
                 }
-                Some(key) => (key::sanitize(key), None),
+                Some(key) => (key::sanitize_borrowed(key), None),
                 None => match self.on_missing_key {
                     OnMissingKey::Skip => {
                         telemetry::request(&rule.policy, Outcome::Skipped);
                         continue;
                     }
                     // Not sanitized, so no client's key can equal it.
-                    OnMissingKey::Shared => (ANONYMOUS_KEY.to_owned(), None),
+                    OnMissingKey::Shared => (Cow::Borrowed(ANONYMOUS_KEY), None),
                     OnMissingKey::Reject => {
                         let message = format!(
                             "Bad Request: no client key for rate limiting: expected {}",
@@ -269,7 +285,7 @@ impl Limiter {
     /// the checks of clients their rule does not limit.
     pub(crate) async fn settle(&self, pending: &mut Pending<'_>) {
         let rules = &pending.rules;
-        let mut settled = SmallVec::<[Planned; 1]>::new();
+        let mut settled = SmallVec::<[Planned<'_>; 1]>::new();
         for mut check in std::mem::take(&mut pending.checks) {
             if let Some(Tier::Finding(_)) = check.tier.as_deref() {
                 let Some(Tier::Finding(finding)) = check.tier.take().map(|tier| *tier) else {

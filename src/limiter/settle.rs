@@ -83,7 +83,7 @@ impl Limiter {
                 continue;
             };
             reserved.push(Reserved {
-                key: check.key.clone(),
+                key: check.key.clone().into_owned(),
                 policy: pending.policy(check).clone(),
                 priced: Arc::clone(priced),
                 estimate: check.cost,

@@ -13,7 +13,7 @@ use super::count::Counter;
 use super::give_back::GiveBack;
 use super::settle::Settlement;
 use super::slots::Slots;
-use super::{Limiter, Pending};
+use super::{Limiter, Pending, Planned};
 use crate::decision::Decision;
 use crate::engine::{Ask, Charging};
 use crate::response::{self, HeaderStyle, Headers, Refusal, Shown};
@@ -23,9 +23,10 @@ use crate::telemetry::{self, Outcome};
 
 /// The outcome of asking the store.
 ///
-/// A tag and a pointer, so that it is passed in registers: a larger verdict goes through
-/// memory, written field by field and read back whole at once, which stalls the processor for
-/// longer than the rest of a decision in memory takes.
+/// Three words at most: a tag, and the usual headers (a pointer and two numbers) or a pointer.
+/// A larger verdict is written field by field and read back whole at once, which stalls the
+/// processor for longer than the rest of a decision in memory takes; the usual headers held
+/// here rather than in a box save an allocation per request.
 pub(crate) enum Verdict {
     /// Call the inner service now, and add these headers to its response: most requests.
     Proceed(Headers),
@@ -65,14 +66,15 @@ impl Limiter {
         if pending.counts_later() || pending.finding() || (pending.rules.holds_after() && held()) {
             return None;
         }
-        let span = decision_span(pending);
         let check = || self.engine.decide_ready(&pending.ask(one));
-        let ready = match &span {
-            None => check(),
-            Some(span) => span.in_scope(check),
+        let Some(span) = decision_span(pending) else {
+            // No span to drop either: the usual request.
+            let ready = check()?;
+            return Some(self.verdict(pending, std::slice::from_ref(&ready)));
         };
+        let ready = span.in_scope(check);
         let verdict = self.verdict(pending, std::slice::from_ref(ready.as_ref()?));
-        record_outcome(span.as_ref(), &verdict);
+        record_outcome(Some(&span), &verdict);
         Some(verdict)
     }
 
@@ -170,12 +172,21 @@ impl Limiter {
         pending: &Pending<'_>,
         decisions: &[Decision],
     ) -> Verdict {
+        if let ([planned], [decision]) = (pending.checks.as_slice(), decisions) {
+            if let Some(verdict) = self.allowed_alone(pending, planned, decision) {
+                return verdict;
+            }
+        }
         let rules = pending.rules.rules();
         let mut wait = Duration::ZERO;
         let mut denial: Option<Decision> = None;
         // What the headers report: nothing to collect when there are none.
         let headed = self.headers != HeaderStyle::None;
         let mut seen: SmallVec<[_; 1]> = SmallVec::new();
+        // The usual headers (IETF, one rule, its own quota) are the rule's held item and two
+        // numbers: nothing is made for them here.
+        let mut one_rule = None;
+        let alone = pending.checks.len() == 1 && self.headers == HeaderStyle::Ietf;
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
             let released;
@@ -202,7 +213,10 @@ impl Limiter {
                     });
                 }
             }
-            if headed {
+            if headed && alone && planned.tier.is_none() {
+                one_rule = (rule.header_kept).and_then(|item| Headers::ietf_of_one(item, decision));
+            }
+            if headed && one_rule.is_none() {
                 // The quota the client is under: its own, or its rule's.
                 let item = match planned.tier.as_deref() {
                     Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
@@ -212,9 +226,10 @@ impl Limiter {
                 seen.push((Shown { name, item }, *decision));
             }
         }
-        let headers = match headed {
-            true => response::rate_limit_headers(self.headers, &seen),
-            false => Headers::default(),
+        let headers = match (one_rule, headed) {
+            (Some(headers), _) => headers,
+            (None, true) => response::rate_limit_headers(self.headers, &seen),
+            (None, false) => Headers::default(),
         };
         match denial {
             Some(decision) => Verdict::Refuse(Box::new(Refusal::Denied {
@@ -232,6 +247,45 @@ impl Limiter {
                 settle: None,
             })),
         }
+    }
+
+    /// The [`verdict`](Self::verdict) of the usual request, allowed under one rule that does
+    /// not delay: counted, and its headers. `None` for any other.
+    #[inline]
+    fn allowed_alone(
+        &self,
+        pending: &Pending<'_>,
+        planned: &Planned<'_>,
+        decision: &Decision,
+    ) -> Option<Verdict> {
+        let rule = &pending.rules.rules()[planned.rule];
+        if !decision.allowed || rule.delay.is_some() {
+            return None;
+        }
+        telemetry::request(&rule.policy, Outcome::Allowed);
+        let own = planned.tier.is_none();
+        let headers = match (self.headers, rule.header_kept) {
+            (HeaderStyle::None, _) => Headers::default(),
+            (HeaderStyle::Ietf, Some(item)) if own => Headers::ietf_of_one(item, decision)
+                .unwrap_or_else(|| self.headers_of_one(rule, planned, decision)),
+            _ => self.headers_of_one(rule, planned, decision),
+        };
+        Some(Verdict::Proceed(headers))
+    }
+
+    /// The headers of a request under one rule, made whole.
+    fn headers_of_one(
+        &self,
+        rule: &rules::CompiledRule,
+        planned: &Planned<'_>,
+        decision: &Decision,
+    ) -> Headers {
+        let item = match planned.tier.as_deref() {
+            Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
+            _ => Cow::Borrowed(&rule.header_item),
+        };
+        let name = rule.policy.name();
+        response::rate_limit_headers(self.headers, &[(Shown { name, item }, *decision)])
     }
 
     /// The [`verdict`](Self::verdict), and for a request that proceeds under rules priced by
@@ -345,12 +399,16 @@ fn later(a: &Decision, b: &Decision) -> bool {
 mod tests {
     use super::*;
 
-    /// Every request's verdict goes from the decision to the service: in two registers, not
-    /// through memory (see [`Verdict`]).
+    /// Every request's verdict goes from the decision to the service: a tag and the usual
+    /// headers (a pointer and packed numbers), nothing larger (see [`Verdict`]).
     #[test]
-    fn a_verdict_is_a_tag_and_a_pointer() {
-        let two_words = 2 * std::mem::size_of::<usize>();
-        assert_eq!(std::mem::size_of::<Verdict>(), two_words);
-        assert_eq!(std::mem::size_of::<Option<Verdict>>(), two_words);
+    fn a_verdict_is_three_words_at_most() {
+        let three_words = 3 * std::mem::size_of::<usize>();
+        assert_eq!(
+            std::mem::size_of::<Headers>(),
+            2 * std::mem::size_of::<usize>()
+        );
+        assert!(std::mem::size_of::<Verdict>() <= three_words);
+        assert!(std::mem::size_of::<Option<Verdict>>() <= three_words);
     }
 }

@@ -19,28 +19,33 @@ const LONGEST: usize = 200;
 
 /// Every value kept, each once: rules compiled again (a reload) with the same quotas share
 /// them.
-static KEPT: LazyLock<Mutex<HashSet<&'static [u8]>>> = LazyLock::new(Mutex::default);
+static KEPT: LazyLock<Mutex<HashSet<&'static HeaderValue>>> = LazyLock::new(Mutex::default);
 
 /// `value`, held for the life of the process, or `value` itself when too many are (or it is
 /// too long). Equal either way: only what a copy costs differs.
 pub(crate) fn kept(value: HeaderValue) -> HeaderValue {
+    kept_static(&value).map_or(value, HeaderValue::clone)
+}
+
+/// `value` held for the life of the process, borrowed for as long (see [`kept`]); `None` when
+/// too many are held (or it is too long). Its clones copy a pointer to the bytes.
+pub(crate) fn kept_static(value: &HeaderValue) -> Option<&'static HeaderValue> {
     let bytes = value.as_bytes();
     if bytes.len() > LONGEST {
-        return value;
+        return None;
     }
-    let Ok(mut kept) = KEPT.lock() else {
-        return value;
-    };
-    let held: &'static [u8] = match kept.get(bytes) {
-        Some(held) => held,
-        None if kept.len() < MOST => {
-            let held: &'static [u8] = Box::leak(Box::from(bytes));
-            kept.insert(held);
-            held
-        }
-        None => return value,
-    };
-    HeaderValue::from_maybe_shared(Bytes::from_static(held)).unwrap_or(value)
+    let mut kept = KEPT.lock().ok()?;
+    if let Some(held) = kept.get(value) {
+        return Some(held);
+    }
+    if kept.len() >= MOST {
+        return None;
+    }
+    let held: &'static [u8] = Box::leak(Box::from(bytes));
+    let held = HeaderValue::from_maybe_shared(Bytes::from_static(held)).ok()?;
+    let held: &'static HeaderValue = Box::leak(Box::new(held));
+    kept.insert(held);
+    Some(held)
 }
 
 #[cfg(test)]
@@ -55,5 +60,12 @@ mod tests {
         assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr(), "one copy");
         let long = HeaderValue::from_bytes(&[b'a'; LONGEST + 1]).unwrap();
         assert_eq!(kept(long.clone()), long);
+        let held = kept_static(&made()).unwrap();
+        assert_eq!(
+            held.as_bytes().as_ptr(),
+            a.as_bytes().as_ptr(),
+            "the same copy"
+        );
+        assert_eq!(kept_static(&long), None);
     }
 }

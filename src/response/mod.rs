@@ -16,7 +16,7 @@ mod kept;
 mod refusal;
 pub use body::ResponseBody;
 pub(crate) use body::{AtEnd, Keep};
-pub(crate) use kept::kept;
+pub(crate) use kept::{kept, kept_static};
 pub(crate) use refusal::{DenyResponse, Refusal};
 
 /// Which rate-limit headers responses carry, on allowed and denied requests alike.
@@ -101,25 +101,74 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
 
 /// The rate-limit headers of one response. They are made when the store answers, before
 /// there is a response, and go straight into the response's own map once there is one.
-/// Boxed, and nothing when there are none: a request's future carries them from the decision
-/// to the response, and is moved on the way (a box costs less than moving five values).
-#[derive(Debug, Default)]
-pub(crate) struct Headers(Option<Box<Values>>);
+/// Nothing when there are none; the usual IETF headers of one rule are the rule's held item
+/// and two numbers, written out only into the response; any other set is made whole, in a box.
+/// A request's future carries them from the decision to the response, and is moved on the
+/// way (a box costs less than moving five values).
+#[derive(Debug)]
+pub(crate) struct Headers(Repr);
+
+#[derive(Debug)]
+enum Repr {
+    /// `RateLimit-Policy` (this item) and `RateLimit` (its name, remaining `r`, and `t` in
+    /// whole seconds), for a request under one rule's own quota: nothing allocated until the
+    /// response has them. The numbers are packed, `r` high and `t` low, each below 2^32.
+    Ietf(&'static HeaderValue, u64),
+    /// Each value made whole; `None`: no headers.
+    Made(Option<Box<Values>>),
+}
+
+impl Default for Headers {
+    fn default() -> Self {
+        Self(Repr::Made(None))
+    }
+}
 
 /// Each header's value: `RateLimit-Policy`, `RateLimit`, then `X-RateLimit-Limit`,
 /// `-Remaining` and `-Reset`; `None` for those the style leaves out.
 type Values = [Option<HeaderValue>; 5];
 
 impl Headers {
+    /// The IETF headers of a request under one rule's own quota, its item held for the life of
+    /// the process; `None` if a number does not fit (then they are made whole).
+    #[inline]
+    pub(crate) fn ietf_of_one(item: &'static HeaderValue, decision: &Decision) -> Option<Self> {
+        let remaining = u32::try_from(decision.remaining).ok()?;
+        let reset = u32::try_from(ceil_secs(decision.reset_after)).ok()?;
+        Some(Self(Repr::Ietf(
+            item,
+            u64::from(remaining) << 32 | u64::from(reset),
+        )))
+    }
+
+    /// These headers, if there are any to write: `None` is nothing to drop either.
+    #[inline]
+    pub(crate) fn into_written(self) -> Option<Self> {
+        if self.is_empty() {
+            // Holds nothing: forgotten rather than run through the drop of every kind.
+            std::mem::forget(self);
+            return None;
+        }
+        Some(self)
+    }
+
     /// Whether there are none (the style `none`, a store that failed open).
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_none()
+        matches!(self.0, Repr::Made(None))
     }
 
     /// Sets them on a response, replacing headers of the same name.
     pub(crate) fn write_into(self, h: &mut HeaderMap) {
-        let Some(mut values) = self.0 else {
-            return;
+        let mut values = match self.0 {
+            Repr::Made(Some(values)) => values,
+            Repr::Made(None) => return,
+            Repr::Ietf(item, numbers) => {
+                h.insert(RATELIMIT_POLICY, item.clone());
+                if let Some(current) = current_of_item(item, numbers) {
+                    h.insert(RATELIMIT, current);
+                }
+                return;
+            }
         };
         // Taken out of the box one by one: moving the whole of it out is a copy.
         let [policy, current, limit, remaining, reset] = &mut *values;
@@ -142,16 +191,37 @@ impl Headers {
 
     /// Adds those a response does not set itself (a custom denial's own headers win).
     pub(crate) fn fill_in(self, h: &mut HeaderMap) {
-        let Some(values) = self.0 else {
-            return;
+        let values = match self.0 {
+            Repr::Made(Some(values)) => *values,
+            Repr::Made(None) => return,
+            Repr::Ietf(item, numbers) => [
+                Some(item.clone()),
+                current_of_item(item, numbers),
+                None,
+                None,
+                None,
+            ],
         };
         let names = [RATELIMIT_POLICY, RATELIMIT, X_LIMIT, X_REMAINING, X_RESET];
-        for (name, value) in names.into_iter().zip(*values) {
+        for (name, value) in names.into_iter().zip(values) {
             if let Some(value) = value {
                 h.entry(name).or_insert(value);
             }
         }
     }
+}
+
+/// `RateLimit`'s value for a policy's item of `RateLimit-Policy`, `"name";q=100;w=60`, and
+/// the packed numbers of [`Repr::Ietf`]: `"name";r=42;t=17`.
+fn current_of_item(item: &HeaderValue, numbers: u64) -> Option<HeaderValue> {
+    let item = item.as_bytes();
+    // A policy's name has no `"` (ASCII letters, digits and `-_.`): the second one ends it.
+    let end = 1 + item.get(1..)?.iter().position(|&b| b == b'"')?;
+    current_value(
+        item.get(1..end)?,
+        numbers >> 32,
+        numbers & u64::from(u32::MAX),
+    )
 }
 
 /// A header value written piece by piece, numbers included, without `format!`.
@@ -192,14 +262,17 @@ fn exact_value(out: Vec<u8>) -> Option<HeaderValue> {
 }
 
 /// `RateLimit`'s value, `"name";r=42;t=17`.
-fn current_value(name: &str, remaining: u64, reset: u64) -> Option<HeaderValue> {
-    let mut out = Vec::with_capacity(8 + name.len() + digits(remaining) + digits(reset));
+fn current_value(name: &[u8], remaining: u64, reset: u64) -> Option<HeaderValue> {
+    // The numbers written first, so that their lengths size the value.
+    let (mut r, mut t) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (r, t) = (r.format(remaining).as_bytes(), t.format(reset).as_bytes());
+    let mut out = Vec::with_capacity(8 + name.len() + r.len() + t.len());
     out.push(b'"');
-    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(name);
     out.extend_from_slice(b"\";r=");
-    push_decimal(&mut out, remaining);
+    out.extend_from_slice(r);
     out.extend_from_slice(b";t=");
-    push_decimal(&mut out, reset);
+    out.extend_from_slice(t);
     exact_value(out)
 }
 
@@ -269,7 +342,7 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
                 HeaderValue::from_maybe_shared(policies.0.freeze()).ok()
             }
         };
-        let current = current_value(policy.name, decision.remaining, reset);
+        let current = current_value(policy.name.as_bytes(), decision.remaining, reset);
         (policies, current)
     };
     let legacy = || {
@@ -301,7 +374,7 @@ pub(crate) fn rate_limit_headers(style: HeaderStyle, checks: &[(Shown<'_>, Decis
             [policies, current, None, None, None]
         }
     };
-    Headers(Some(Box::new(values)))
+    Headers(Repr::Made(Some(Box::new(values))))
 }
 
 fn insert(h: &mut HeaderMap, name: &HeaderName, value: String) {
@@ -431,6 +504,31 @@ mod tests {
         assert!(h.get("x-ratelimit-limit").is_none());
     }
 
+    /// The usual headers (IETF, one rule) written from the rule's held item are byte for byte
+    /// the ones made whole, written or filled in; numbers past 2^32 are made whole.
+    #[test]
+    fn one_rules_ietf_headers_are_the_made_ones() {
+        let a = policy("api.v-1_x", Quota::per_minute(100).unwrap());
+        let item = kept_static(&shown(&a).item).unwrap();
+        for d in [decision(42, 16_001), decision(0, 0), decision(99, 59_999)] {
+            let mut made = HeaderMap::new();
+            rate_limit_headers(HeaderStyle::Ietf, &[(shown(&a), d)]).write_into(&mut made);
+            let mut one = HeaderMap::new();
+            Headers::ietf_of_one(item, &d).unwrap().write_into(&mut one);
+            assert_eq!(one, made);
+            let mut filled = HeaderMap::new();
+            filled.insert(RATELIMIT, HeaderValue::from_static("own"));
+            Headers::ietf_of_one(item, &d).unwrap().fill_in(&mut filled);
+            assert_eq!(filled[RATELIMIT], "own");
+            assert_eq!(filled[RATELIMIT_POLICY], made[RATELIMIT_POLICY]);
+        }
+        assert!(Headers::ietf_of_one(item, &decision(1 << 32, 1)).is_none());
+        assert!(!Headers::ietf_of_one(item, &decision(1, 1))
+            .unwrap()
+            .is_empty());
+        assert!(Headers::default().into_written().is_none());
+    }
+
     #[test]
     fn legacy_headers_use_delta_seconds_rounded_up() {
         let a = policy("api", Quota::per_minute(100).unwrap());
@@ -455,7 +553,7 @@ mod tests {
             assert_eq!(out, format!("x={n}").as_bytes());
             assert_eq!(number_value(n).unwrap(), n.to_string().as_str());
         }
-        let value = current_value("api", 0, 17).unwrap();
+        let value = current_value(b"api", 0, 17).unwrap();
         assert_eq!(value, "\"api\";r=0;t=17");
         assert_eq!(value.len(), 14);
     }

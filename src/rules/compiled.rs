@@ -135,6 +135,7 @@ impl Rule {
         }
         Ok(CompiledRule {
             header_item: response::kept(header_item(&policy)),
+            header_kept: response::kept_static(&header_item(&policy)),
             policy,
             quota,
             mode: self.mode,
@@ -260,6 +261,9 @@ pub(crate) struct CompiledRule {
     pub(crate) policy: Policy,
     /// The policy's item of the `RateLimit-Policy` header, written once.
     pub(crate) header_item: HeaderValue,
+    /// The same item, held for the life of the process (see `response::kept_static`): what
+    /// the headers of a request under this rule alone point to. `None` if it is not held.
+    pub(crate) header_kept: Option<&'static HeaderValue>,
     pub(crate) quota: Quota,
     pub(crate) mode: Mode,
     /// In delay mode: the queue, which also shapes `policy`.
@@ -290,6 +294,7 @@ impl CompiledRule {
     pub(crate) fn everything(policy: Policy, quota: Quota, key: Arc<dyn KeyExtractor>) -> Self {
         Self {
             header_item: response::kept(header_item(&policy)),
+            header_kept: response::kept_static(&header_item(&policy)),
             policy,
             quota,
             mode: Mode::Enforce,

@@ -79,6 +79,7 @@ impl Rule {
             .map_err(at(Setting::InFlight))?;
         Ok(CompiledRule {
             header_item: response::kept(response::in_flight_item(limit.name(), max)),
+            header_kept: response::kept_static(&response::in_flight_item(limit.name(), max)),
             policy,
             quota,
             mode: self.mode,

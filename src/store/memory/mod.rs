@@ -263,6 +263,7 @@ impl StoreExt for MemoryStore {
     }
 
     /// Always: the memory store decides at once.
+    #[inline]
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
         Some(self.check_now(key, policy, cost))
     }

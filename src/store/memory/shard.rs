@@ -52,7 +52,17 @@ impl Shard {
     }
 
     /// The position of `policy`'s table, made if there is none yet.
+    #[inline]
     pub(super) fn table_index(&mut self, policy: &Policy) -> usize {
+        // Most shards hold one policy's table: found without a call.
+        match self.tables.first() {
+            Some(first) if first.is_for(policy) => 0,
+            _ => self.other_table_index(policy),
+        }
+    }
+
+    /// [`table_index`](Self::table_index) past the first table.
+    fn other_table_index(&mut self, policy: &Policy) -> usize {
         match self.tables.iter().position(|t| t.is_for(policy)) {
             Some(index) => index,
             None => {

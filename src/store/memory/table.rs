@@ -216,6 +216,7 @@ impl PolicyTable {
 
     /// Whether this table holds `policy`'s clients: the same name and algorithm. (A policy
     /// whose algorithm changes on reload starts afresh, as on Redis, where it is another key.)
+    #[inline]
     pub(super) fn is_for(&self, policy: &Policy) -> bool {
         self.algorithm == policy.algorithm()
             && (Arc::ptr_eq(&self.name, policy.shared_name()) || *self.name == *policy.name())
@@ -249,6 +250,7 @@ impl PolicyTable {
 
     /// Decides a request of `cost` by `key` under `policy` at `now`, and keeps what changed: a
     /// tracked key's state always, a new key's once allowed, and a block the denial starts.
+    #[inline]
     pub(super) fn check(
         &mut self,
         key: &str,
