@@ -156,7 +156,8 @@ start_limitador() {
 # and BENCH_OTHER's build.
 columns=()
 for store in $stores; do
-    redis_env=()
+    # The reference's default backend is Redis: the memory store is asked for by name.
+    redis_env=(BACKEND_TYPE=memory)
     [ "$store" = redis ] && redis_env=(REDIS_URL="127.0.0.1:$redis_port" REDIS_SOCKET_TYPE=tcp)
     start_rls "tollgate-$store" "$rls" "" "${redis_env[@]}"
     for t in $extra_threads; do

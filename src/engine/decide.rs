@@ -97,6 +97,24 @@ impl Engine {
         self.store.check_ready(ask.key, ask.policy, ask.cost)
     }
 
+    /// [`decide`](Self::decide)'s decisions when the store can make them all at once in this
+    /// process (as [`decide_ready`](Self::decide_ready) for one ask: a memory store always
+    /// can, whatever the charging), without a future. `None`: nothing was changed, and the
+    /// asks need `decide`. Asks that only look are left to `decide`.
+    pub fn decide_now(&self, asks: &[Ask<'_>], charging: Charging) -> Option<Vec<Decision>> {
+        if asks.is_empty() || asks.iter().any(Ask::is_look) {
+            return None;
+        }
+        match (asks, charging) {
+            ([a], Charging::AllowedOnly) => Some(vec![self.decide_ready(a)?]),
+            ([a], _) => self.store.check_many_ready(&[check(a, charging)]),
+            (many, _) => {
+                let checks: Vec<Check<'_>> = (many.iter()).map(|a| check(a, charging)).collect();
+                self.store.check_many_ready(&checks)
+            }
+        }
+    }
+
     /// One decision per ask, consuming nothing: for a request refused before the store was
     /// asked (e.g. a limit of zero), so that its other limits report what they have left.
     ///

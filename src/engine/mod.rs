@@ -11,7 +11,8 @@
 //!   says (one script call on Redis, one locked step in memory), and
 //!   [`decide_one`](Engine::decide_one) for the common request under one limit;
 //! - [`decide_ready`](Engine::decide_ready): the decision when it can be made without waiting
-//!   (memory, a cached denial, a lease in hand);
+//!   (memory, a cached denial, a lease in hand), and [`decide_now`](Engine::decide_now), as
+//!   much for a set of asks in any charging mode;
 //! - [`peek`](Engine::peek), [`reset`](Engine::reset), [`block`](Engine::block),
 //!   [`refund`](Engine::refund) one client;
 //! - costs known after the response: [`settle`](Engine::settle) what a request reserved at

@@ -63,6 +63,12 @@ pub(crate) trait StoreExt: Store {
     /// answers `None` must have changed nothing.
     fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision>;
 
+    /// [`check_many`](Self::check_many)'s decisions, when this store can make them at once in
+    /// this process (a `MemoryStore` always can), without a future: `rls` answers its memory
+    /// rows without the asynchronous path. `None` means the store must be asked with
+    /// `check_many`; a store that answers `None` must have changed nothing.
+    fn check_many_ready(&self, checks: &[Check<'_>]) -> Option<Vec<Decision>>;
+
     /// The clock this store decides by, when it reads one in this process (a `MemoryStore`,
     /// or a `RedisStore` given a clock); `None` when its time comes from elsewhere (Redis
     /// `TIME`). Wrappers that keep state bounded in time read it ([`now_us`]), so that they

@@ -76,3 +76,59 @@ async fn a_request_waiting_for_redis_counts_nothing_until_its_future_runs() {
         ]
     );
 }
+
+/// `Engine::decide_now` answers what `decide` answers, on memory, in every charging mode and
+/// for one ask or several (two engines on clocks that agree, the same asks in turn); and
+/// `None`, changing nothing, for asks that only look and for a store that waits (Redis).
+#[tokio::test]
+async fn the_engine_decides_now_what_it_would_decide() {
+    use tollgate::clock::ManualClock;
+    use tollgate::engine::{Ask, Charging, Engine};
+    use tollgate::store::Policy;
+    use tollgate::Algorithm;
+
+    let per_user = Policy::new("per_user", Quota::per_minute(3).unwrap(), Algorithm::Gcra).unwrap();
+    let global = Policy::new(
+        "global",
+        Quota::per_minute(5).unwrap(),
+        Algorithm::FixedWindow,
+    )
+    .unwrap();
+    let engine = |clock: &ManualClock| {
+        (Engine::builder().store(MemoryStore::with_clock(clock.clone())))
+            .build()
+            .unwrap()
+    };
+    for charging in [
+        Charging::AllowedOnly,
+        Charging::EveryHit,
+        Charging::StopWhenOverLimit,
+    ] {
+        let (clock, clock_now) = (ManualClock::new(T0), ManualClock::new(T0));
+        let (waiting, at_once) = (engine(&clock), engine(&clock_now));
+        let one = [Ask::new("alice", &per_user, 1)];
+        let two = [Ask::new("bob", &per_user, 1), Ask::new("all", &global, 2)];
+        for step in 0..6 {
+            let asks: &[Ask<'_>] = if step % 2 == 0 { &one } else { &two };
+            let decided = waiting.decide(asks, charging).await.unwrap();
+            let now = at_once.decide_now(asks, charging);
+            assert_eq!(now, Some(decided), "{charging:?}, step {step}");
+            clock.advance(Duration::from_secs(1));
+            clock_now.advance(Duration::from_secs(1));
+        }
+        let look = [Ask::new("carol", &per_user, 1).look(true)];
+        assert_eq!(at_once.decide_now(&look, charging), None);
+        assert_eq!(at_once.decide_now(&[], charging), None);
+    }
+    let redis = RedisStore::from_url(&support::shared_redis_url())
+        .unwrap()
+        .prefix(support::unique_prefix("decide_now"));
+    let engine = Engine::builder().store(redis).build().unwrap();
+    let asks = [Ask::new("alice", &per_user, 1)];
+    assert_eq!(engine.decide_now(&asks, Charging::EveryHit), None);
+    // Nothing was counted: the store still has the whole quota.
+    let decided = engine.decide(&asks, Charging::EveryHit).await.unwrap();
+    assert_eq!(decided[0].remaining, 2);
+}
+
+const T0: u64 = 1_700_000_000_000_000;

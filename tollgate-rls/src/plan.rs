@@ -114,10 +114,15 @@ impl<'c> Plan<'c> {
                 _ => config.get_limit(domain, d).ok().flatten(),
             })
             .collect();
-        // Every name a matched limit replaces, unlimited ones included.
-        let replaced: HashSet<String> = (matched.iter().flatten())
-            .flat_map(|m| m.limit.replaces.iter().cloned())
-            .collect();
+        // Every name a matched limit replaces, unlimited ones included (most limits replace
+        // none: then no set is made).
+        let replacing = (matched.iter().flatten()).any(|m| !m.limit.replaces.is_empty());
+        let replaced: HashSet<String> = match replacing {
+            true => (matched.iter().flatten())
+                .flat_map(|m| m.limit.replaces.iter().cloned())
+                .collect(),
+            false => HashSet::new(),
+        };
         let items = (matched.into_iter().zip(&request.descriptors))
             .map(|(m, d)| match m {
                 None => Item::NoLimit,

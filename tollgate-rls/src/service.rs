@@ -112,10 +112,15 @@ impl RateLimitService {
         // A limit of zero refuses the request without the store; charging every hit, the
         // other limits are charged all the same.
         let looked = looked && inner.modes.charging != Charging::EveryHit;
+        // Decided at once when the store can (memory); else on the store's own future, boxed
+        // so that this one stays small on the path that does not wait.
         let decided = match (asks.is_empty(), looked) {
             (true, _) => Ok(Vec::new()),
-            (false, false) => inner.engine.decide(&asks, inner.modes.charging).await,
-            (false, true) => inner.engine.look(&asks).await,
+            (false, false) => match inner.engine.decide_now(&asks, inner.modes.charging) {
+                Some(decisions) => Ok(decisions),
+                None => Box::pin(inner.engine.decide(&asks, inner.modes.charging)).await,
+            },
+            (false, true) => Box::pin(inner.engine.look(&asks)).await,
         };
         let outcome = match decided {
             Ok(decisions) => Outcome::Decided { decisions, looked },

@@ -305,6 +305,11 @@ impl StoreExt for MemcachedStore {
     }
 
     /// Never at once: every decision asks memcached.
+    fn check_many_ready(&self, _: &[Check<'_>]) -> Option<Vec<Decision>> {
+        None
+    }
+
+    /// Never at once: every decision asks memcached.
     fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
         None
     }

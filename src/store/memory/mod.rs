@@ -258,6 +258,11 @@ impl StoreExt for MemoryStore {
         Ok(self.check_many_now(checks))
     }
 
+    #[inline]
+    fn check_many_ready(&self, checks: &[Check<'_>]) -> Option<Vec<Decision>> {
+        Some(self.check_many_now(checks))
+    }
+
     fn clock(&self) -> Option<&dyn Clock> {
         Some(&*self.inner.clock)
     }

@@ -223,6 +223,11 @@ impl StoreExt for RedisStore {
     }
 
     /// Never: every decision is a round trip.
+    fn check_many_ready(&self, _: &[Check<'_>]) -> Option<Vec<Decision>> {
+        None
+    }
+
+    /// Never: every decision is a round trip.
     fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
         None
     }

@@ -241,6 +241,11 @@ impl StoreExt for StateBackedStore {
     }
 
     /// Never at once: every decision asks the backend.
+    fn check_many_ready(&self, _: &[Check<'_>]) -> Option<Vec<Decision>> {
+        None
+    }
+
+    /// Never at once: every decision asks the backend.
     fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
         None
     }

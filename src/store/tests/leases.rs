@@ -282,6 +282,10 @@ impl StoreExt for NotAtomic {
         None
     }
 
+    fn check_many_ready(&self, _: &[Check<'_>]) -> Option<Vec<Decision>> {
+        None
+    }
+
     fn clock(&self) -> Option<&dyn Clock> {
         None
     }

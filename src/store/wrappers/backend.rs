@@ -132,6 +132,15 @@ impl StoreExt for Backend {
         dispatch!(self, store => store.check_ready(key, policy, cost))
     }
 
+    /// The memory store's at once; every other backend's are round trips.
+    #[inline]
+    fn check_many_ready(&self, checks: &[Check<'_>]) -> Option<Vec<Decision>> {
+        match self {
+            Backend::Memory(store) => store.check_many_ready(checks),
+            _ => None,
+        }
+    }
+
     fn clock(&self) -> Option<&dyn Clock> {
         dispatch!(self, store => store.clock())
     }

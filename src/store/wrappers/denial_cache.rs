@@ -319,6 +319,14 @@ impl<S: StoreExt> StoreExt for DenialCache<S> {
         }
     }
 
+    /// As [`check_many`](Self::check_many), at once when the store below can.
+    fn check_many_ready(&self, checks: &[Check<'_>]) -> Option<Vec<Decision>> {
+        match checks {
+            [one] if !one.charge => Some(vec![self.check_ready(one.key, one.policy, one.cost)?]),
+            _ => self.inner.check_many_ready(checks),
+        }
+    }
+
     /// Refunds the client in the store, then drops this instance's cached denial of it, as
     /// [`reset`](Self::reset) does.
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {

@@ -367,6 +367,15 @@ impl<S: Leasing> StoreExt for Leases<S> {
         }
     }
 
+    /// As [`check_many`](Self::check_many), at once when the lease in hand or the store
+    /// below can.
+    fn check_many_ready(&self, checks: &[Check<'_>]) -> Option<Vec<Decision>> {
+        match checks {
+            [one] if !one.charge => Some(vec![self.check_ready(one.key, one.policy, one.cost)?]),
+            _ => self.shared.inner.check_many_ready(checks),
+        }
+    }
+
     fn clock(&self) -> Option<&dyn Clock> {
         self.shared.inner.clock()
     }

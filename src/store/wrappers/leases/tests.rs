@@ -69,6 +69,10 @@ impl StoreExt for Counted {
         None
     }
 
+    fn check_many_ready(&self, _: &[Check<'_>]) -> Option<Vec<Decision>> {
+        None
+    }
+
     fn abandoned(&self) {}
 
     fn label(&self) -> Arc<str> {
@@ -327,6 +331,10 @@ impl StoreExt for Failing {
     }
 
     fn check_ready(&self, _: &str, _: &Policy, _: u32) -> Option<Decision> {
+        None
+    }
+
+    fn check_many_ready(&self, _: &[Check<'_>]) -> Option<Vec<Decision>> {
         None
     }
 

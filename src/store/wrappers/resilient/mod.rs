@@ -370,6 +370,19 @@ impl<S: StoreExt> StoreExt for Resilient<S> {
         decision
     }
 
+    /// As [`check_ready`](Self::check_ready), for [`check_many`](Self::check_many).
+    #[inline]
+    fn check_many_ready(&self, checks: &[Check<'_>]) -> Option<Vec<Decision>> {
+        if self.breaker.is_open() {
+            return None;
+        }
+        let decisions = self.inner.check_many_ready(checks);
+        if decisions.is_some() {
+            self.report_circuit();
+        }
+        decisions
+    }
+
     /// Refunds the fallback too (what it counted during an outage).
     async fn refund(&self, key: &str, policy: &Policy, n: u32) -> Result<(), StoreError> {
         if let Some(fallback) = &self.fallback {
@@ -537,6 +550,10 @@ mod tests {
         fn check_ready(&self, key: &str, policy: &Policy, cost: u32) -> Option<Decision> {
             let answering = self.mode.load(Ordering::SeqCst) == ANSWER;
             answering.then(|| self.memory.check_now(key, policy, cost))
+        }
+
+        fn check_many_ready(&self, _: &[Check<'_>]) -> Option<Vec<Decision>> {
+            None
         }
 
         fn abandoned(&self) {
