@@ -284,8 +284,10 @@ async fn a_reference_pod_and_two_instances_share_each_limit_exactly() {
         assert_eq!(ok, 100, "stop {stop}");
         match stop {
             false => assert_eq!((app, app_after), (300, 600)),
+            // All at once, every GET pass may run before any counter is over: as in the
+            // reference, nothing is left alone then. At 64 in flight most requests come after.
             true => assert!(
-                (100..300).contains(&app) && (app + 100..app + 300).contains(&app_after),
+                (100..=300).contains(&app) && (app + 100..app + 300).contains(&app_after),
                 "{app}, {app_after}"
             ),
         }
