@@ -52,7 +52,7 @@ impl Shard {
     }
 
     /// The position of `policy`'s table, made if there is none yet.
-    #[inline]
+    #[inline(always)]
     pub(super) fn table_index(&mut self, policy: &Policy) -> usize {
         // Most shards hold one policy's table: found without a call.
         match self.tables.first() {
@@ -61,7 +61,9 @@ impl Shard {
         }
     }
 
-    /// [`table_index`](Self::table_index) past the first table.
+    /// [`table_index`](Self::table_index) past the first table: out of line, so that the
+    /// common case inlines without this one's frame.
+    #[inline(never)]
     fn other_table_index(&mut self, policy: &Policy) -> usize {
         match self.tables.iter().position(|t| t.is_for(policy)) {
             Some(index) => index,
@@ -73,6 +75,7 @@ impl Shard {
     }
 
     /// `policy`'s table, made if there is none yet.
+    #[inline]
     pub(super) fn table(&mut self, policy: &Policy) -> &mut PolicyTable {
         let index = self.table_index(policy);
         &mut self.tables[index]
@@ -132,6 +135,9 @@ impl Shard {
         }
     }
 
+    /// Out of line: one decision in many sweeps, and the others are faster without its code.
+    #[cold]
+    #[inline(never)]
     fn sweep(&mut self, now: u64, hasher: &KeyHasher) {
         let mut last_expiry = None;
         for table in &mut self.tables {
