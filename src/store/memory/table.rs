@@ -392,8 +392,9 @@ pub(super) const SHRINK_WHEN_ROOM_PER_KEY: usize = 4;
 /// Tables with room for fewer keys are left as they are: too small to matter.
 pub(super) const MIN_SHRINK_CAPACITY: usize = 1_024;
 
-/// [`PolicyTable::check`] in a typed table.
+/// [`PolicyTable::check`] in a typed table: inlined, as the whole of a decision's work.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn check_in<K: Kept>(
     t: &mut SlotTable<K>,
     key: &str,
