@@ -1,7 +1,7 @@
 //! The in-memory store: zero setup, one process.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{self, State};
@@ -28,7 +28,7 @@ mod table;
 use in_flight::SlotCounts;
 use key_hasher::KeyHasher;
 use overrides::Overrides;
-use shard::{lock, Shard};
+use shard::{lock, Shard, ShardLock};
 pub(crate) use table::block_after;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
@@ -62,7 +62,7 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[ShardLock]>,
     hasher: KeyHasher,
     clock: Arc<dyn Clock>,
     max_keys_per_shard: Option<usize>,
@@ -88,7 +88,7 @@ impl MemoryStore {
         let hasher = KeyHasher::default();
         Self {
             inner: Arc::new(Inner {
-                shards: (0..shards).map(|_| Mutex::default()).collect(),
+                shards: (0..shards).map(|_| ShardLock::default()).collect(),
                 in_flight: SlotCounts::new(hasher.clone()),
                 hasher,
                 clock: Arc::new(clock),
@@ -106,7 +106,7 @@ impl MemoryStore {
         let shards = self.inner.shards.len();
         Self {
             inner: Arc::new(Inner {
-                shards: (0..shards).map(|_| Mutex::default()).collect(),
+                shards: (0..shards).map(|_| ShardLock::default()).collect(),
                 hasher: self.inner.hasher.clone(),
                 in_flight: SlotCounts::new(self.inner.hasher.clone()),
                 clock: Arc::clone(&self.inner.clock),
@@ -199,7 +199,7 @@ impl MemoryStore {
     }
 
     /// The hash of `key` and the shard that holds it.
-    fn locate(&self, key: &str) -> (u64, &Mutex<Shard>) {
+    fn locate(&self, key: &str) -> (u64, &ShardLock) {
         let hash = self.inner.hasher.hash(key.as_bytes());
         (hash, &self.inner.shards[self.shard_index(hash)])
     }

@@ -1,7 +1,7 @@
 //! [`Shard`]: one independently locked part of the memory store, its tables, and the sweeps
 //! that keep them to the live keys.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use parking_lot::{Mutex, MutexGuard};
 
 use super::key_hasher::KeyHasher;
 use super::table::PolicyTable;
@@ -153,8 +153,16 @@ impl Shard {
     }
 }
 
-/// A panic while a shard was locked cannot leave it inconsistent (every update is one
-/// assignment), so a poisoned lock is used as is.
-pub(super) fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    shard.lock().unwrap_or_else(PoisonError::into_inner)
+/// A shard's lock: parking_lot's, whose lock and unlock are one atomic operation each with no
+/// poison flag to read (a panic while a shard is locked cannot leave it inconsistent: every
+/// update is one assignment).
+pub(super) type ShardLock = Mutex<Shard>;
+
+/// A locked shard.
+pub(super) type ShardGuard<'a> = MutexGuard<'a, Shard>;
+
+/// Locks `shard`.
+#[inline]
+pub(super) fn lock(shard: &ShardLock) -> ShardGuard<'_> {
+    shard.lock()
 }

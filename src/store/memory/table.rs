@@ -78,6 +78,7 @@ impl Kept for Gcra {
         self.tat()
     }
 
+    #[inline(always)]
     fn decide(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
         // As `State::check` decides: a cost of 0 counts as 1.
         self.check(p, now, cost.max(1))
