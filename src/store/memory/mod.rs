@@ -23,12 +23,14 @@ mod overrides;
 mod shard;
 mod slot_table;
 mod stacked;
+mod store_clock;
 mod table;
 
 use in_flight::SlotCounts;
 use key_hasher::KeyHasher;
 use overrides::Overrides;
 use shard::{lock, Shard, ShardLock};
+use store_clock::StoreClock;
 pub(crate) use table::block_after;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
@@ -64,7 +66,7 @@ pub struct MemoryStore {
 struct Inner {
     shards: Box<[ShardLock]>,
     hasher: KeyHasher,
-    clock: Arc<dyn Clock>,
+    clock: StoreClock,
     max_keys_per_shard: Option<usize>,
     /// Quotas set for clients at run time.
     overrides: Overrides,
@@ -91,7 +93,7 @@ impl MemoryStore {
                 shards: (0..shards).map(|_| ShardLock::default()).collect(),
                 in_flight: SlotCounts::new(hasher.clone()),
                 hasher,
-                clock: Arc::new(clock),
+                clock: StoreClock::new(clock),
                 max_keys_per_shard: None,
                 overrides: Overrides::default(),
             }),
@@ -109,7 +111,7 @@ impl MemoryStore {
                 shards: (0..shards).map(|_| ShardLock::default()).collect(),
                 hasher: self.inner.hasher.clone(),
                 in_flight: SlotCounts::new(self.inner.hasher.clone()),
-                clock: Arc::clone(&self.inner.clock),
+                clock: self.inner.clock.clone(),
                 max_keys_per_shard: Some(max.div_ceil(shards).max(1)),
                 overrides: Overrides::default(),
             }),
@@ -264,7 +266,7 @@ impl StoreExt for MemoryStore {
     }
 
     fn clock(&self) -> Option<&dyn Clock> {
-        Some(&*self.inner.clock)
+        Some(self.inner.clock.as_dyn())
     }
 
     /// Always: the memory store decides at once.
