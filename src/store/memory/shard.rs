@@ -18,10 +18,9 @@ const MIN_SWEEP_GAP_US: u64 = 1_000_000;
 /// position in the shard never changes.
 pub(super) struct Shard {
     tables: Vec<PolicyTable>,
-    /// Decisions since this shard was last swept.
-    since_sweep: usize,
-    /// Keys left by the last sweep: the next sweep comes after as many decisions.
-    kept_by_sweep: usize,
+    /// Decisions left until the next sweep: as many as the last sweep kept keys (at least
+    /// `MIN_SWEEP_INTERVAL`), counted down so that a decision compares with zero.
+    until_sweep: usize,
     /// Or at this time (µs), when every key the last sweep kept has expired, so that a shard
     /// that held a flood is emptied soon after the flood's keys expire, not only after as many
     /// decisions again. `u64::MAX` when the last sweep kept nothing.
@@ -32,8 +31,7 @@ impl Default for Shard {
     fn default() -> Self {
         Self {
             tables: Vec::new(),
-            since_sweep: 0,
-            kept_by_sweep: 0,
+            until_sweep: MIN_SWEEP_INTERVAL,
             sweep_by: u64::MAX,
         }
     }
@@ -102,8 +100,8 @@ impl Shard {
     /// renewed ones, at most once a second), and the shard holds at most its live keys plus
     /// one sweep interval of new ones.
     pub(super) fn count_decision(&mut self, now: u64, hasher: &KeyHasher) {
-        self.since_sweep += 1;
-        if self.since_sweep >= self.kept_by_sweep.max(MIN_SWEEP_INTERVAL) || now >= self.sweep_by {
+        self.until_sweep = self.until_sweep.saturating_sub(1);
+        if self.until_sweep == 0 || now >= self.sweep_by {
             self.sweep(now, hasher);
         }
     }
@@ -145,8 +143,7 @@ impl Shard {
             // `retain` alone keeps a table at its peak size after a flood.
             table.shrink_if_roomy(hasher);
         }
-        self.since_sweep = 0;
-        self.kept_by_sweep = self.len();
+        self.until_sweep = self.len().max(MIN_SWEEP_INTERVAL);
         self.sweep_by = last_expiry.map_or(u64::MAX, |last| {
             last.max(now.saturating_add(MIN_SWEEP_GAP_US))
         });
