@@ -34,9 +34,42 @@ impl ClientKey {
     }
 
     /// Whether this is `key`.
+    #[inline]
     pub(super) fn is(&self, key: &str) -> bool {
-        self.as_bytes() == key.as_bytes()
+        let key = key.as_bytes();
+        match self {
+            Self::Inline { len, bytes } => usize::from(*len) == key.len() && same_short(bytes, key),
+            Self::Heap(bytes) => **bytes == *key,
+        }
     }
+}
+
+/// Whether `key` is the start of `bytes`: compared in a few overlapping word reads, not by a
+/// call to `memcmp`, which costs more than the rest of a lookup for keys this short.
+#[inline]
+fn same_short(bytes: &[u8; INLINE], key: &[u8]) -> bool {
+    let n = key.len();
+    match n {
+        0 => true,
+        1..=3 => bytes[0] == key[0] && bytes[n / 2] == key[n / 2] && bytes[n - 1] == key[n - 1],
+        4..=7 => {
+            word::<4>(bytes, 0) == word::<4>(key, 0) && word::<4>(bytes, n - 4) == word(key, n - 4)
+        }
+        8..=INLINE => {
+            word::<8>(bytes, 0) == word::<8>(key, 0)
+                && word::<8>(bytes, n - 8) == word(key, n - 8)
+                && (n <= 16 || word::<8>(bytes, 8) == word(key, 8))
+        }
+        _ => false,
+    }
+}
+
+/// The `N` bytes of `s` from `at`.
+#[inline(always)]
+fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+    let mut word = [0; N];
+    word.copy_from_slice(&s[at..at + N]);
+    word
 }
 
 #[cfg(test)]
@@ -59,6 +92,19 @@ mod tests {
             assert_eq!(matches!(kept, ClientKey::Inline { .. }), key.len() <= 22);
         }
         assert!(!ClientKey::new("ab").is("a"));
+        // Every length an inline key can have, and a difference at every position.
+        for n in 0..=INLINE + 2 {
+            let key: String = (0..n).map(|i| char::from(b'a' + i as u8)).collect();
+            assert!(ClientKey::new(&key).is(&key), "{key}");
+            for at in 0..n {
+                let mut other = key.clone().into_bytes();
+                other[at] = b'Z';
+                let other = String::from_utf8(other).unwrap();
+                assert!(!ClientKey::new(&key).is(&other), "{key} {other}");
+                assert!(!ClientKey::new(&other).is(&key), "{other} {key}");
+            }
+            assert!(!ClientKey::new(&key).is(&format!("{key}a")));
+        }
         assert!(!ClientKey::new(&"d".repeat(30)).is(&"d".repeat(29)));
     }
 }

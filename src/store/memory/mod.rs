@@ -1,7 +1,7 @@
 //! The in-memory store: zero setup, one process.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::{self, State};
@@ -23,12 +23,14 @@ mod overrides;
 mod shard;
 mod slot_table;
 mod stacked;
+mod store_clock;
 mod table;
 
 use in_flight::SlotCounts;
 use key_hasher::KeyHasher;
 use overrides::Overrides;
-use shard::{lock, Shard};
+use shard::{lock, Shard, ShardLock};
+use store_clock::StoreClock;
 pub(crate) use table::block_after;
 
 /// Keeps rate-limit state in this process, in independently locked shards.
@@ -62,9 +64,9 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[ShardLock]>,
     hasher: KeyHasher,
-    clock: Arc<dyn Clock>,
+    clock: StoreClock,
     max_keys_per_shard: Option<usize>,
     /// Quotas set for clients at run time.
     overrides: Overrides,
@@ -88,10 +90,10 @@ impl MemoryStore {
         let hasher = KeyHasher::default();
         Self {
             inner: Arc::new(Inner {
-                shards: (0..shards).map(|_| Mutex::default()).collect(),
+                shards: (0..shards).map(|_| ShardLock::default()).collect(),
                 in_flight: SlotCounts::new(hasher.clone()),
                 hasher,
-                clock: Arc::new(clock),
+                clock: StoreClock::new(clock),
                 max_keys_per_shard: None,
                 overrides: Overrides::default(),
             }),
@@ -106,10 +108,10 @@ impl MemoryStore {
         let shards = self.inner.shards.len();
         Self {
             inner: Arc::new(Inner {
-                shards: (0..shards).map(|_| Mutex::default()).collect(),
+                shards: (0..shards).map(|_| ShardLock::default()).collect(),
                 hasher: self.inner.hasher.clone(),
                 in_flight: SlotCounts::new(self.inner.hasher.clone()),
-                clock: Arc::clone(&self.inner.clock),
+                clock: self.inner.clock.clone(),
                 max_keys_per_shard: Some(max.div_ceil(shards).max(1)),
                 overrides: Overrides::default(),
             }),
@@ -199,7 +201,7 @@ impl MemoryStore {
     }
 
     /// The hash of `key` and the shard that holds it.
-    fn locate(&self, key: &str) -> (u64, &Mutex<Shard>) {
+    fn locate(&self, key: &str) -> (u64, &ShardLock) {
         let hash = self.inner.hasher.hash(key.as_bytes());
         (hash, &self.inner.shards[self.shard_index(hash)])
     }
@@ -264,7 +266,7 @@ impl StoreExt for MemoryStore {
     }
 
     fn clock(&self) -> Option<&dyn Clock> {
-        Some(&*self.inner.clock)
+        Some(self.inner.clock.as_dyn())
     }
 
     /// Always: the memory store decides at once.

@@ -1,7 +1,7 @@
 //! [`Shard`]: one independently locked part of the memory store, its tables, and the sweeps
 //! that keep them to the live keys.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use parking_lot::{Mutex, MutexGuard};
 
 use super::key_hasher::KeyHasher;
 use super::table::PolicyTable;
@@ -18,10 +18,9 @@ const MIN_SWEEP_GAP_US: u64 = 1_000_000;
 /// position in the shard never changes.
 pub(super) struct Shard {
     tables: Vec<PolicyTable>,
-    /// Decisions since this shard was last swept.
-    since_sweep: usize,
-    /// Keys left by the last sweep: the next sweep comes after as many decisions.
-    kept_by_sweep: usize,
+    /// Decisions left until the next sweep: as many as the last sweep kept keys (at least
+    /// `MIN_SWEEP_INTERVAL`), counted down so that a decision compares with zero.
+    until_sweep: usize,
     /// Or at this time (µs), when every key the last sweep kept has expired, so that a shard
     /// that held a flood is emptied soon after the flood's keys expire, not only after as many
     /// decisions again. `u64::MAX` when the last sweep kept nothing.
@@ -32,8 +31,7 @@ impl Default for Shard {
     fn default() -> Self {
         Self {
             tables: Vec::new(),
-            since_sweep: 0,
-            kept_by_sweep: 0,
+            until_sweep: MIN_SWEEP_INTERVAL,
             sweep_by: u64::MAX,
         }
     }
@@ -52,7 +50,7 @@ impl Shard {
     }
 
     /// The position of `policy`'s table, made if there is none yet.
-    #[inline]
+    #[inline(always)]
     pub(super) fn table_index(&mut self, policy: &Policy) -> usize {
         // Most shards hold one policy's table: found without a call.
         match self.tables.first() {
@@ -61,7 +59,9 @@ impl Shard {
         }
     }
 
-    /// [`table_index`](Self::table_index) past the first table.
+    /// [`table_index`](Self::table_index) past the first table: out of line, so that the
+    /// common case inlines without this one's frame.
+    #[inline(never)]
     fn other_table_index(&mut self, policy: &Policy) -> usize {
         match self.tables.iter().position(|t| t.is_for(policy)) {
             Some(index) => index,
@@ -73,6 +73,7 @@ impl Shard {
     }
 
     /// `policy`'s table, made if there is none yet.
+    #[inline]
     pub(super) fn table(&mut self, policy: &Policy) -> &mut PolicyTable {
         let index = self.table_index(policy);
         &mut self.tables[index]
@@ -99,8 +100,8 @@ impl Shard {
     /// renewed ones, at most once a second), and the shard holds at most its live keys plus
     /// one sweep interval of new ones.
     pub(super) fn count_decision(&mut self, now: u64, hasher: &KeyHasher) {
-        self.since_sweep += 1;
-        if self.since_sweep >= self.kept_by_sweep.max(MIN_SWEEP_INTERVAL) || now >= self.sweep_by {
+        self.until_sweep = self.until_sweep.saturating_sub(1);
+        if self.until_sweep == 0 || now >= self.sweep_by {
             self.sweep(now, hasher);
         }
     }
@@ -132,6 +133,9 @@ impl Shard {
         }
     }
 
+    /// Out of line: one decision in many sweeps, and the others are faster without its code.
+    #[cold]
+    #[inline(never)]
     fn sweep(&mut self, now: u64, hasher: &KeyHasher) {
         let mut last_expiry = None;
         for table in &mut self.tables {
@@ -139,16 +143,23 @@ impl Shard {
             // `retain` alone keeps a table at its peak size after a flood.
             table.shrink_if_roomy(hasher);
         }
-        self.since_sweep = 0;
-        self.kept_by_sweep = self.len();
+        self.until_sweep = self.len().max(MIN_SWEEP_INTERVAL);
         self.sweep_by = last_expiry.map_or(u64::MAX, |last| {
             last.max(now.saturating_add(MIN_SWEEP_GAP_US))
         });
     }
 }
 
-/// A panic while a shard was locked cannot leave it inconsistent (every update is one
-/// assignment), so a poisoned lock is used as is.
-pub(super) fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    shard.lock().unwrap_or_else(PoisonError::into_inner)
+/// A shard's lock: parking_lot's, whose lock and unlock are one atomic operation each with no
+/// poison flag to read (a panic while a shard is locked cannot leave it inconsistent: every
+/// update is one assignment).
+pub(super) type ShardLock = Mutex<Shard>;
+
+/// A locked shard.
+pub(super) type ShardGuard<'a> = MutexGuard<'a, Shard>;
+
+/// Locks `shard`.
+#[inline]
+pub(super) fn lock(shard: &ShardLock) -> ShardGuard<'_> {
+    shard.lock()
 }

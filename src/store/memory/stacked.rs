@@ -3,11 +3,10 @@
 //! grouped by shard once, and each key's pending state is found by a map.
 
 use std::collections::HashMap;
-use std::sync::MutexGuard;
 
 use foldhash::fast::RandomState;
 
-use super::shard::{lock, Shard};
+use super::shard::{lock, ShardGuard};
 use super::table::block_after;
 use super::MemoryStore;
 use crate::algorithm::{self, Params, State};
@@ -49,7 +48,7 @@ impl MemoryStore {
         // ascending order, so two stacked decisions can never deadlock.
         let mut by_shard: Vec<usize> = (0..checks.len()).collect();
         by_shard.sort_by_key(|&i| located.get(i).map(|&(_, shard)| shard));
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = Vec::new();
+        let mut guards: Vec<(usize, ShardGuard<'_>)> = Vec::new();
         for &(_, shard) in by_shard.iter().filter_map(|&i| located.get(i)) {
             if guards.last().is_none_or(|&(last, _)| last != shard) {
                 if let Some(mutex) = self.inner.shards.get(shard) {
@@ -199,9 +198,9 @@ impl MemoryStore {
 
 /// The locked shard `index` among `guards` (sorted by index).
 fn guard<'g, 's>(
-    guards: &'g mut [(usize, MutexGuard<'s, Shard>)],
+    guards: &'g mut [(usize, ShardGuard<'s>)],
     index: usize,
-) -> Option<&'g mut MutexGuard<'s, Shard>> {
+) -> Option<&'g mut ShardGuard<'s>> {
     let at = guards.binary_search_by_key(&index, |&(i, _)| i).ok()?;
     guards.get_mut(at).map(|(_, shard)| shard)
 }
@@ -227,7 +226,7 @@ struct Pending<'a> {
 /// ([`Check::charge`]) on its key's state as it was before the decision (nothing allowed in
 /// it is consumed), in the checks' order, as `store/redis/lua/stacked.lua` does.
 fn charge_denied(
-    guards: &mut [(usize, MutexGuard<'_, Shard>)],
+    guards: &mut [(usize, ShardGuard<'_>)],
     checks: &[Check<'_>],
     located: &[(u64, usize)],
     decisions: &[Decision],

@@ -78,6 +78,7 @@ impl Kept for Gcra {
         self.tat()
     }
 
+    #[inline(always)]
     fn decide(&mut self, p: &Params, now: u64, cost: u64) -> Decision {
         // As `State::check` decides: a cost of 0 counts as 1.
         self.check(p, now, cost.max(1))
@@ -392,8 +393,9 @@ pub(super) const SHRINK_WHEN_ROOM_PER_KEY: usize = 4;
 /// Tables with room for fewer keys are left as they are: too small to matter.
 pub(super) const MIN_SHRINK_CAPACITY: usize = 1_024;
 
-/// [`PolicyTable::check`] in a typed table.
+/// [`PolicyTable::check`] in a typed table: inlined, as the whole of a decision's work.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn check_in<K: Kept>(
     t: &mut SlotTable<K>,
     key: &str,
