@@ -25,7 +25,7 @@ pub use process::ServerProcess;
 pub use redis::{command_calls, redis_cli, redis_connection, shared_redis_url, RedisServer};
 pub use sentinel::RedisSentinel;
 pub use spawned::Spawned;
-pub use tls::{make_certificate, SecureRedis};
+pub use tls::{make_certificate, make_signed_certificate, SecureRedis};
 pub use unique::{rules_file, temp_dir, unique_prefix};
 
 /// The Redis client the kit's connections are (deadpool-redis's `redis`), for tests that send

@@ -94,3 +94,39 @@ pub fn make_certificate(dir: &std::path::Path) {
         .status;
     assert!(status.success(), "openssl could not make a certificate");
 }
+
+/// A CA and a certificate it signed for 127.0.0.1, in `dir`: `ca.pem`, `cert.pem` and
+/// `key.pem` (openssl), for servers whose clients verify them against the CA.
+pub fn make_signed_certificate(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output();
+        let out = out.expect("openssl must be installed (scripts/test.sh installs it)");
+        assert!(out.status.success(), "openssl {args:?}");
+    };
+    let new_key = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "1"];
+    let ca = [
+        "-x509", "-subj", "/CN=ca", "-keyout", "ca.key", "-out", "ca.pem",
+    ];
+    openssl(&[&new_key[..], &ca[..]].concat());
+    let csr = ["-subj", "/CN=rls", "-keyout", "key.pem", "-out", "rls.csr"];
+    openssl(&[&new_key[..], &csr[..]].concat());
+    let ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n";
+    std::fs::write(dir.join("ext"), ext).expect("the certificate's extensions");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "rls.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+}

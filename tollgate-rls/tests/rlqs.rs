@@ -211,12 +211,7 @@ async fn stopping_sends_zero_ttl_assignments_first() {
 /// usage". In process, with the library, and an abandon time of 2 s.
 #[tokio::test]
 async fn an_idle_bucket_is_abandoned() {
-    let config = RlsConfig::from_yaml(
-        [("edge.yaml", EDGE)],
-        tollgate_rls::DuplicateDomains::Refuse,
-    )
-    .unwrap();
-    let service = RateLimitService::builder().config(config).build().unwrap();
+    let service = memory_service(EDGE);
     let quotas = RateLimitQuotaService::with_abandon_after(&service, Duration::from_secs(2));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -494,12 +489,7 @@ impl Load {
 #[tokio::test]
 async fn unused_quota_returns_to_the_pool() {
     let yaml = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 1000 }\n";
-    let config = RlsConfig::from_yaml(
-        [("edge.yaml", yaml)],
-        tollgate_rls::DuplicateDomains::Refuse,
-    )
-    .unwrap();
-    let service = RateLimitService::builder().config(config).build().unwrap();
+    let service = memory_service(yaml);
     let (mut filter, _server) = in_process(&service).await;
     let bucket: &[(&str, &str)] = &[("tenant", "pool")];
     let remaining = || async {
@@ -531,6 +521,13 @@ fn usage_report(bucket: &[(&str, &str)], elapsed: i64, allowed: u64) -> RateLimi
     report
 }
 
+/// The library's service from one YAML file of the domain `edge`, on its memory store.
+fn memory_service(yaml: &str) -> RateLimitService {
+    let files = [("edge.yaml", yaml)];
+    let config = RlsConfig::from_yaml(files, tollgate_rls::DuplicateDomains::Refuse).unwrap();
+    RateLimitService::builder().config(config).build().unwrap()
+}
+
 /// The library's service on a loopback port, and a filter connected to it.
 async fn in_process(service: &RateLimitService) -> (Filter, tokio::task::JoinHandle<()>) {
     let quotas = RateLimitQuotaService::new(service);
@@ -555,12 +552,7 @@ async fn in_process(service: &RateLimitService) -> (Filter, tokio::task::JoinHan
 /// stream with the bound named.
 #[tokio::test]
 async fn buckets_per_stream_are_bounded() {
-    let config = RlsConfig::from_yaml(
-        [("edge.yaml", EDGE)],
-        tollgate_rls::DuplicateDomains::Refuse,
-    )
-    .unwrap();
-    let service = RateLimitService::builder().config(config).build().unwrap();
+    let service = memory_service(EDGE);
     let (mut filter, _server) = in_process(&service).await;
     let mut many = report("edge", &[("tenant", "0")]);
     let one = many.bucket_quota_usages[0].clone();
@@ -727,49 +719,12 @@ async fn a_stopped_store_under_load_delays_no_stream() {
     }
 }
 
-/// A CA and a certificate it signed for 127.0.0.1, in `dir` (`ca.pem`, `cert.pem`, `key.pem`).
-fn certificates(dir: &std::path::Path) {
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output();
-        assert!(out.expect("openssl").status.success(), "openssl {args:?}");
-    };
-    let new_key = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "1"];
-    let ca = [
-        "-x509", "-subj", "/CN=ca", "-keyout", "ca.key", "-out", "ca.pem",
-    ];
-    openssl(&[&new_key[..], &ca[..]].concat());
-    let csr = ["-subj", "/CN=rls", "-keyout", "key.pem", "-out", "rls.csr"];
-    openssl(&[&new_key[..], &csr[..]].concat());
-    let ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n";
-    std::fs::write(dir.join("ext"), ext).unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "rls.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "cert.pem",
-        "-days",
-        "1",
-        "-extfile",
-        "ext",
-    ]);
-}
-
 /// RLQS is served on the gRPC port with its TLS settings (`GRPC_SERVER_USE_TLS`), as
 /// `ShouldRateLimit` is: Envoy's `rlqs_server` names the same cluster.
 #[tokio::test]
 async fn served_over_tls_on_the_grpc_port() {
     let runtime = runtime("rlqs_tls", EDGE);
-    certificates(&runtime.root);
+    tollgate_test_kit::make_signed_certificate(&runtime.root);
     let (cert, key) = (runtime.root.join("cert.pem"), runtime.root.join("key.pem"));
     let (cert, key) = (cert.display().to_string(), key.display().to_string());
     let rls = Rls::start(
@@ -854,12 +809,7 @@ async fn limits_from_xds_apply_to_rlqs() {
 #[tokio::test]
 async fn a_window_short_of_the_ask_gives_what_it_has_left() {
     let yaml = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: hour, requests_per_unit: 10 }\n";
-    let config = RlsConfig::from_yaml(
-        [("edge.yaml", yaml)],
-        tollgate_rls::DuplicateDomains::Refuse,
-    )
-    .unwrap();
-    let service = RateLimitService::builder().config(config).build().unwrap();
+    let service = memory_service(yaml);
     let (mut filter, _server) = in_process(&service).await;
     let bucket: &[(&str, &str)] = &[("tenant", "short")];
     filter.send_raw(usage_report(bucket, 1, 3)).await;

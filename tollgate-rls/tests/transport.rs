@@ -438,50 +438,7 @@ fn a_c_core_client_on_the_unix_socket_gets_ok() {
 async fn tls_on_the_unix_socket() {
     let runtime = runtime("uds-tls");
     let dir = &runtime.root;
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output();
-        assert!(out.expect("openssl").status.success(), "openssl {args:?}");
-    };
-    // A CA and a certificate it signed for 127.0.0.1.
-    let new_key = ["req", "-newkey", "rsa:2048", "-nodes", "-days", "1"];
-    openssl(
-        &[
-            &new_key[..],
-            &[
-                "-x509", "-subj", "/CN=ca", "-keyout", "ca.key", "-out", "ca.pem",
-            ],
-        ]
-        .concat(),
-    );
-    openssl(
-        &[
-            &new_key[..],
-            &["-subj", "/CN=rls", "-keyout", "key.pem", "-out", "rls.csr"],
-        ]
-        .concat(),
-    );
-    let ext = "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n";
-    std::fs::write(dir.join("ext"), ext).unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "rls.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "cert.pem",
-        "-days",
-        "1",
-        "-extfile",
-        "ext",
-    ]);
+    tollgate_test_kit::make_signed_certificate(dir);
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let socket = runtime.root.join("rls.sock");
     let (cert_env, key_env, socket_env) = (
