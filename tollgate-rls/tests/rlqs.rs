@@ -719,6 +719,54 @@ async fn a_stopped_store_under_load_delays_no_stream() {
     }
 }
 
+/// A client that hangs up mid-answer (its connection closed while its first report waits on
+/// a stopped Redis) frees its stream: once that answer ends, the streams gauge is back to 0,
+/// and the next stream is answered as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_answer_frees_its_stream() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let runtime = runtime("rlqs_hang_up", EDGE);
+    let env = [("REDIS_URL", url.as_str()), ("STORE_TIMEOUT", "2s")];
+    let rls = Rls::start(&runtime, &env);
+    let streams = || async {
+        let metrics = get_text(format!("http://{}/metrics", rls.http)).await;
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("ratelimit_rlqs_streams{domain=\"edge\"}"))
+            .map(str::to_owned);
+        line.unwrap_or_default()
+    };
+    let wait_for = |want: &'static str| async move {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while streams().await != want && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(streams().await, want);
+    };
+
+    redis.pause();
+    // The client on a runtime of its own: shutting it down closes its connection.
+    let grpc = rls.grpc;
+    let client = tokio::runtime::Runtime::new().unwrap();
+    client.spawn(async move {
+        let address = format!("http://{grpc}");
+        let channel = Channel::from_shared(address).unwrap().connect().await;
+        let mut filter = Filter::new(channel.unwrap(), "edge");
+        filter.request(&[("tenant", "gone")]).await;
+        std::future::pending::<()>().await;
+    });
+    wait_for("ratelimit_rlqs_streams{domain=\"edge\"} 1").await;
+    client.shutdown_background();
+    redis.resume();
+    wait_for("ratelimit_rlqs_streams{domain=\"edge\"} 0").await;
+
+    let mut filter = Filter::new(channel(&rls).await, "edge");
+    assert!(filter.request(&[("tenant", "next")]).await);
+    assert!(filter.wait_responses(1, Duration::from_secs(5)).await);
+    assert!(tokens(&filter, &[("tenant", "next")]).is_some());
+}
+
 /// RLQS is served on the gRPC port with its TLS settings (`GRPC_SERVER_USE_TLS`), as
 /// `ShouldRateLimit` is: Envoy's `rlqs_server` names the same cluster.
 #[tokio::test]
