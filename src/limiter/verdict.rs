@@ -186,7 +186,7 @@ impl Limiter {
         // The usual headers (IETF, one rule, its own quota) are the rule's held item and two
         // numbers: nothing is made for them here.
         let mut one_rule = None;
-        let alone = pending.checks.len() == 1 && self.headers == HeaderStyle::Ietf;
+        let alone = pending.checks.len() == 1;
         for (planned, decision) in pending.checks.iter().zip(decisions) {
             let rule = &rules[planned.rule];
             let released;
@@ -213,17 +213,11 @@ impl Limiter {
                     });
                 }
             }
-            if headed && alone && planned.tier.is_none() {
-                one_rule = (rule.header_kept).and_then(|item| Headers::ietf_of_one(item, decision));
+            if headed && alone {
+                one_rule = self.ietf_of_one(rule, planned, decision);
             }
             if headed && one_rule.is_none() {
-                // The quota the client is under: its own, or its rule's.
-                let item = match planned.tier.as_deref() {
-                    Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
-                    _ => Cow::Borrowed(&rule.header_item),
-                };
-                let name = rule.policy.name();
-                seen.push((Shown { name, item }, *decision));
+                seen.push((shown(rule, planned), *decision));
             }
         }
         let headers = match (one_rule, headed) {
@@ -263,29 +257,30 @@ impl Limiter {
             return None;
         }
         telemetry::request(&rule.policy, Outcome::Allowed);
-        let own = planned.tier.is_none();
-        let headers = match (self.headers, rule.header_kept) {
-            (HeaderStyle::None, _) => Headers::default(),
-            (HeaderStyle::Ietf, Some(item)) if own => Headers::ietf_of_one(item, decision)
-                .unwrap_or_else(|| self.headers_of_one(rule, planned, decision)),
-            _ => self.headers_of_one(rule, planned, decision),
+        let headers = match self.headers {
+            HeaderStyle::None => Headers::default(),
+            style => self
+                .ietf_of_one(rule, planned, decision)
+                .unwrap_or_else(|| {
+                    response::rate_limit_headers(style, &[(shown(rule, planned), *decision)])
+                }),
         };
         Some(Verdict::Proceed(headers))
     }
 
-    /// The headers of a request under one rule, made whole.
-    fn headers_of_one(
+    /// The usual headers (IETF, one rule, the client under the rule's own quota) as the rule's
+    /// held item and two numbers: nothing made for them. `None` for any other.
+    #[inline]
+    fn ietf_of_one(
         &self,
         rule: &rules::CompiledRule,
         planned: &Planned<'_>,
         decision: &Decision,
-    ) -> Headers {
-        let item = match planned.tier.as_deref() {
-            Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
-            _ => Cow::Borrowed(&rule.header_item),
-        };
-        let name = rule.policy.name();
-        response::rate_limit_headers(self.headers, &[(Shown { name, item }, *decision)])
+    ) -> Option<Headers> {
+        if self.headers != HeaderStyle::Ietf || planned.tier.is_some() {
+            return None;
+        }
+        Headers::ietf_of_one(rule.header_kept?, decision)
     }
 
     /// The [`verdict`](Self::verdict), and for a request that proceeds under rules priced by
@@ -392,6 +387,18 @@ fn later(a: &Decision, b: &Decision) -> bool {
         (None, _) => true,
         (Some(_), None) => false,
         (Some(x), Some(y)) => x >= y,
+    }
+}
+
+/// What the headers show for one check: the quota the client is under, its own or its rule's.
+fn shown<'r>(rule: &'r rules::CompiledRule, planned: &Planned<'_>) -> Shown<'r> {
+    let item = match planned.tier.as_deref() {
+        Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
+        _ => Cow::Borrowed(&rule.header_item),
+    };
+    Shown {
+        name: rule.policy.name(),
+        item,
     }
 }
 
