@@ -125,17 +125,30 @@ impl RedisCluster {
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        let output = Command::new("redis-cli")
-            .args(&cluster.cli)
-            .args(["--cluster", "create"])
-            .args(&nodes)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("redis-cli must be installed (scripts/test.sh installs it)");
+        // A node that accepts connections may not answer yet (seen once on a busy machine,
+        // with nothing on stdout): a failed create is tried again, and what it said is shown.
+        let create = || {
+            Command::new("redis-cli")
+                .args(&cluster.cli)
+                .args(["--cluster", "create"])
+                .args(&nodes)
+                .args(["--cluster-replicas", "1", "--cluster-yes"])
+                .output()
+                .expect("redis-cli must be installed (scripts/test.sh installs it)")
+        };
+        let mut output = create();
+        for _ in 0..3 {
+            if output.status.success() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            output = create();
+        }
         assert!(
             output.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&output.stdout)
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
         );
         cluster.wait_until_ok();
         cluster
