@@ -60,6 +60,9 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
+        if let Some(verdict) = self.limiter.express(&parts) {
+            return ResponseFuture::decided(verdict, &mut self.inner, parts, body);
+        }
         // The plan borrows the request's head (its key, when a header is the key): decided,
         // or made to own what it keeps, before the head goes back into the request.
         let verdict = match self.limiter.plan(&parts) {

@@ -57,6 +57,7 @@ fn digest(key: &str) -> String {
 }
 
 /// Printable ASCII (`0x20..=0x7e`) but for `{` and `}`.
+#[inline(always)]
 fn is_plain(b: u8) -> bool {
     (0x20..=0x7e).contains(&b) && b != b'{' && b != b'}'
 }

@@ -26,6 +26,7 @@ use give_back::Place;
 mod client_quota;
 pub(crate) mod count;
 mod door;
+mod express;
 pub(crate) mod give_back;
 mod in_flight;
 pub(crate) mod settle;

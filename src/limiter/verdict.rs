@@ -214,10 +214,10 @@ impl Limiter {
                 }
             }
             if headed && alone {
-                one_rule = self.ietf_of_one(rule, planned, decision);
+                one_rule = self.ietf_of_one(rule, planned.tier.as_deref(), decision);
             }
             if headed && one_rule.is_none() {
-                seen.push((shown(rule, planned), *decision));
+                seen.push((shown(rule, planned.tier.as_deref()), *decision));
             }
         }
         let headers = match (one_rule, headed) {
@@ -257,15 +257,30 @@ impl Limiter {
             return None;
         }
         telemetry::request(&rule.policy, Outcome::Allowed);
-        let headers = match self.headers {
-            HeaderStyle::None => Headers::default(),
-            style => self
-                .ietf_of_one(rule, planned, decision)
-                .unwrap_or_else(|| {
-                    response::rate_limit_headers(style, &[(shown(rule, planned), *decision)])
-                }),
-        };
-        Some(Verdict::Proceed(headers))
+        Some(Verdict::Proceed(self.headers_alone(
+            rule,
+            planned.tier.as_deref(),
+            decision,
+        )))
+    }
+
+    /// The headers of a request under `rule` alone, the client under its `tier`'s quota if it
+    /// has one, else the rule's. Inlined always: most requests make none or the usual IETF
+    /// ones, each a few instructions.
+    #[inline(always)]
+    pub(super) fn headers_alone(
+        &self,
+        rule: &rules::CompiledRule,
+        tier: Option<&Tier>,
+        decision: &Decision,
+    ) -> Headers {
+        if self.headers == HeaderStyle::None {
+            return Headers::default();
+        }
+        if let Some(headers) = self.ietf_of_one(rule, tier, decision) {
+            return headers;
+        }
+        response::rate_limit_headers(self.headers, &[(shown(rule, tier), *decision)])
     }
 
     /// The usual headers (IETF, one rule, the client under the rule's own quota) as the rule's
@@ -274,10 +289,10 @@ impl Limiter {
     fn ietf_of_one(
         &self,
         rule: &rules::CompiledRule,
-        planned: &Planned<'_>,
+        tier: Option<&Tier>,
         decision: &Decision,
     ) -> Option<Headers> {
-        if self.headers != HeaderStyle::Ietf || planned.tier.is_some() {
+        if self.headers != HeaderStyle::Ietf || tier.is_some() {
             return None;
         }
         Headers::ietf_of_one(rule.header_kept?, decision)
@@ -335,12 +350,15 @@ impl Limiter {
 /// which axum turns on, each step also asks `log` whether to write it).
 #[inline]
 fn decision_span(pending: &Pending<'_>) -> Option<tracing::Span> {
+    spans_wanted().then(|| new_decision_span(pending))
+}
+
+/// Whether some subscriber may take debug spans (see [`decision_span`]).
+#[inline]
+pub(super) fn spans_wanted() -> bool {
     use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
     let debug = tracing::Level::DEBUG;
-    if debug > STATIC_MAX_LEVEL || debug > LevelFilter::current() {
-        return None;
-    }
-    Some(new_decision_span(pending))
+    debug <= STATIC_MAX_LEVEL && debug <= LevelFilter::current()
 }
 
 /// [`decision_span`], made.
@@ -390,9 +408,10 @@ fn later(a: &Decision, b: &Decision) -> bool {
     }
 }
 
-/// What the headers show for one check: the quota the client is under, its own or its rule's.
-fn shown<'r>(rule: &'r rules::CompiledRule, planned: &Planned<'_>) -> Shown<'r> {
-    let item = match planned.tier.as_deref() {
+/// What the headers show for one check: the quota the client is under, its `tier`'s or its
+/// rule's.
+fn shown<'r>(rule: &'r rules::CompiledRule, tier: Option<&Tier>) -> Shown<'r> {
+    let item = match tier {
         Some(Tier::Known(policy, _)) => Cow::Owned(rules::header_item(policy)),
         _ => Cow::Borrowed(&rule.header_item),
     };

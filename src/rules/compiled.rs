@@ -312,6 +312,17 @@ impl CompiledRule {
         }
     }
 
+    /// Whether a request under this rule is decided by one check and its answer alone:
+    /// enforced (not shadow), not delayed, not a limit on requests in flight, nothing counted
+    /// or priced once the response is known.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.mode == Mode::Enforce
+            && self.delay.is_none()
+            && self.in_flight.is_none()
+            && self.count_status.is_none()
+            && self.priced.is_none()
+    }
+
     /// Whether some client's quota under this rule may differ from the rule's own: tiers, a
     /// lookup, or overrides.
     pub(crate) fn has_client_quotas(&self) -> bool {

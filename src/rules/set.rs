@@ -17,6 +17,9 @@ pub(crate) struct RuleSet {
     skip_index: RouteIndex,
     /// Whether the set is one rule that every request meets as it is (see [`sole`](Self::sole)).
     sole: bool,
+    /// Whether that rule also decides a request by one check and nothing after it (see
+    /// [`plain`](Self::plain)).
+    plain: bool,
     /// Whether a rule limits requests in flight.
     in_flight: bool,
     /// Whether a rule prices requests by their response.
@@ -63,6 +66,7 @@ impl RuleSet {
             }
             _ => false,
         };
+        let plain = sole && rules.first().is_some_and(CompiledRule::is_plain);
         let in_flight = rules.iter().any(|r| r.in_flight.is_some());
         let priced = rules.iter().any(|r| r.priced.is_some());
         Self {
@@ -71,6 +75,7 @@ impl RuleSet {
             rules,
             skips,
             sole,
+            plain,
             in_flight,
             priced,
             held: in_flight || priced,
@@ -105,6 +110,13 @@ impl RuleSet {
     #[inline]
     pub(crate) fn sole(&self) -> Option<&CompiledRule> {
         self.rules.first().filter(|_| self.sole)
+    }
+
+    /// The [`sole`](Self::sole) rule, when a request under it is one check and its answer:
+    /// enforced, not delayed, nothing counted or priced after the response.
+    #[inline]
+    pub(crate) fn plain(&self) -> Option<&CompiledRule> {
+        self.rules.first().filter(|_| self.plain)
     }
 
     /// The rules, in order.

@@ -132,3 +132,46 @@ async fn the_engine_decides_now_what_it_would_decide() {
 }
 
 const T0: u64 = 1_700_000_000_000_000;
+
+/// The usual layer (one rule for every request, on the memory store) decides its requests by
+/// a shorter way than the general one (`Limiter::express`): the same answers, statuses,
+/// headers and bodies, allowed and denied, in every header style. A skip that never skips
+/// sends the same requests the general way.
+#[tokio::test]
+async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
+    use http_body_util::BodyExt;
+    use tollgate::{HeaderStyle, Skip};
+
+    for style in [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::None] {
+        let layer = |general: bool| {
+            let mut builder = RateLimitLayer::builder()
+                .name("usual")
+                .quota(Quota::per_hour(2).unwrap())
+                .key(key::Header::new("x-api-key"))
+                .headers(style);
+            if general {
+                builder = builder.skip(Skip::new().when(|_| false));
+            }
+            builder.build().unwrap().layer(crate::ok_service())
+        };
+        let (usual, general) = (layer(false), layer(true));
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let mut answers = Vec::new();
+            for svc in [&usual, &general] {
+                let response = svc.clone().oneshot(request()).await.unwrap();
+                let (head, body) = response.into_parts();
+                let body = body.collect().await.unwrap().to_bytes();
+                answers.push((head.status, head.headers, body));
+            }
+            assert_eq!(answers[0], answers[1], "{style:?}");
+            statuses.push(answers[0].0);
+        }
+        let expected = [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+        ];
+        assert_eq!(statuses, expected, "{style:?}");
+    }
+}

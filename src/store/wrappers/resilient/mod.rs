@@ -119,7 +119,6 @@ impl<S: StoreExt> Resilient<S> {
     }
 
     /// The wrapped store.
-    #[cfg(test)]
     pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
