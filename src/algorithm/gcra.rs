@@ -38,7 +38,7 @@ impl Gcra {
         // `max(tat, now) − now`: the part of the bucket in use right now.
         let backlog = self.tat.saturating_sub(now);
         let deny = |retry_after| {
-            let remaining = capacity.saturating_sub(backlog) / t;
+            let remaining = units_in(capacity.saturating_sub(backlog), t);
             Decision::from_micros(false, p.burst, remaining, backlog, retry_after)
         };
         if cost > p.burst {
@@ -96,6 +96,18 @@ impl Gcra {
     /// else for a GCRA key).
     pub(crate) fn tat(&self) -> u64 {
         self.tat
+    }
+}
+
+/// Whole units of `t` µs in `room` µs: `room / t`, without the division when less than one
+/// fits, as on every denial of cost 1 (the room left is then below `t`), where the division
+/// would be the slowest step of the decision.
+#[inline(always)]
+fn units_in(room: u64, t: u64) -> u64 {
+    if room < t {
+        0
+    } else {
+        room / t
     }
 }
 

@@ -130,8 +130,9 @@ impl MemoryStore {
 
     /// Decides without going through a future: the memory store never waits.
     pub fn check_now(&self, key: &str, policy: &Policy, cost: u32) -> Decision {
-        let now = self.inner.clock.now();
+        // Hashed before the clock is read: fewer values are then kept across the clock's call.
         let (hash, shard) = self.locate(key);
+        let now = self.inner.clock.now();
         let mut shard = lock(shard);
         let hasher = &self.inner.hasher;
         shard.count_decision(now, hasher);

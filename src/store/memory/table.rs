@@ -262,6 +262,28 @@ impl PolicyTable {
         hasher: &KeyHasher,
     ) -> Decision {
         let p = policy.params();
+        // Most decisions: GCRA states in the rule's own scale, no client blocked, none to
+        // block. Inlined alone, so that the decision keeps to registers; the rest is a call.
+        if let Slots::Gcra(t) = &mut self.slots {
+            if self.blocks.is_empty() && policy.block_for_us() == 0 && p.scale() == p.home {
+                return check_in(t, key, hash, self.algorithm, p, now, cost, hasher);
+            }
+        }
+        self.check_any(key, hash, policy, now, cost, hasher)
+    }
+
+    /// [`check`](Self::check) in every case: out of line, as the rarer one.
+    #[inline(never)]
+    fn check_any(
+        &mut self,
+        key: &str,
+        hash: u64,
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+        hasher: &KeyHasher,
+    ) -> Decision {
+        let p = policy.params();
         if let Some(until) = self.live_block(key, hash, now) {
             return algorithm::blocked(p, now, until, cost);
         }
