@@ -18,6 +18,15 @@ use crate::{
     Algorithm, Quota,
 };
 
+/// How much further than real time the manual clock moves at each step, in µs.
+///
+/// Redis expires a key by real time, the memory store by the manual clock, which is set
+/// before each step's decisions: a thread stalled between setting it and Redis's call sees
+/// real time move further than the clock did, and may find a key expired in Redis that the
+/// memory store still counts. A step's lead keeps the clock ahead by more than such a stall
+/// on a loaded machine (one was seen to fail the test once without it).
+const STEP_LEAD_US: u64 = 1_000;
+
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {
     let mut quotas = vec![
@@ -66,12 +75,13 @@ async fn redis_and_memory_give_identical_decisions() {
             // expired (by real time) has also expired in the memory store.
             let mut offset: u64 = 1_700_000_000_000_000;
             for step in 0..600 {
-                offset += match rng.random_range(0..10) {
-                    0..=3 => 0,
-                    4..=6 => rng.random_range(0..period / 4 + 1),
-                    7..=8 => rng.random_range(0..period + 1),
-                    _ => rng.random_range(0..3 * period),
-                };
+                offset += STEP_LEAD_US
+                    + match rng.random_range(0..10) {
+                        0..=3 => 0,
+                        4..=6 => rng.random_range(0..period / 4 + 1),
+                        7..=8 => rng.random_range(0..period + 1),
+                        _ => rng.random_range(0..3 * period),
+                    };
                 clock.set(offset + start.elapsed().as_micros() as u64);
                 let key = ["a", "b", "c"][rng.random_range(0..3)];
                 let cost = if rng.random_bool(0.05) {
@@ -114,12 +124,13 @@ async fn redis_and_memory_agree_on_blocks_resets_and_refunds() {
                 .with_block_for(block_for);
             let mut offset: u64 = 1_700_000_000_000_000;
             for step in 0..400 {
-                offset += match rng.random_range(0..10) {
-                    0..=3 => 0,
-                    4..=6 => rng.random_range(0..period / 4 + 1),
-                    7..=8 => rng.random_range(0..period + 1),
-                    _ => rng.random_range(0..3 * period),
-                };
+                offset += STEP_LEAD_US
+                    + match rng.random_range(0..10) {
+                        0..=3 => 0,
+                        4..=6 => rng.random_range(0..period / 4 + 1),
+                        7..=8 => rng.random_range(0..period + 1),
+                        _ => rng.random_range(0..3 * period),
+                    };
                 clock.set(offset + start.elapsed().as_micros() as u64);
                 let key = ["a", "b", "c"][rng.random_range(0..3)];
                 let at = format!("{algorithm} {quota} seed {seed:#x} step {step} key {key}");
