@@ -6,8 +6,7 @@ use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::store::check::Check;
 use crate::store::contract::StoreExt;
-use crate::store::wrappers::Backend;
-use crate::store::{MemoryStore, Policy, Store};
+use crate::store::Store;
 
 impl Engine {
     /// One decision per ask, in order, each as that limit alone would decide it, charged as
@@ -96,23 +95,6 @@ impl Engine {
     #[inline]
     pub fn decide_ready(&self, ask: &Ask<'_>) -> Option<Decision> {
         self.store.check_ready(ask.key, ask.policy, ask.cost)
-    }
-
-    /// The memory store, when it alone decides `policy`'s requests: the store is the memory
-    /// store, the policy is not leased and the circuit is closed (as it stays: the memory
-    /// store never fails). The wrappers would then only pass the check through (the memory
-    /// store has no cache of denials), so the layer's usual request is checked in it directly
-    /// (see `Limiter::express`).
-    #[inline]
-    pub(crate) fn plain_memory(&self, policy: &Policy) -> Option<&MemoryStore> {
-        let resilient = self.store.resilient();
-        if policy.lease().is_some() || resilient.circuit_open() {
-            return None;
-        }
-        match resilient.get_ref() {
-            Backend::Memory(store) => Some(store),
-            _ => None,
-        }
     }
 
     /// [`decide`](Self::decide)'s decisions when the store can make them all at once in this

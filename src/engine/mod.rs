@@ -63,6 +63,7 @@ use crate::store::{OnStoreError, Store};
 mod ask;
 mod charging;
 mod decide;
+mod in_memory;
 mod overrides;
 mod settle;
 mod setup;

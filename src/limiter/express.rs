@@ -1,6 +1,6 @@
-//! The usual request's way through the layer: one plain rule (see `RuleSet::plain`) over the
-//! memory store alone, decided in `call` with nothing planned, boxed or passed through the
-//! store's wrappers for it.
+//! The usual request's way through the layer: one plain rule (see `RuleSet::plain`) whose
+//! policy the engine's memory store alone decides (`Engine::in_memory`), decided in `call`
+//! with nothing planned or boxed for it.
 
 use http::request::Parts;
 
@@ -23,9 +23,9 @@ impl Limiter {
         }
         let rules = self.rules.in_force();
         let rule = rules.plain()?;
-        let store = self.engine.plain_memory(&rule.policy)?;
+        let memory = self.engine.in_memory(&rule.policy)?;
         let key = key::sanitize_borrowed(rule.key.extract_borrowed(parts)?);
-        let decision = store.check_now(&key, &rule.policy, 1);
+        let decision = memory.decide(&key);
         let headers = self.headers_alone(rule, None, &decision);
         if decision.allowed {
             telemetry::request(&rule.policy, Outcome::Allowed);
