@@ -55,10 +55,20 @@ redis_dir=$(mktemp -d)
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$redis_dir" --daemonize yes --pidfile "$redis_dir/redis.pid" \
     --logfile "$redis_dir/redis.log"
+# Stops both servers, waiting (5 s at most each) until they are gone: redis-server writes its
+# last log lines into the directory on its way out, and a removal racing them fails.
 cleanup() {
-    if [ -f "$redis_dir/redis.pid" ]; then kill "$(cat "$redis_dir/redis.pid")" 2>/dev/null || true; fi
-    if [ -f "$redis_dir/memcached.pid" ]; then kill "$(cat "$redis_dir/memcached.pid")" 2>/dev/null || true; fi
-    rm -rf "$redis_dir"
+    local name pid
+    for name in redis memcached; do
+        [ -f "$redis_dir/$name.pid" ] || continue
+        pid=$(cat "$redis_dir/$name.pid")
+        kill "$pid" 2>/dev/null || continue
+        for _ in $(seq 1 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    done
+    rm -rf "$redis_dir" || true
 }
 trap cleanup EXIT
 for _ in $(seq 1 50); do
