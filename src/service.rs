@@ -60,14 +60,12 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        if let Some(verdict) = self.limiter.express(&parts) {
-            return ResponseFuture::decided(verdict, &mut self.inner, parts, body);
-        }
         // The plan borrows the request's head (its key, when a header is the key): decided,
         // or made to own what it keeps, before the head goes back into the request.
         let verdict = match self.limiter.plan(&parts) {
             Plan::Pass => Err(None),
             Plan::Refuse(refusal) => return ResponseFuture::refuse(*refusal, &parts.headers),
+            Plan::Decided(verdict) => Ok(verdict),
             // Decided at once (the memory store, a cached denial, a lease in hand).
             Plan::Check(pending) => match self.limiter.decide_ready(&pending) {
                 Some(verdict) => Ok(verdict),

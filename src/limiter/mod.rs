@@ -79,6 +79,8 @@ pub(crate) enum Plan<'a> {
     Pass,
     /// Refuse at once (no key, bad cost). Boxed, as rare.
     Refuse(Box<Refusal>),
+    /// Decided already: the usual layer's request (see `express`).
+    Decided(Verdict),
     /// Ask the store.
     Check(Pending<'a>),
 }
@@ -222,9 +224,14 @@ impl Limiter {
             // The usual setup: the one check is planned at once. A request without a key
             // is the general path's to answer.
             if let Some(key) = rule.key.extract_borrowed(parts) {
+                let key = key::sanitize_borrowed(key);
+                // The usual layer's request is decided now (see `express`).
+                if let Some(verdict) = rules.plain().and_then(|plain| self.express(plain, &key)) {
+                    return Plan::Decided(verdict);
+                }
                 let sole = Planned {
                     rule: 0,
-                    key: key::sanitize_borrowed(key),
+                    key,
                     cost: 1,
                     tier: None,
                 };
