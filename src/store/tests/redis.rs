@@ -27,6 +27,18 @@ use crate::{
 /// on a loaded machine (one was seen to fail the test once without it).
 const STEP_LEAD_US: u64 = 1_000;
 
+/// How far the histories' own time moves at a step, in µs, for a quota of `period` µs: often
+/// not at all, else within a quarter period, a period or three, and always [`STEP_LEAD_US`].
+fn step_ahead(rng: &mut SmallRng, period: u64) -> u64 {
+    STEP_LEAD_US
+        + match rng.random_range(0..10) {
+            0..=3 => 0,
+            4..=6 => rng.random_range(0..period / 4 + 1),
+            7..=8 => rng.random_range(0..period + 1),
+            _ => rng.random_range(0..3 * period),
+        }
+}
+
 /// Quotas the differential test runs each algorithm with (burst only where it applies).
 fn quotas(algorithm: Algorithm) -> Vec<Quota> {
     let mut quotas = vec![
@@ -75,13 +87,7 @@ async fn redis_and_memory_give_identical_decisions() {
             // expired (by real time) has also expired in the memory store.
             let mut offset: u64 = 1_700_000_000_000_000;
             for step in 0..600 {
-                offset += STEP_LEAD_US
-                    + match rng.random_range(0..10) {
-                        0..=3 => 0,
-                        4..=6 => rng.random_range(0..period / 4 + 1),
-                        7..=8 => rng.random_range(0..period + 1),
-                        _ => rng.random_range(0..3 * period),
-                    };
+                offset += step_ahead(&mut rng, period);
                 clock.set(offset + start.elapsed().as_micros() as u64);
                 let key = ["a", "b", "c"][rng.random_range(0..3)];
                 let cost = if rng.random_bool(0.05) {
@@ -124,13 +130,7 @@ async fn redis_and_memory_agree_on_blocks_resets_and_refunds() {
                 .with_block_for(block_for);
             let mut offset: u64 = 1_700_000_000_000_000;
             for step in 0..400 {
-                offset += STEP_LEAD_US
-                    + match rng.random_range(0..10) {
-                        0..=3 => 0,
-                        4..=6 => rng.random_range(0..period / 4 + 1),
-                        7..=8 => rng.random_range(0..period + 1),
-                        _ => rng.random_range(0..3 * period),
-                    };
+                offset += step_ahead(&mut rng, period);
                 clock.set(offset + start.elapsed().as_micros() as u64);
                 let key = ["a", "b", "c"][rng.random_range(0..3)];
                 let at = format!("{algorithm} {quota} seed {seed:#x} step {step} key {key}");
