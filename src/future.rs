@@ -144,26 +144,16 @@ where
     /// (delay mode) taken along to wait. Inlined into `call` always: the request's head then
     /// goes from the request to the inner service without a copy in between.
     #[inline(always)]
-    pub(crate) fn decided(
-        verdict: Verdict,
-        ready: &mut Svc,
-        parts: http::request::Parts,
-        body: ReqBody,
-    ) -> Self
+    pub(crate) fn decided(verdict: Verdict, ready: &mut Svc, request: Request<ReqBody>) -> Self
     where
         Svc: Clone,
     {
         let state = match verdict {
-            Verdict::Proceed(headers) => {
-                answering(ready.call(Request::from_parts(parts, body)), headers, None)
-            }
+            Verdict::Proceed(headers) => answering(ready.call(request), headers, None),
             Verdict::Refuse(refusal) => State::Respond {
-                response: Some(refusal.render(&parts.headers)),
+                response: Some(refusal.render(request.headers())),
             },
-            verdict => after(
-                verdict,
-                Some((take_ready(ready), Request::from_parts(parts, body))),
-            ),
+            verdict => after(verdict, Some((take_ready(ready), request))),
         };
         Self { state }
     }

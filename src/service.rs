@@ -59,6 +59,9 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        if let Some(verdict) = self.limiter.express_head(request.headers()) {
+            return ResponseFuture::decided(verdict, &mut self.inner, request);
+        }
         let (parts, body) = request.into_parts();
         // The plan borrows the request's head (its key, when a header is the key): decided,
         // or made to own what it keeps, before the head goes back into the request.
@@ -74,7 +77,9 @@ where
         };
         match verdict {
             // The head goes back into the request where the inner service takes it: one copy.
-            Ok(verdict) => ResponseFuture::decided(verdict, &mut self.inner, parts, body),
+            Ok(verdict) => {
+                ResponseFuture::decided(verdict, &mut self.inner, Request::from_parts(parts, body))
+            }
             Err(None) => ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body))),
             Err(Some(pending)) => {
                 let request = Request::from_parts(parts, body);

@@ -72,6 +72,7 @@ mod stats;
 
 pub use ask::Ask;
 pub use charging::Charging;
+pub(crate) use in_memory::InMemory;
 pub use overrides::OVERRIDE_TTL;
 pub use setup::EngineBuilder;
 pub use slots::Slot;

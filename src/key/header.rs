@@ -65,13 +65,7 @@ impl KeyExtractor for Header {
     }
 
     fn extract_borrowed<'r>(&self, req: &'r Parts) -> Option<Cow<'r, str>> {
-        let value = first_value(&req.headers, self.name.as_ref()?)?;
-        if let Ok(text) = value.to_str() {
-            // Visible ASCII and tabs (see `to_str`): blank is spaces and tabs only.
-            let blank = text.bytes().all(|b| b == b' ' || b == b'\t');
-            return (!blank).then_some(Cow::Borrowed(text));
-        }
-        Some(Cow::Owned(Self::not_ascii(value.as_bytes())))
+        self.read(&req.headers)
     }
 
     fn describe(&self) -> String {
@@ -94,6 +88,19 @@ fn first_value<'r>(headers: &'r HeaderMap, name: &HeaderName) -> Option<&'r Head
 }
 
 impl Header {
+    /// The key in `headers`: [`extract_borrowed`](KeyExtractor::extract_borrowed)'s, read
+    /// where the layer has the request's headers and not its head.
+    #[inline]
+    pub(crate) fn read<'r>(&self, headers: &'r HeaderMap) -> Option<Cow<'r, str>> {
+        let value = first_value(headers, self.name.as_ref()?)?;
+        if let Ok(text) = value.to_str() {
+            // Visible ASCII and tabs (see `to_str`): blank is spaces and tabs only.
+            let blank = text.bytes().all(|b| b == b' ' || b == b'\t');
+            return (!blank).then_some(Cow::Borrowed(text));
+        }
+        Some(Cow::Owned(Self::not_ascii(value.as_bytes())))
+    }
+
     /// The key of a value that is not visible ASCII.
     #[cold]
     fn not_ascii(bytes: &[u8]) -> String {

@@ -35,6 +35,7 @@
 //! Keys come from requests and are untrusted: before any store sees them the layer passes them
 //! through a sanitizer that replaces long or odd keys by a fixed-size digest.
 
+use std::any::Any;
 use std::borrow::Cow;
 
 use http::request::Parts;
@@ -63,7 +64,7 @@ pub use sanitize::sanitize;
 pub(crate) use sanitize::sanitize_borrowed;
 
 /// Names the client a request comes from.
-pub trait KeyExtractor: Send + Sync + 'static {
+pub trait KeyExtractor: Any + Send + Sync + 'static {
     /// The client's key, or `None` when this request does not carry one.
     ///
     /// Keys come from requests and are untrusted; the layer replaces long or odd keys by a

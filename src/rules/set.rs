@@ -1,5 +1,6 @@
 //! [`RuleSet`]: every rule of a layer and the routes it never limits, indexed by path.
 
+use std::any::Any;
 use std::collections::HashSet;
 
 use http::request::Parts;
@@ -7,6 +8,7 @@ use http::request::Parts;
 use super::index::RouteIndex;
 use super::{CompiledRule, CompiledSkip, Cost};
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::key::Header;
 
 /// Every rule of a layer and the routes it never limits; swapped whole on reload.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +22,9 @@ pub(crate) struct RuleSet {
     /// Whether that rule also decides a request by one check and nothing after it (see
     /// [`plain`](Self::plain)).
     plain: bool,
+    /// The plain rule's key, when it is a header: read from the request as it comes (see
+    /// [`plain_by_header`](Self::plain_by_header)).
+    plain_header: Option<Header>,
     /// Whether a rule limits requests in flight.
     in_flight: bool,
     /// Whether a rule prices requests by their response.
@@ -67,6 +72,11 @@ impl RuleSet {
             _ => false,
         };
         let plain = sole && rules.first().is_some_and(CompiledRule::is_plain);
+        let plain_header = rules
+            .first()
+            .filter(|_| plain)
+            .and_then(|rule| (rule.key.as_ref() as &dyn Any).downcast_ref::<Header>())
+            .cloned();
         let in_flight = rules.iter().any(|r| r.in_flight.is_some());
         let priced = rules.iter().any(|r| r.priced.is_some());
         Self {
@@ -76,6 +86,7 @@ impl RuleSet {
             skips,
             sole,
             plain,
+            plain_header,
             in_flight,
             priced,
             held: in_flight || priced,
@@ -117,6 +128,13 @@ impl RuleSet {
     #[inline]
     pub(crate) fn plain(&self) -> Option<&CompiledRule> {
         self.rules.first().filter(|_| self.plain)
+    }
+
+    /// The [`plain`](Self::plain) rule and its key, when the key is a [`Header`]: the layer
+    /// reads it from the request's headers before it takes the request apart.
+    #[inline]
+    pub(crate) fn plain_by_header(&self) -> Option<(&CompiledRule, &Header)> {
+        Some((self.rules.first()?, self.plain_header.as_ref()?))
     }
 
     /// The rules, in order.

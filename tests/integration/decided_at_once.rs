@@ -134,44 +134,125 @@ async fn the_engine_decides_now_what_it_would_decide() {
 const T0: u64 = 1_700_000_000_000_000;
 
 /// The usual layer (one rule for every request, on the memory store) decides its requests by
-/// a shorter way than the general one (`Limiter::express`): the same answers, statuses,
-/// headers and bodies, allowed and denied, in every header style. A skip that never skips
-/// sends the same requests the general way.
+/// a shorter way than the general one (`Limiter::express`, and `Limiter::express_head` when the
+/// key is a header, read before the request is taken apart): the same answers, statuses,
+/// headers and bodies, allowed and denied, in every header style, for a key as it is, one made
+/// a digest (not ASCII, too long), the first of two values, and none. A skip that never skips sends
+/// the same requests the general way.
 #[tokio::test]
 async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
+    use http::HeaderValue;
     use http_body_util::BodyExt;
     use tollgate::{HeaderStyle, Skip};
 
+    let header = || key::Header::new("x-api-key");
+    let from_head = || {
+        key::from_fn(|parts: &http::request::Parts| {
+            parts
+                .headers
+                .get("x-api-key")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        })
+    };
+    let values: [&[&[u8]]; 5] = [
+        &[b"client-1"],
+        // No key: refused as a bad request (the default), by the general way.
+        &[],
+        &[b"caf\xc3\xa9"],
+        &[&[b'k'; 300]],
+        &[b"first", b"second"],
+    ];
     for style in [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::None] {
-        let layer = |general: bool| {
-            let mut builder = RateLimitLayer::builder()
-                .name("usual")
-                .quota(Quota::per_hour(2).unwrap())
-                .key(key::Header::new("x-api-key"))
-                .headers(style);
-            if general {
-                builder = builder.skip(Skip::new().when(|_| false));
+        for by_header in [true, false] {
+            let layer = |general: bool| {
+                let builder = RateLimitLayer::builder()
+                    .name("usual")
+                    .quota(Quota::per_hour(2).unwrap())
+                    .headers(style);
+                let mut builder = match by_header {
+                    true => builder.key(header()),
+                    false => builder.key(from_head()),
+                };
+                if general {
+                    builder = builder.skip(Skip::new().when(|_| false));
+                }
+                builder.build().unwrap().layer(crate::ok_service())
+            };
+            // Values a function of the head reads as text only.
+            let values = if by_header { &values[..] } else { &values[..2] };
+            for value in values {
+                let request = || {
+                    let mut request = Request::new(());
+                    for one in *value {
+                        let one = HeaderValue::from_bytes(one).unwrap();
+                        request.headers_mut().append("x-api-key", one);
+                    }
+                    request
+                };
+                let (usual, general) = (layer(false), layer(true));
+                let mut statuses = Vec::new();
+                for _ in 0..3 {
+                    let mut answers = Vec::new();
+                    for svc in [&usual, &general] {
+                        let response = svc.clone().oneshot(request()).await.unwrap();
+                        let (head, body) = response.into_parts();
+                        let body = body.collect().await.unwrap().to_bytes();
+                        answers.push((head.status, head.headers, body));
+                    }
+                    let case = format!("{style:?}, by header: {by_header}, {value:?}");
+                    assert_eq!(answers[0], answers[1], "{case}");
+                    statuses.push(answers[0].0);
+                }
+                let expected = match value.is_empty() {
+                    true => [StatusCode::BAD_REQUEST; 3],
+                    false => [
+                        StatusCode::OK,
+                        StatusCode::OK,
+                        StatusCode::TOO_MANY_REQUESTS,
+                    ],
+                };
+                assert_eq!(statuses, expected, "{style:?}, {value:?}");
             }
-            builder.build().unwrap().layer(crate::ok_service())
-        };
-        let (usual, general) = (layer(false), layer(true));
-        let mut statuses = Vec::new();
-        for _ in 0..3 {
-            let mut answers = Vec::new();
-            for svc in [&usual, &general] {
-                let response = svc.clone().oneshot(request()).await.unwrap();
-                let (head, body) = response.into_parts();
-                let body = body.collect().await.unwrap().to_bytes();
-                answers.push((head.status, head.headers, body));
-            }
-            assert_eq!(answers[0], answers[1], "{style:?}");
-            statuses.push(answers[0].0);
         }
-        let expected = [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS,
-        ];
-        assert_eq!(statuses, expected, "{style:?}");
+    }
+}
+
+/// A layer keyed by a header reads the key before it takes the request apart
+/// (`Limiter::express_head`): the key every other part of tollgate reads, the first of the
+/// header's values, made a digest when it is too long, as `Control` finds it.
+#[tokio::test]
+async fn a_header_key_read_from_the_whole_request_is_the_key_control_finds() {
+    let long = "k".repeat(300);
+    let cases: [(&[&str], &str); 3] = [
+        (&["client-1"], "client-1"),
+        (&["first", "second"], "first"),
+        (&[&long], &long),
+    ];
+    for (values, key) in cases {
+        let layer = RateLimitLayer::builder()
+            .name("usual")
+            .quota(Quota::per_hour(2).unwrap())
+            .key(key::Header::new("x-api-key"))
+            .build()
+            .unwrap();
+        let control = layer.control();
+        let svc = layer.layer(crate::ok_service());
+        for _ in 0..2 {
+            let mut request = Request::new(());
+            for value in values {
+                request
+                    .headers_mut()
+                    .append("x-api-key", value.parse().unwrap());
+            }
+            let response = svc.clone().oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{values:?}");
+        }
+        let peek = control.peek("usual", key).await.unwrap();
+        assert!(!peek.allowed, "{values:?}: the key's quota is spent");
+        assert_eq!(peek.remaining, 0, "{values:?}");
+        let other = control.peek("usual", "second").await.unwrap();
+        assert_eq!(other.remaining, 1, "{values:?}: another key is untouched");
     }
 }
