@@ -117,6 +117,7 @@ impl RuleSource {
 
     /// The rules in force, for the moment of one request's decision in `call`: cheaper than
     /// [`current`](Self::current), not to be held long.
+    #[inline]
     pub(crate) fn in_force(&self) -> InForce<'_> {
         match &self.current {
             Current::Fixed(rules) => InForce::Fixed(rules),
