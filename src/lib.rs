@@ -61,9 +61,11 @@
 //! your backend, [`MemoryStore`] or [`RedisStore`] or a [`Store`] of your own; none of them
 //! is a type you build. The usual layer (one rule for every request, on the memory store) takes
 //! a shorter way to the same answer (`limiter/express.rs`): the engine decides its one ask in
-//! the memory store directly, as those wrappers would only pass it on. The limiter turns the engine's [`Decision`]s into headers, a wait, or
-//! a refusal (denied, unavailable, bad request) without knowing the protocol; the service
-//! renders a refusal for the request, as a 429, 503 or 400 or as a gRPC status (`response/`).
+//! the memory store directly, as those wrappers would only pass it on, and a key that is a
+//! header is read before the request is taken apart. The limiter turns the engine's
+//! [`Decision`]s into headers, a wait, or a refusal (denied, unavailable, bad request) without
+//! knowing the protocol; the service renders a refusal for the request, as a 429, 503 or 400
+//! or as a gRPC status (`response/`).
 //! [`Control`] reads and acts on the limiter afterwards, and is its door for code outside
 //! Tower: [`Control::check`] plans one client's cost under one rule (`limiter/door.rs`),
 //! the same engine decides it, and [`Checked`] carries the headers or the refusal the layer
