@@ -59,13 +59,15 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        if let Some(verdict) = self.limiter.express_head(request.headers()) {
+        // Read once for the request: both ways below decide by them.
+        let rules = self.limiter.rules.in_force();
+        if let Some(verdict) = self.limiter.express_head(&rules, request.headers()) {
             return ResponseFuture::decided(verdict, &mut self.inner, request);
         }
         let (parts, body) = request.into_parts();
         // The plan borrows the request's head (its key, when a header is the key): decided,
         // or made to own what it keeps, before the head goes back into the request.
-        let verdict = match self.limiter.plan(&parts) {
+        let verdict = match self.limiter.plan(rules, &parts) {
             Plan::Pass => Err(None),
             Plan::Refuse(refusal) => return ResponseFuture::refuse(*refusal, &parts.headers),
             Plan::Decided(verdict) => Ok(verdict),

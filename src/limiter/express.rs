@@ -1,4 +1,4 @@
-//! The usual request's way through the layer: one plain rule (see `RuleSet::plain`) whose
+//! The usual request's way through the layer: one plain rule (see `RuleSet::plain_by_head`) whose
 //! policy the engine's memory store alone decides (`Engine::in_memory`), decided as soon as
 //! its key is read, with nothing more planned or boxed for it; and, when that key is a header,
 //! before the request is taken apart.
@@ -10,21 +10,21 @@ use super::{Limiter, Verdict};
 use crate::engine::InMemory;
 use crate::key;
 use crate::response::Refusal;
-use crate::rules::CompiledRule;
+use crate::rules::{CompiledRule, InForce};
 use crate::telemetry::{self, Outcome};
 
 impl Limiter {
-    /// The verdict of a request whose key is the plain rule's header, read from the request's
-    /// `headers` before the request is taken apart (the head then never moves): `express`'s,
-    /// for a layer keyed by a header. `None`, with nothing counted or changed, for any other
-    /// request (the plan then reads the key, once: the header is read here only when this
-    /// way decides it, or it is missing).
+    /// The verdict of a request under `rules` (the rules in force, which its plan reads too)
+    /// whose key is the plain rule's header, read from the request's `headers` before the
+    /// request is taken apart (the head then never moves): `express`'s, for a layer keyed by
+    /// a header. `None`, with nothing counted or changed, for any other request (the plan then
+    /// reads the key, once: the header is read here only when this way decides it, or it is
+    /// missing).
     #[inline]
-    pub(crate) fn express_head(&self, headers: &HeaderMap) -> Option<Verdict> {
+    pub(crate) fn express_head(&self, rules: &InForce<'_>, headers: &HeaderMap) -> Option<Verdict> {
         if self.skip.is_some() {
             return None;
         }
-        let rules = self.rules.in_force();
         let (rule, header) = rules.plain_by_header()?;
         let memory = self.in_memory(rule)?;
         let key = header.read(headers)?;

@@ -214,19 +214,22 @@ impl Planned<'_> {
 }
 
 impl Limiter {
-    pub(crate) fn plan<'a>(&'a self, parts: &'a Parts) -> Plan<'a> {
+    /// The plan of a request under `rules` (the rules in force, read once for the request's
+    /// `call`).
+    pub(crate) fn plan<'a>(&'a self, rules: InForce<'a>, parts: &'a Parts) -> Plan<'a> {
         if self.skip.as_ref().is_some_and(|skip| skip(parts)) {
             telemetry::skipped();
             return Plan::Pass;
         }
-        let rules = self.rules.in_force();
         if let Some(rule) = rules.sole() {
             // The usual setup: the one check is planned at once. A request without a key
             // is the general path's to answer.
             if let Some(key) = rule.key.extract_borrowed(parts) {
                 let key = key::sanitize_borrowed(key);
-                // The usual layer's request is decided now (see `express`).
-                if let Some(verdict) = rules.plain().and_then(|plain| self.express(plain, &key)) {
+                // The usual layer's request is decided now (see `express`); keyed by a header,
+                // it was tried before the request was taken apart (`express_head`).
+                let plain = rules.plain_by_head();
+                if let Some(verdict) = plain.and_then(|plain| self.express(plain, &key)) {
                     return Plan::Decided(verdict);
                 }
                 let sole = Planned {
