@@ -1,4 +1,4 @@
-//! The usual request's way through the layer: one plain rule (see `RuleSet::plain_by_head`) whose
+//! The usual request's way through the layer: one plain rule (see `RuleSet::plain`) whose
 //! policy the engine's memory store alone decides (`Engine::in_memory`), decided as soon as
 //! its key is read, with nothing more planned or boxed for it; and, when that key is a header,
 //! before the request is taken apart.
@@ -8,7 +8,7 @@ use http::HeaderMap;
 use super::verdict::spans_wanted;
 use super::{Limiter, Verdict};
 use crate::engine::InMemory;
-use crate::key;
+use crate::key::{self, Header};
 use crate::response::Refusal;
 use crate::rules::{CompiledRule, InForce};
 use crate::telemetry::{self, Outcome};
@@ -22,13 +22,23 @@ impl Limiter {
     /// missing).
     #[inline]
     pub(crate) fn express_head(&self, rules: &InForce<'_>, headers: &HeaderMap) -> Option<Verdict> {
-        if self.skip.is_some() {
-            return None;
-        }
-        let (rule, header) = rules.plain_by_header()?;
+        let (rule, header) = self.head_first(rules)?;
         let memory = self.in_memory(rule)?;
         let key = header.read(headers)?;
         Some(self.express_in(memory, rule, &key::sanitize_borrowed(key)))
+    }
+
+    /// The plain rule of `rules` and its header, when [`express_head`](Self::express_head)
+    /// tries it before the request is taken apart: not when a skip must see the head first.
+    #[inline]
+    pub(super) fn head_first<'r>(
+        &self,
+        rules: &'r InForce<'_>,
+    ) -> Option<(&'r CompiledRule, &'r Header)> {
+        if self.skip.is_some() {
+            return None;
+        }
+        rules.plain_by_header()
     }
 
     /// The verdict of a request under the plain `rule`, its sanitized `key` read, when the

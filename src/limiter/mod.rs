@@ -226,9 +226,9 @@ impl Limiter {
             // is the general path's to answer.
             if let Some(key) = rule.key.extract_borrowed(parts) {
                 let key = key::sanitize_borrowed(key);
-                // The usual layer's request is decided now (see `express`); keyed by a header,
-                // it was tried before the request was taken apart (`express_head`).
-                let plain = rules.plain_by_head();
+                // The usual layer's request is decided now (see `express`), unless it was tried
+                // before the request was taken apart (`express_head`).
+                let plain = rules.plain().filter(|_| self.head_first(&rules).is_none());
                 if let Some(verdict) = plain.and_then(|plain| self.express(plain, &key)) {
                     return Plan::Decided(verdict);
                 }

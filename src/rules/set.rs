@@ -20,7 +20,7 @@ pub(crate) struct RuleSet {
     /// Whether the set is one rule that every request meets as it is (see [`sole`](Self::sole)).
     sole: bool,
     /// Whether that rule also decides a request by one check and nothing after it (see
-    /// [`plain_by_head`](Self::plain_by_head)).
+    /// [`plain`](Self::plain)).
     plain: bool,
     /// The plain rule's key, when it is a header: read from the request as it comes (see
     /// [`plain_by_header`](Self::plain_by_header)).
@@ -123,20 +123,15 @@ impl RuleSet {
         self.rules.first().filter(|_| self.sole)
     }
 
-    /// The [`sole`](Self::sole) rule, when a request under it is one check and its answer
-    /// (enforced, not delayed, nothing counted or priced after the response) and its key is
-    /// read from the request's head: any key but a header, which the layer reads before it
-    /// takes the request apart (see [`plain_by_header`](Self::plain_by_header)).
+    /// The [`sole`](Self::sole) rule, when a request under it is one check and its answer:
+    /// enforced, not delayed, nothing counted or priced after the response.
     #[inline]
-    pub(crate) fn plain_by_head(&self) -> Option<&CompiledRule> {
-        self.rules
-            .first()
-            .filter(|_| self.plain && self.plain_header.is_none())
+    pub(crate) fn plain(&self) -> Option<&CompiledRule> {
+        self.rules.first().filter(|_| self.plain)
     }
 
-    /// The plain rule (see [`plain_by_head`](Self::plain_by_head)) and its key, when the key is
-    /// a [`Header`]: the layer reads it from the request's headers before it takes the request
-    /// apart.
+    /// The [`plain`](Self::plain) rule and its key, when the key is a [`Header`]: the layer
+    /// reads it from the request's headers before it takes the request apart.
     #[inline]
     pub(crate) fn plain_by_header(&self) -> Option<(&CompiledRule, &Header)> {
         Some((self.rules.first()?, self.plain_header.as_ref()?))

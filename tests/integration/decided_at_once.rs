@@ -7,8 +7,9 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::store::{MemoryStore, RedisStore, Store};
+use tollgate::store::{Decision, MemoryStore, Policy, RedisStore, Store, StoreError};
 use tollgate::{key, Quota, RateLimitLayer};
+
 use tower::{Layer, Service, ServiceExt};
 
 fn request() -> Request<()> {
@@ -137,8 +138,10 @@ const T0: u64 = 1_700_000_000_000_000;
 /// a shorter way than the general one (`Limiter::express`, and `Limiter::express_head` when the
 /// key is a header, read before the request is taken apart): the same answers, statuses,
 /// headers and bodies, allowed and denied, in every header style, for a key as it is, one made
-/// a digest (not ASCII, too long), the first of two values, and none. A skip that never skips sends
-/// the same requests the general way.
+/// a digest (not ASCII, too long), the first of two values, and none. A store of one's own that
+/// passes every call to a memory store sends the same requests the general way (the engine's
+/// `decide`); a skip that never skips, the short way after the plan (`Limiter::express`, the
+/// head taken apart first).
 #[tokio::test]
 async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
     use http::HeaderValue;
@@ -166,7 +169,7 @@ async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
     ];
     for style in [HeaderStyle::Ietf, HeaderStyle::Legacy, HeaderStyle::None] {
         for by_header in [true, false] {
-            let layer = |general: bool| {
+            let layer = |way: Way| {
                 let builder = RateLimitLayer::builder()
                     .name("usual")
                     .quota(Quota::per_hour(2).unwrap())
@@ -175,8 +178,10 @@ async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
                     true => builder.key(header()),
                     false => builder.key(from_head()),
                 };
-                if general {
-                    builder = builder.skip(Skip::new().when(|_| false));
+                match way {
+                    Way::Usual => {}
+                    Way::Planned => builder = builder.skip(Skip::new().when(|_| false)),
+                    Way::General => builder = builder.store(PassedOn(MemoryStore::new())),
                 }
                 builder.build().unwrap().layer(crate::ok_service())
             };
@@ -191,11 +196,12 @@ async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
                     }
                     request
                 };
-                let (usual, general) = (layer(false), layer(true));
+                let (usual, general) = (layer(Way::Usual), layer(Way::General));
+                let planned = layer(Way::Planned);
                 let mut statuses = Vec::new();
                 for _ in 0..3 {
                     let mut answers = Vec::new();
-                    for svc in [&usual, &general] {
+                    for svc in [&usual, &general, &planned] {
                         let response = svc.clone().oneshot(request()).await.unwrap();
                         let (head, body) = response.into_parts();
                         let body = body.collect().await.unwrap().to_bytes();
@@ -203,6 +209,7 @@ async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
                     }
                     let case = format!("{style:?}, by header: {by_header}, {value:?}");
                     assert_eq!(answers[0], answers[1], "{case}");
+                    assert_eq!(answers[0], answers[2], "{case}, planned");
                     statuses.push(answers[0].0);
                 }
                 let expected = match value.is_empty() {
@@ -216,6 +223,39 @@ async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
                 assert_eq!(statuses, expected, "{style:?}, {value:?}");
             }
         }
+    }
+}
+
+/// Which way `the_usual_request_is_answered_as_the_general_way_answers_it` sends a request.
+#[derive(Clone, Copy)]
+enum Way {
+    /// As it comes: the short way.
+    Usual,
+    /// After a skip that never skips.
+    Planned,
+    /// Through a store of one's own, which the engine asks as it asks any store.
+    General,
+}
+
+/// A store of one's own that passes every call to a memory store.
+#[derive(Debug, Clone)]
+struct PassedOn(MemoryStore);
+
+impl Store for PassedOn {
+    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.0.check(key, policy, cost).await
+    }
+
+    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
+        self.0.peek(key, policy, cost).await
+    }
+
+    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
+        self.0.reset(key, policy).await
+    }
+
+    async fn block(&self, key: &str, policy: &Policy, for_: Duration) -> Result<(), StoreError> {
+        self.0.block(key, policy, for_).await
     }
 }
 
