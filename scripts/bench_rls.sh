@@ -27,7 +27,8 @@
 # started here is stopped on exit. Turns with answers that were errors (say, a store timeout on
 # a busy machine) are listed after the table instead of stopping the run.
 # To build limitador-server: clone github.com/Kuadrant/limitador, then
-# `cargo build --release -p limitador-server`.
+# `cargo build --release -p limitador-server` (it needs protoc and libclang: Debian's
+# protobuf-compiler and libclang-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
