@@ -7,10 +7,11 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::store::{Decision, MemoryStore, Policy, RedisStore, Store, StoreError};
+use tollgate::store::{MemoryStore, RedisStore, Store};
 use tollgate::{key, Quota, RateLimitLayer};
-
 use tower::{Layer, Service, ServiceExt};
+
+use crate::built_in::BuiltIn;
 
 fn request() -> Request<()> {
     Request::builder()
@@ -138,8 +139,8 @@ const T0: u64 = 1_700_000_000_000_000;
 /// a shorter way than the general one (`Limiter::express`, and `Limiter::express_head` when the
 /// key is a header, read before the request is taken apart): the same answers, statuses,
 /// headers and bodies, allowed and denied, in every header style, for a key as it is, one made
-/// a digest (not ASCII, too long), the first of two values, and none. A store of one's own that
-/// passes every call to a memory store sends the same requests the general way (the engine's
+/// a digest (not ASCII, too long), the first of two values, and none. A memory store given as a
+/// store of one's own (`BuiltIn`) sends the same requests the general way (the engine's
 /// `decide`); a skip that never skips, the short way after the plan (`Limiter::express`, the
 /// head taken apart first).
 #[tokio::test]
@@ -181,7 +182,7 @@ async fn the_usual_request_is_answered_as_the_general_way_answers_it() {
                 match way {
                     Way::Usual => {}
                     Way::Planned => builder = builder.skip(Skip::new().when(|_| false)),
-                    Way::General => builder = builder.store(PassedOn(MemoryStore::new())),
+                    Way::General => builder = builder.store(BuiltIn::Memory(MemoryStore::new())),
                 }
                 builder.build().unwrap().layer(crate::ok_service())
             };
@@ -235,28 +236,6 @@ enum Way {
     Planned,
     /// Through a store of one's own, which the engine asks as it asks any store.
     General,
-}
-
-/// A store of one's own that passes every call to a memory store.
-#[derive(Debug, Clone)]
-struct PassedOn(MemoryStore);
-
-impl Store for PassedOn {
-    async fn check(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.0.check(key, policy, cost).await
-    }
-
-    async fn peek(&self, key: &str, policy: &Policy, cost: u32) -> Result<Decision, StoreError> {
-        self.0.peek(key, policy, cost).await
-    }
-
-    async fn reset(&self, key: &str, policy: &Policy) -> Result<(), StoreError> {
-        self.0.reset(key, policy).await
-    }
-
-    async fn block(&self, key: &str, policy: &Policy, for_: Duration) -> Result<(), StoreError> {
-        self.0.block(key, policy, for_).await
-    }
 }
 
 /// A layer keyed by a header reads the key before it takes the request apart
